@@ -1,0 +1,480 @@
+//! A Nostr event that keeps the exact JSON it arrived as.
+//!
+//! Parsing checks structure (lowercase hex of the right lengths, kind in
+//! 0..=65535, tags as arrays of strings) but not the id or signature:
+//! [`Event::verify`] does that, separately, so a trusted bulk import can skip
+//! it. The raw JSON is what the relay stores and serves back, byte for byte.
+
+use secp256k1::{XOnlyPublicKey, schnorr};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::hex32;
+
+/// Structural and semantic errors of a single event. Every variant maps to the
+/// `invalid:` prefix except where the caller decides otherwise.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EventError {
+    #[error("malformed event: {0}")]
+    Malformed(String),
+    #[error("id must be 64 lowercase hex characters")]
+    BadIdHex,
+    #[error("pubkey must be 64 lowercase hex characters")]
+    BadPubkeyHex,
+    #[error("sig must be 128 lowercase hex characters")]
+    BadSigHex,
+    #[error("kind {0} is out of range 0-65535")]
+    KindRange(u64),
+    #[error("event id does not match its content")]
+    IdMismatch,
+    #[error("signature is invalid")]
+    BadSignature,
+    #[error("too many tags: {count} > {max}")]
+    TooManyTags { count: usize, max: usize },
+    #[error("content too long: {len} bytes > {max}")]
+    ContentTooLong { len: usize, max: usize },
+    #[error(
+        "created_at {created_at} is too far in the future (more than {max_ahead_secs} s ahead)"
+    )]
+    TooNew {
+        created_at: u64,
+        max_ahead_secs: u64,
+    },
+    #[error("created_at {created_at} is too old (more than {max_age_secs} s ago)")]
+    TooOld { created_at: u64, max_age_secs: u64 },
+    #[error("event has expired")]
+    Expired,
+    #[error("expiration tag is not a valid timestamp")]
+    BadExpiration,
+}
+
+/// Acceptance limits that depend only on the event itself and the time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_event_tags: usize,
+    pub max_content_length: usize,
+    /// Refuse events whose created_at is more than this many seconds ahead of now.
+    pub created_at_max_ahead_secs: u64,
+    /// Refuse events whose created_at is more than this many seconds before now; 0 means no limit.
+    pub created_at_max_age_secs: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_event_tags: 2000,
+            max_content_length: 65536,
+            created_at_max_ahead_secs: 900,
+            created_at_max_age_secs: 0,
+        }
+    }
+}
+
+/// A parsed Nostr event with its original JSON.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub id: [u8; 32],
+    pub pubkey: [u8; 32],
+    pub created_at: u64,
+    pub kind: u16,
+    pub tags: Vec<Vec<String>>,
+    pub content: String,
+    pub sig: [u8; 64],
+    raw: Box<str>,
+}
+
+#[derive(Deserialize)]
+struct Wire<'a> {
+    #[serde(borrow)]
+    id: &'a str,
+    #[serde(borrow)]
+    pubkey: &'a str,
+    created_at: u64,
+    kind: u64,
+    tags: Vec<Vec<String>>,
+    content: String,
+    #[serde(borrow)]
+    sig: &'a str,
+}
+
+impl Event {
+    /// Parses an event object from JSON text, keeping the text as the raw form.
+    pub fn parse(raw: &str) -> Result<Event, EventError> {
+        let wire: Wire<'_> =
+            serde_json::from_str(raw).map_err(|e| EventError::Malformed(short_serde_error(&e)))?;
+        let id = hex32::decode::<32>(wire.id).ok_or(EventError::BadIdHex)?;
+        let pubkey = hex32::decode::<32>(wire.pubkey).ok_or(EventError::BadPubkeyHex)?;
+        let sig = hex32::decode::<64>(wire.sig).ok_or(EventError::BadSigHex)?;
+        let kind = u16::try_from(wire.kind).map_err(|_| EventError::KindRange(wire.kind))?;
+        Ok(Event {
+            id,
+            pubkey,
+            created_at: wire.created_at,
+            kind,
+            tags: wire.tags,
+            content: wire.content,
+            sig,
+            raw: raw.into(),
+        })
+    }
+
+    /// The JSON text the event arrived as.
+    pub fn raw(&self) -> &str {
+        &self.raw
+    }
+
+    pub fn id_hex(&self) -> String {
+        hex32::encode(&self.id)
+    }
+
+    /// The NIP-01 serialization `[0,pubkey,created_at,kind,tags,content]`
+    /// whose SHA-256 is the event id.
+    pub fn canonical_json(&self) -> Vec<u8> {
+        canonical_json(
+            &self.pubkey,
+            self.created_at,
+            self.kind,
+            &self.tags,
+            &self.content,
+        )
+    }
+
+    /// SHA-256 of the canonical serialization.
+    pub fn compute_id(&self) -> [u8; 32] {
+        Sha256::digest(self.canonical_json()).into()
+    }
+
+    /// Checks that the id is the hash of the content and the signature is a
+    /// valid BIP-340 signature of the id by the pubkey.
+    pub fn verify(&self) -> Result<(), EventError> {
+        if self.compute_id() != self.id {
+            return Err(EventError::IdMismatch);
+        }
+        let pk =
+            XOnlyPublicKey::from_byte_array(self.pubkey).map_err(|_| EventError::BadSignature)?;
+        let sig = schnorr::Signature::from_byte_array(self.sig);
+        schnorr::verify(&sig, &self.id, &pk).map_err(|_| EventError::BadSignature)
+    }
+
+    /// Checks the size limits and the created_at window against `now`
+    /// (unix seconds), and refuses events whose NIP-40 expiration has passed.
+    pub fn check_limits(&self, limits: &Limits, now: u64) -> Result<(), EventError> {
+        if self.tags.len() > limits.max_event_tags {
+            return Err(EventError::TooManyTags {
+                count: self.tags.len(),
+                max: limits.max_event_tags,
+            });
+        }
+        if self.content.len() > limits.max_content_length {
+            return Err(EventError::ContentTooLong {
+                len: self.content.len(),
+                max: limits.max_content_length,
+            });
+        }
+        if self.created_at > now.saturating_add(limits.created_at_max_ahead_secs) {
+            return Err(EventError::TooNew {
+                created_at: self.created_at,
+                max_ahead_secs: limits.created_at_max_ahead_secs,
+            });
+        }
+        if limits.created_at_max_age_secs > 0
+            && self.created_at < now.saturating_sub(limits.created_at_max_age_secs)
+        {
+            return Err(EventError::TooOld {
+                created_at: self.created_at,
+                max_age_secs: limits.created_at_max_age_secs,
+            });
+        }
+        if let Some(exp) = self.expiration()? {
+            if exp <= now {
+                return Err(EventError::Expired);
+            }
+        }
+        Ok(())
+    }
+
+    /// The NIP-40 expiration time, if the event carries an `expiration` tag.
+    pub fn expiration(&self) -> Result<Option<u64>, EventError> {
+        match self.first_tag_value("expiration") {
+            None => Ok(None),
+            Some(v) => v
+                .parse::<u64>()
+                .map(Some)
+                .map_err(|_| EventError::BadExpiration),
+        }
+    }
+
+    /// Value of the first tag named `name`, if any.
+    pub fn first_tag_value(&self, name: &str) -> Option<&str> {
+        self.tags
+            .iter()
+            .find(|t| t.len() >= 2 && t[0] == name)
+            .map(|t| t[1].as_str())
+    }
+
+    /// The `d` tag of an addressable event; a missing tag counts as empty.
+    pub fn d_tag(&self) -> &str {
+        self.first_tag_value("d").unwrap_or("")
+    }
+
+    /// Single-letter tags with a value: the tags NIP-01 filters can select on.
+    pub fn indexed_tags(&self) -> impl Iterator<Item = (u8, &str)> {
+        self.tags.iter().filter_map(|t| {
+            let name = t.first()?.as_bytes();
+            let value = t.get(1)?;
+            (name.len() == 1 && name[0].is_ascii_alphabetic()).then(|| (name[0], value.as_str()))
+        })
+    }
+
+    /// True when `self` wins over `other` as the stored version of the same
+    /// replaceable or addressable slot: newer, or as new with the lower id.
+    pub fn supersedes(&self, other_created_at: u64, other_id: &[u8; 32]) -> bool {
+        (self.created_at, std::cmp::Reverse(self.id))
+            > (other_created_at, std::cmp::Reverse(*other_id))
+    }
+
+    /// Builds and signs an event. For tests, benchmarks and tools; the relay
+    /// never signs anything.
+    pub fn sign(
+        secret_key: &[u8; 32],
+        created_at: u64,
+        kind: u16,
+        tags: Vec<Vec<String>>,
+        content: &str,
+    ) -> Event {
+        let keypair = secp256k1::Keypair::from_secret_bytes(*secret_key)
+            .expect("secret key must be a valid secp256k1 scalar");
+        let (xonly, _) = keypair.x_only_public_key();
+        let pubkey = xonly.to_byte_array();
+        let canonical = canonical_json(&pubkey, created_at, kind, &tags, content);
+        let id: [u8; 32] = Sha256::digest(&canonical).into();
+        let sig = schnorr::sign_no_aux_rand(&id, &keypair).to_byte_array();
+        let raw = serde_json::json!({
+            "id": hex32::encode(&id),
+            "pubkey": hex32::encode(&pubkey),
+            "created_at": created_at,
+            "kind": kind,
+            "tags": tags,
+            "content": content,
+            "sig": hex32::encode(&sig),
+        })
+        .to_string();
+        Event {
+            id,
+            pubkey,
+            created_at,
+            kind,
+            tags,
+            content: content.to_owned(),
+            sig,
+            raw: raw.into(),
+        }
+    }
+}
+
+/// The public key (x-only, 32 bytes) of a secret key.
+pub fn public_key_of(secret_key: &[u8; 32]) -> [u8; 32] {
+    let keypair = secp256k1::Keypair::from_secret_bytes(*secret_key)
+        .expect("secret key must be a valid secp256k1 scalar");
+    keypair.x_only_public_key().0.to_byte_array()
+}
+
+fn canonical_json(
+    pubkey: &[u8; 32],
+    created_at: u64,
+    kind: u16,
+    tags: &[Vec<String>],
+    content: &str,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128 + content.len() + tags.len() * 80);
+    out.extend_from_slice(b"[0,\"");
+    let mut hex_buf = [0u8; 64];
+    hex::encode_to_slice(pubkey, &mut hex_buf).expect("64 bytes fit");
+    out.extend_from_slice(&hex_buf);
+    out.extend_from_slice(b"\",");
+    out.extend_from_slice(created_at.to_string().as_bytes());
+    out.push(b',');
+    out.extend_from_slice(kind.to_string().as_bytes());
+    out.extend_from_slice(b",[");
+    for (i, tag) in tags.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.push(b'[');
+        for (j, s) in tag.iter().enumerate() {
+            if j > 0 {
+                out.push(b',');
+            }
+            write_json_string(&mut out, s);
+        }
+        out.push(b']');
+    }
+    out.extend_from_slice(b"],");
+    write_json_string(&mut out, content);
+    out.push(b']');
+    out
+}
+
+/// Writes a JSON string with exactly the seven escapes NIP-01 names
+/// (`\n \" \\ \r \t \b \f`); every other character is written as is.
+fn write_json_string(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let esc: &[u8] = match b {
+            b'\n' => b"\\n",
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        out.extend_from_slice(esc);
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
+}
+
+/// serde_json errors carry line and column; keep the message short and
+/// free of the offending input.
+pub(crate) fn short_serde_error(e: &serde_json::Error) -> String {
+    let s = e.to_string();
+    match s.find(" at line ") {
+        Some(i) => s[..i].to_owned(),
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SK: [u8; 32] = [7u8; 32];
+
+    #[test]
+    fn signed_event_verifies_and_round_trips() {
+        let ev = Event::sign(
+            &SK,
+            1_700_000_000,
+            1,
+            vec![vec!["t".into(), "x".into()]],
+            "hi\n\"there\"",
+        );
+        ev.verify().unwrap();
+        let back = Event::parse(ev.raw()).unwrap();
+        assert_eq!(back, ev);
+        back.verify().unwrap();
+    }
+
+    #[test]
+    fn tampered_content_fails_id_check() {
+        let ev = Event::sign(&SK, 1_700_000_000, 1, vec![], "hello");
+        let raw = ev.raw().replace("hello", "hellp");
+        assert_eq!(
+            Event::parse(&raw).unwrap().verify(),
+            Err(EventError::IdMismatch)
+        );
+    }
+
+    #[test]
+    fn bad_signature_is_refused() {
+        let ev = Event::sign(&SK, 1_700_000_000, 1, vec![], "hello");
+        let sig = hex32::encode(&ev.sig);
+        let mut bad = sig.clone().into_bytes();
+        bad[10] = if bad[10] == b'0' { b'1' } else { b'0' };
+        let raw = ev.raw().replace(&sig, std::str::from_utf8(&bad).unwrap());
+        assert_eq!(
+            Event::parse(&raw).unwrap().verify(),
+            Err(EventError::BadSignature)
+        );
+    }
+
+    #[test]
+    fn canonical_escapes_only_the_seven() {
+        let mut out = Vec::new();
+        write_json_string(&mut out, "a\u{1}b\u{8}\u{c}\n\r\t\"\\/é");
+        assert_eq!(out, "\"a\u{1}b\\b\\f\\n\\r\\t\\\"\\\\/é\"".as_bytes());
+    }
+
+    #[test]
+    fn uppercase_hex_is_refused() {
+        let ev = Event::sign(&SK, 1_700_000_000, 1, vec![], "x");
+        let raw = ev.raw().replace(&ev.id_hex(), &ev.id_hex().to_uppercase());
+        assert_eq!(Event::parse(&raw), Err(EventError::BadIdHex));
+    }
+
+    #[test]
+    fn structural_errors() {
+        let ev = Event::sign(&SK, 1_700_000_000, 1, vec![], "x");
+        let v: serde_json::Value = serde_json::from_str(ev.raw()).unwrap();
+        let with = |k: &str, val: serde_json::Value| {
+            let mut v = v.clone();
+            v[k] = val;
+            Event::parse(&v.to_string())
+        };
+        assert_eq!(
+            with("kind", 70000.into()),
+            Err(EventError::KindRange(70000))
+        );
+        assert!(matches!(
+            with("kind", (-1).into()),
+            Err(EventError::Malformed(_))
+        ));
+        assert!(matches!(
+            with("created_at", 1.5.into()),
+            Err(EventError::Malformed(_))
+        ));
+        assert!(matches!(
+            with("tags", serde_json::json!([[1]])),
+            Err(EventError::Malformed(_))
+        ));
+        assert!(matches!(
+            with("tags", serde_json::json!(["a"])),
+            Err(EventError::Malformed(_))
+        ));
+        assert!(matches!(Event::parse("[]"), Err(EventError::Malformed(_))));
+    }
+
+    #[test]
+    fn limits_and_expiration() {
+        let now = 1_700_000_000;
+        let lim = Limits::default();
+        let future = Event::sign(&SK, now + 901, 1, vec![], "x");
+        assert!(matches!(
+            future.check_limits(&lim, now),
+            Err(EventError::TooNew { .. })
+        ));
+        let ok = Event::sign(&SK, now + 900, 1, vec![], "x");
+        ok.check_limits(&lim, now).unwrap();
+        let expired = Event::sign(
+            &SK,
+            now - 10,
+            1,
+            vec![vec!["expiration".into(), (now - 1).to_string()]],
+            "x",
+        );
+        assert_eq!(expired.check_limits(&lim, now), Err(EventError::Expired));
+        let live = Event::sign(
+            &SK,
+            now - 10,
+            1,
+            vec![vec!["expiration".into(), (now + 60).to_string()]],
+            "x",
+        );
+        live.check_limits(&lim, now).unwrap();
+    }
+
+    #[test]
+    fn supersedes_prefers_newer_then_lower_id() {
+        let ev = Event::sign(&SK, 100, 0, vec![], "x");
+        assert!(ev.supersedes(99, &[0u8; 32]));
+        assert!(!ev.supersedes(101, &[0xff; 32]));
+        assert!(ev.supersedes(100, &[0xff; 32]));
+        assert!(!ev.supersedes(100, &[0x00; 32]));
+    }
+}

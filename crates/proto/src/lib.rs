@@ -1,0 +1,20 @@
+//! Nostr protocol values for Sluice: events (which keep the exact JSON they
+//! arrived as), canonical id hashing, BIP-340 signature checks, filters and
+//! their matching, client and relay messages, kind classes and the NIP-01
+//! reason prefixes.
+//!
+//! Architecture invariant: this crate is pure. It does no I/O, reads no clock
+//! (callers pass `now` in) and knows nothing of tokio, LMDB or HTTP.
+
+pub mod event;
+pub mod filter;
+pub mod hex32;
+pub mod kind;
+pub mod message;
+pub mod reason;
+
+pub use event::{Event, EventError, Limits as EventLimits};
+pub use filter::{Filter, FilterError, TagValue};
+pub use kind::KindClass;
+pub use message::{ClientMessage, MessageError, RelayMessage};
+pub use reason::Reason;

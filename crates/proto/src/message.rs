@@ -1,0 +1,258 @@
+//! Client messages in, relay messages out.
+//!
+//! Parsing splits the top-level array into raw elements first, so an EVENT
+//! keeps the exact bytes of its event object, and a REQ whose filter is bad
+//! can still be answered with CLOSED for its subscription id.
+
+use serde_json::value::RawValue;
+
+use crate::event::short_serde_error;
+use crate::{Event, EventError, Filter, FilterError, hex32};
+
+/// A message from a client.
+#[derive(Debug)]
+pub enum ClientMessage {
+    Event(Box<Event>),
+    Req {
+        sub_id: String,
+        filters: Vec<Filter>,
+    },
+    Count {
+        sub_id: String,
+        filters: Vec<Filter>,
+    },
+    Close {
+        sub_id: String,
+    },
+}
+
+impl ClientMessage {
+    /// Label for metrics (a closed set).
+    pub fn type_label(&self) -> &'static str {
+        match self {
+            ClientMessage::Event(_) => "event",
+            ClientMessage::Req { .. } => "req",
+            ClientMessage::Count { .. } => "count",
+            ClientMessage::Close { .. } => "close",
+        }
+    }
+}
+
+/// Why a client message could not be taken. The variant says how to answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MessageError {
+    /// Not JSON, not an array, or missing the type: answer with NOTICE.
+    #[error("malformed message: {0}")]
+    Malformed(String),
+    /// A type this relay does not implement: answer with NOTICE.
+    #[error("unsupported message type {0}")]
+    UnknownType(String),
+    /// An EVENT whose event is bad; `id` is its id when it could be read, so
+    /// the answer can be an OK false.
+    #[error("{error}")]
+    BadEvent {
+        id: Option<[u8; 32]>,
+        error: EventError,
+    },
+    /// A REQ or COUNT with a bad filter: answer with CLOSED for `sub_id`.
+    #[error("{error}")]
+    BadFilter { sub_id: String, error: FilterError },
+    /// A REQ/COUNT/CLOSE without a usable subscription id.
+    #[error("subscription id must be a non-empty string")]
+    BadSubId,
+}
+
+impl ClientMessage {
+    /// Parses one WebSocket text message.
+    pub fn parse(text: &str) -> Result<ClientMessage, MessageError> {
+        let parts: Vec<&RawValue> = serde_json::from_str(text)
+            .map_err(|e| MessageError::Malformed(short_serde_error(&e)))?;
+        let Some(first) = parts.first() else {
+            return Err(MessageError::Malformed("empty array".into()));
+        };
+        let kind: String = serde_json::from_str(first.get())
+            .map_err(|_| MessageError::Malformed("message type must be a string".into()))?;
+        match kind.as_str() {
+            "EVENT" => {
+                if parts.len() != 2 {
+                    return Err(MessageError::Malformed(
+                        "EVENT takes exactly one event".into(),
+                    ));
+                }
+                let raw = parts[1].get();
+                Event::parse(raw)
+                    .map(|e| ClientMessage::Event(Box::new(e)))
+                    .map_err(|error| MessageError::BadEvent {
+                        id: sniff_id(raw),
+                        error,
+                    })
+            }
+            "REQ" | "COUNT" => {
+                let sub_id = sub_id(parts.get(1))?;
+                let filters = parts[2..]
+                    .iter()
+                    .map(|raw| {
+                        let v: serde_json::Value = serde_json::from_str(raw.get())
+                            .map_err(|_| FilterError::NotAnObject)?;
+                        Filter::from_value(&v)
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|error| MessageError::BadFilter {
+                        sub_id: sub_id.clone(),
+                        error,
+                    })?;
+                if kind == "REQ" {
+                    Ok(ClientMessage::Req { sub_id, filters })
+                } else {
+                    Ok(ClientMessage::Count { sub_id, filters })
+                }
+            }
+            "CLOSE" => Ok(ClientMessage::Close {
+                sub_id: sub_id(parts.get(1))?,
+            }),
+            other => Err(MessageError::UnknownType(truncate(other, 32))),
+        }
+    }
+}
+
+fn sub_id(raw: Option<&&RawValue>) -> Result<String, MessageError> {
+    let raw = raw.ok_or(MessageError::BadSubId)?;
+    let s: String = serde_json::from_str(raw.get()).map_err(|_| MessageError::BadSubId)?;
+    if s.is_empty() {
+        return Err(MessageError::BadSubId);
+    }
+    Ok(s)
+}
+
+/// Reads `"id":"<64 hex>"` out of an event text without parsing it, so a
+/// refusal of a malformed or oversized event can still name the event.
+pub fn sniff_id(raw: &str) -> Option<[u8; 32]> {
+    let at = raw.find("\"id\"")?;
+    let rest = raw[at + 4..].trim_start().strip_prefix(':')?.trim_start();
+    let rest = rest.strip_prefix('"')?;
+    hex32::decode::<32>(rest.get(..64)?)
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    s.chars().take(max).collect()
+}
+
+/// Relay-to-client messages, serialized straight to text.
+pub struct RelayMessage;
+
+impl RelayMessage {
+    /// `["EVENT", sub_id, <raw event>]`; the event JSON is copied as stored.
+    pub fn event(sub_id: &str, raw_event: &str) -> String {
+        let sid = json_str(sub_id);
+        let mut s = String::with_capacity(12 + sid.len() + raw_event.len());
+        s.push_str("[\"EVENT\",");
+        s.push_str(&sid);
+        s.push(',');
+        s.push_str(raw_event);
+        s.push(']');
+        s
+    }
+
+    pub fn ok(id: &[u8; 32], accepted: bool, message: &str) -> String {
+        format!(
+            "[\"OK\",\"{}\",{},{}]",
+            hex32::encode(id),
+            accepted,
+            json_str(message)
+        )
+    }
+
+    pub fn eose(sub_id: &str) -> String {
+        format!("[\"EOSE\",{}]", json_str(sub_id))
+    }
+
+    pub fn closed(sub_id: &str, message: &str) -> String {
+        format!("[\"CLOSED\",{},{}]", json_str(sub_id), json_str(message))
+    }
+
+    pub fn notice(message: &str) -> String {
+        format!("[\"NOTICE\",{}]", json_str(message))
+    }
+
+    pub fn count(sub_id: &str, count: u64) -> String {
+        format!("[\"COUNT\",{},{{\"count\":{}}}]", json_str(sub_id), count)
+    }
+}
+
+fn json_str(s: &str) -> String {
+    serde_json::to_string(s).expect("strings always serialize")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_keeps_raw_bytes() {
+        let ev = Event::sign(&[9u8; 32], 1_700_000_000, 1, vec![], "x");
+        let spaced = ev.raw().replace(",\"", ", \"");
+        let msg = format!("[\"EVENT\", {spaced} ]");
+        match ClientMessage::parse(&msg).unwrap() {
+            ClientMessage::Event(e) => assert_eq!(e.raw(), spaced),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn req_with_bad_filter_names_its_subscription() {
+        let err = ClientMessage::parse(r#"["REQ","s1",{"kinds":"x"}]"#).unwrap_err();
+        assert!(matches!(err, MessageError::BadFilter { ref sub_id, .. } if sub_id == "s1"));
+    }
+
+    #[test]
+    fn malformed_and_unknown() {
+        assert!(matches!(
+            ClientMessage::parse("nope"),
+            Err(MessageError::Malformed(_))
+        ));
+        assert!(matches!(
+            ClientMessage::parse("[]"),
+            Err(MessageError::Malformed(_))
+        ));
+        assert!(matches!(
+            ClientMessage::parse("[1]"),
+            Err(MessageError::Malformed(_))
+        ));
+        assert!(matches!(
+            ClientMessage::parse(r#"["HELLO"]"#),
+            Err(MessageError::UnknownType(_))
+        ));
+        assert!(matches!(
+            ClientMessage::parse(r#"["REQ",""]"#),
+            Err(MessageError::BadSubId)
+        ));
+        assert!(matches!(
+            ClientMessage::parse(r#"["CLOSE",5]"#),
+            Err(MessageError::BadSubId)
+        ));
+    }
+
+    #[test]
+    fn bad_event_still_yields_its_id() {
+        let id = "ab".repeat(32);
+        let msg = format!(r#"["EVENT",{{"id":"{id}","kind":"x"}}]"#);
+        match ClientMessage::parse(&msg).unwrap_err() {
+            MessageError::BadEvent { id: Some(got), .. } => assert_eq!(hex32::encode(&got), id),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn relay_messages_are_valid_json() {
+        for s in [
+            RelayMessage::event("a\"b", "{}"),
+            RelayMessage::ok(&[1u8; 32], false, "invalid: \"x\""),
+            RelayMessage::eose("s"),
+            RelayMessage::closed("s", "rate-limited: slow down"),
+            RelayMessage::notice("hi"),
+            RelayMessage::count("s", 3),
+        ] {
+            serde_json::from_str::<serde_json::Value>(&s).unwrap();
+        }
+    }
+}

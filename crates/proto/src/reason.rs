@@ -1,0 +1,37 @@
+//! The machine-readable prefixes of NIP-01 OK and CLOSED messages. Every
+//! refusal the relay sends is built from one of these, so clients can act on
+//! the prefix and metrics can count by it.
+
+/// A NIP-01 reason prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    Duplicate,
+    Pow,
+    Blocked,
+    RateLimited,
+    Invalid,
+    Restricted,
+    Unsupported,
+    Error,
+}
+
+impl Reason {
+    /// The prefix as it appears on the wire, without the colon.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Duplicate => "duplicate",
+            Reason::Pow => "pow",
+            Reason::Blocked => "blocked",
+            Reason::RateLimited => "rate-limited",
+            Reason::Invalid => "invalid",
+            Reason::Restricted => "restricted",
+            Reason::Unsupported => "unsupported",
+            Reason::Error => "error",
+        }
+    }
+
+    /// `"<prefix>: <detail>"`, the form NIP-01 asks for.
+    pub fn message(self, detail: &str) -> String {
+        format!("{}: {}", self.as_str(), detail)
+    }
+}
