@@ -185,10 +185,10 @@ impl Event {
                 max_age_secs: limits.created_at_max_age_secs,
             });
         }
-        if let Some(exp) = self.expiration()? {
-            if exp <= now {
-                return Err(EventError::Expired);
-            }
+        if let Some(exp) = self.expiration()?
+            && exp <= now
+        {
+            return Err(EventError::Expired);
         }
         Ok(())
     }

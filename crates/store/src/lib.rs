@@ -1,1 +1,361 @@
+//! Sluice's LMDB store. The only crate that names heed.
+//!
+//! Tables (all `Bytes → Bytes`, key layouts in [`keys`]):
+//! - `events`: serial → header ‖ raw JSON, the one copy of each event.
+//! - `ids`: id → serial, for duplicates and `ids` filters.
+//! - `by_created`, `by_author`, `by_kind`, `by_author_kind`, `by_tag`:
+//!   `prefix ‖ created_at ‖ serial → ()`, one per filter shape, so every
+//!   filter that names ids, authors, kinds or tags is an ordered index scan.
+//! - `addresses`: replaceable/addressable slot → serial of its current version.
+//! - `tombstones`: `id ‖ deleter` of NIP-09 `e` deletions; `address_tombstones`:
+//!   slot → newest deletion created_at of NIP-09 `a` deletions.
+//! - `expiry`: `expires_at ‖ serial → ()`, for the background purge.
+//! - `meta`: schema version and the next serial.
+//!
+//! Invariants: every event in `events` has exactly its entries in `ids` and
+//! the five indexes (and `expiry` if it expires), written or removed in the
+//! same transaction; serials are never reused; LMDB's transactions make a
+//! crash at any moment leave either the old or the new state. The API is
+//! synchronous: callers keep it off async threads.
 
+pub mod keys;
+mod query;
+mod write;
+
+use std::path::Path;
+
+use heed::types::Bytes;
+use heed::{CommitOrAbort, Database, Env, EnvOpenOptions, WithoutTls};
+
+pub use query::{QueryOptions, QueryOutput};
+pub use write::WriteOutcome;
+
+/// Names of the tables, in the order of [`Tables`]' array.
+const TABLE_NAMES: [&str; 12] = [
+    "events",
+    "ids",
+    "by_created",
+    "by_author",
+    "by_kind",
+    "by_author_kind",
+    "by_tag",
+    "addresses",
+    "tombstones",
+    "address_tombstones",
+    "expiry",
+    "meta",
+];
+
+/// Version of the on-disk layout; a store with another version is refused.
+const SCHEMA_VERSION: u64 = 1;
+const META_VERSION: &[u8] = b"schema_version";
+const META_NEXT_SERIAL: &[u8] = b"next_serial";
+
+type Table = Database<'static, Bytes, Bytes>;
+
+#[derive(Clone, Copy)]
+pub(crate) struct Tables {
+    events: Table,
+    ids: Table,
+    by_created: Table,
+    by_author: Table,
+    by_kind: Table,
+    by_author_kind: Table,
+    by_tag: Table,
+    addresses: Table,
+    tombstones: Table,
+    address_tombstones: Table,
+    expiry: Table,
+    meta: Table,
+}
+
+/// The five time-ordered indexes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Index {
+    Created,
+    Author,
+    Kind,
+    AuthorKind,
+    Tag,
+}
+
+impl Tables {
+    pub(crate) fn index(&self, i: Index) -> &Table {
+        match i {
+            Index::Created => &self.by_created,
+            Index::Author => &self.by_author,
+            Index::Kind => &self.by_kind,
+            Index::AuthorKind => &self.by_author_kind,
+            Index::Tag => &self.by_tag,
+        }
+    }
+}
+
+/// Errors of the store. `MapFull` is the one an operator must act on.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("LMDB map is full ({map_size_bytes} bytes): raise store.map_size_mb")]
+    MapFull { map_size_bytes: u64 },
+    #[error("store at {path} uses schema version {found}, this build reads {expected}")]
+    SchemaMismatch {
+        path: String,
+        found: u64,
+        expected: u64,
+    },
+    #[error("corrupt value in table {table} at key {key}")]
+    Corrupt { table: &'static str, key: String },
+    #[error("cannot open store at {path}: {source}")]
+    Open { path: String, source: heed::Error },
+    #[error("LMDB error: {0}")]
+    Lmdb(#[from] heed::Error),
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl StoreError {
+    fn from_heed(e: heed::Error, map_size_bytes: u64) -> StoreError {
+        match e {
+            heed::Error::Mdb(heed::MdbError::MapFull) => StoreError::MapFull { map_size_bytes },
+            other => StoreError::Lmdb(other),
+        }
+    }
+}
+
+/// How to open the store.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub map_size_bytes: u64,
+    pub max_readers: u32,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            map_size_bytes: 16 << 30,
+            max_readers: 126,
+        }
+    }
+}
+
+/// Sizes an operator and the store monitor watch.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StoreStats {
+    pub map_size_bytes: u64,
+    pub used_bytes: u64,
+    pub events: u64,
+    pub readers_in_use: u32,
+    pub max_readers: u32,
+}
+
+impl StoreStats {
+    /// Used bytes over map size, 0..1.
+    pub fn map_fill_ratio(&self) -> f64 {
+        if self.map_size_bytes == 0 {
+            0.0
+        } else {
+            self.used_bytes as f64 / self.map_size_bytes as f64
+        }
+    }
+}
+
+/// An open LMDB store. Cheap to clone; all clones share one environment.
+#[derive(Clone)]
+pub struct Store {
+    env: Env<WithoutTls>,
+    t: Tables,
+    map_size_bytes: u64,
+}
+
+impl Store {
+    /// Opens (creating if missing) the store in directory `path`.
+    pub fn open(path: &Path, opts: &StoreOptions) -> Result<Store, StoreError> {
+        let open_err = |source| StoreError::Open {
+            path: path.display().to_string(),
+            source,
+        };
+        std::fs::create_dir_all(path)?;
+        let mut eo = EnvOpenOptions::new().read_txn_without_tls();
+        eo.map_size(opts.map_size_bytes as usize)
+            .max_readers(opts.max_readers)
+            .max_dbs(TABLE_NAMES.len() as u32);
+        // SAFETY: the environment is opened once per process for this path
+        // and never mapped with conflicting flags; other processes (import
+        // beside serve) use the same flags, which LMDB supports.
+        let env = unsafe { eo.open(path) }.map_err(open_err)?;
+        let wtxn = env.write_txn().map_err(open_err)?;
+        let dbs: [Table; 12] = env
+            .create_databases_and_commit(wtxn, |wdo, wtxn| -> Result<_, heed::Error> {
+                let mut out = Vec::with_capacity(TABLE_NAMES.len());
+                for name in TABLE_NAMES {
+                    out.push(wdo.create_database::<Bytes, Bytes>(wtxn, Some(name))?);
+                }
+                let arr: [_; 12] = out.try_into().unwrap_or_else(|_| unreachable!());
+                Ok(CommitOrAbort::<_, ()>::Commit(arr))
+            })
+            .map_err(open_err)?
+            .unwrap_commit();
+        let [
+            events,
+            ids,
+            by_created,
+            by_author,
+            by_kind,
+            by_author_kind,
+            by_tag,
+            addresses,
+            tombstones,
+            address_tombstones,
+            expiry,
+            meta,
+        ] = dbs;
+        let store = Store {
+            env,
+            t: Tables {
+                events,
+                ids,
+                by_created,
+                by_author,
+                by_kind,
+                by_author_kind,
+                by_tag,
+                addresses,
+                tombstones,
+                address_tombstones,
+                expiry,
+                meta,
+            },
+            map_size_bytes: opts.map_size_bytes,
+        };
+        store.check_schema(path)?;
+        Ok(store)
+    }
+
+    fn check_schema(&self, path: &Path) -> Result<(), StoreError> {
+        let mut wtxn = self.env.write_txn()?;
+        match self.t.meta.get(&wtxn, META_VERSION)? {
+            Some(v) if v.len() == 8 => {
+                let found = keys::read_u64(v);
+                if found != SCHEMA_VERSION {
+                    return Err(StoreError::SchemaMismatch {
+                        path: path.display().to_string(),
+                        found,
+                        expected: SCHEMA_VERSION,
+                    });
+                }
+            }
+            Some(_) => {
+                return Err(StoreError::Corrupt {
+                    table: "meta",
+                    key: "schema_version".into(),
+                });
+            }
+            None => {
+                self.t
+                    .meta
+                    .put(&mut wtxn, META_VERSION, &SCHEMA_VERSION.to_be_bytes())?;
+            }
+        }
+        wtxn.commit()?;
+        Ok(())
+    }
+
+    /// Current sizes; cheap (no scan).
+    pub fn stats(&self) -> Result<StoreStats, StoreError> {
+        let info = self.env.info();
+        let page = self.env.unnamed_database_stat().page_size as u64;
+        let rtxn = self.env.read_txn()?;
+        let events = self.t.events.len(&rtxn)?;
+        Ok(StoreStats {
+            map_size_bytes: info.map_size as u64,
+            used_bytes: (info.last_page_number as u64 + 1) * page,
+            events,
+            readers_in_use: info.number_of_readers,
+            max_readers: info.maximum_number_of_readers,
+        })
+    }
+
+    /// Flushes to disk; commits are already durable, this is the monitor's
+    /// relief action and the shutdown step.
+    pub fn force_sync(&self) -> Result<(), StoreError> {
+        self.env.force_sync().map_err(StoreError::Lmdb)
+    }
+
+    /// The raw JSON of the event with this id, if stored and not expired.
+    pub fn get(&self, id: &[u8; 32], now: u64) -> Result<Option<String>, StoreError> {
+        let rtxn = self.env.read_txn()?;
+        let Some(serial) = self.t.ids.get(&rtxn, id)? else {
+            return Ok(None);
+        };
+        let Some(value) = self.t.events.get(&rtxn, serial)? else {
+            return Ok(None);
+        };
+        let (h, raw) = decode(value, serial)?;
+        Ok((!h.is_expired(now)).then(|| raw.to_owned()))
+    }
+
+    /// Calls `f` with the raw JSON of every stored, unexpired event whose
+    /// created_at is in `since..=until`, oldest first. Reads in chunks of
+    /// short read transactions, so a long export never pins old pages and
+    /// memory stays constant.
+    pub fn for_each_raw(
+        &self,
+        since: u64,
+        until: u64,
+        now: u64,
+        mut f: impl FnMut(&str) -> std::io::Result<()>,
+    ) -> Result<u64, StoreError> {
+        use std::ops::Bound;
+        const CHUNK: usize = 1024;
+        let end = keys::index_key(&[], until, u64::MAX);
+        let mut start = Bound::Included(keys::index_key(&[], since, 0));
+        let mut n = 0u64;
+        loop {
+            let mut batch: Vec<String> = Vec::with_capacity(CHUNK);
+            let mut last_key = None;
+            {
+                let rtxn = self.env.read_txn()?;
+                let range = (start.as_ref().map(|k| &k[..]), Bound::Included(&end[..]));
+                for item in self.t.by_created.range(&rtxn, &range)? {
+                    let (k, _) = item?;
+                    let (_, serial) = keys::split_index_key(k);
+                    let sk = keys::serial(serial);
+                    if let Some(v) = self.t.events.get(&rtxn, &sk)? {
+                        let (h, raw) = decode(v, &sk)?;
+                        if !h.is_expired(now) {
+                            batch.push(raw.to_owned());
+                        }
+                    }
+                    last_key = Some(k.to_vec());
+                    if batch.len() == CHUNK {
+                        break;
+                    }
+                }
+            }
+            for raw in &batch {
+                f(raw)?;
+            }
+            n += batch.len() as u64;
+            match last_key {
+                Some(k) if batch.len() == CHUNK => start = Bound::Excluded(k),
+                _ => return Ok(n),
+            }
+        }
+    }
+
+    /// Closes the environment, waiting until no other clone uses it.
+    pub fn close(self) {
+        let Store { env, .. } = self;
+        env.prepare_for_closing().wait();
+    }
+}
+
+/// Decodes an `events` value, naming the key when it is not ours.
+pub(crate) fn decode<'a>(
+    value: &'a [u8],
+    serial: &[u8],
+) -> Result<(keys::Header, &'a str), StoreError> {
+    keys::Header::decode(value).ok_or_else(|| StoreError::Corrupt {
+        table: "events",
+        key: format!("serial {}", keys::read_u64(serial)),
+    })
+}
