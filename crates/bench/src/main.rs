@@ -1,1 +1,98 @@
-fn main() {}
+//! The `sluice-bench` command line: parses arguments, runs one command,
+//! prints its summary and writes its JSON report.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use sluice_bench::generate::{self, GenConfig};
+use sluice_bench::publish;
+use sluice_bench::report::{unix_now, write_json};
+
+#[derive(Parser)]
+#[command(
+    name = "sluice-bench",
+    version,
+    about = "Load generator and benchmark driver for Nostr relays"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write deterministic, realistic signed events as JSONL.
+    Gen(GenArgs),
+    /// Publish events from a JSONL file, closed or open loop.
+    Publish(publish::PublishArgs),
+}
+
+#[derive(clap::Args)]
+struct GenArgs {
+    /// Number of events.
+    #[arg(long, default_value_t = 10_000)]
+    count: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Distinct authors (plus three zap services).
+    #[arg(long, default_value_t = 1000)]
+    authors: usize,
+    /// created_at of the first event, unix seconds [default: now minus the span].
+    #[arg(long)]
+    start_time: Option<u64>,
+    /// Seconds over which created_at is spread.
+    #[arg(long, default_value_t = 7 * 86400)]
+    span_secs: u64,
+    /// Signing threads (does not change the output).
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Output file [default: stdout].
+    #[arg(long, short)]
+    out: Option<PathBuf>,
+    /// Write the report as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Gen(a) => gen_command(&a),
+        Command::Publish(a) => {
+            let r = publish::run(&a).await?;
+            r.print();
+            write_json(a.json.as_deref(), &r)
+        }
+    }
+}
+
+fn gen_command(a: &GenArgs) -> anyhow::Result<()> {
+    let cfg = GenConfig {
+        seed: a.seed,
+        count: a.count,
+        authors: a.authors,
+        start_time: a
+            .start_time
+            .unwrap_or_else(|| unix_now().saturating_sub(a.span_secs)),
+        span_secs: a.span_secs,
+        threads: a.threads,
+    };
+    let report = match &a.out {
+        Some(path) => {
+            let file = std::fs::File::create(path)?;
+            generate::write_jsonl(&cfg, &mut std::io::BufWriter::new(file))?
+        }
+        None => {
+            generate::write_jsonl(&cfg, &mut std::io::BufWriter::new(std::io::stdout().lock()))?
+        }
+    };
+    if a.out.is_some() {
+        report.print();
+    } else {
+        eprintln!(
+            "gen: {} events, mean {:.0} bytes",
+            report.count, report.mean_event_bytes
+        );
+    }
+    write_json(a.json.as_deref(), &report)
+}

@@ -1,0 +1,14 @@
+//! sluice-bench: a load generator and benchmark driver for Nostr relays over
+//! real WebSockets. Each command lives in its own module; the shared pieces
+//! are the event generator (`generate`), the WebSocket client (`wire`), the
+//! publishing driver (`driver`), statistics (`stats`) and /metrics scraping
+//! (`metrics`). The binary in main.rs only parses arguments and dispatches.
+
+pub mod driver;
+pub mod generate;
+pub mod publish;
+pub mod report;
+pub mod rng;
+pub mod source;
+pub mod stats;
+pub mod wire;

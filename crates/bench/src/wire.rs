@@ -1,0 +1,296 @@
+//! The WebSocket client side of NIP-01: connecting to a relay URL (optionally
+//! from a chosen local address, so one machine can look like many clients),
+//! parsing the relay messages a benchmark needs without allocating for the
+//! event bodies, and pre-built `["EVENT", ...]` messages.
+//!
+//! Only `ws://` URLs are supported: benchmarks run next to the relay, not
+//! through a TLS proxy.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio::net::{TcpSocket, TcpStream};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
+
+/// One client connection.
+pub type Ws = WebSocketStream<TcpStream>;
+
+/// How long a TCP connect plus WebSocket handshake may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A parsed `ws://host:port/path` URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelayUrl {
+    pub url: String,
+    pub host: String,
+    pub port: u16,
+}
+
+impl RelayUrl {
+    pub fn parse(url: &str) -> anyhow::Result<RelayUrl> {
+        let Some(rest) = url.strip_prefix("ws://") else {
+            bail!("relay URL must start with ws:// (wss:// is not supported): {url}");
+        };
+        let authority = rest.split('/').next().unwrap_or_default();
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => {
+                (h, p.parse().with_context(|| format!("bad port in {url}"))?)
+            }
+            _ => (authority, 80),
+        };
+        if host.is_empty() {
+            bail!("no host in {url}");
+        }
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        Ok(RelayUrl {
+            url: url.to_owned(),
+            host,
+            port,
+        })
+    }
+
+    /// The relay's HTTP base (`http://host:port`), where Sluice serves /metrics.
+    pub fn http_base(&self) -> String {
+        if self.host.contains(':') {
+            format!("http://[{}]:{}", self.host, self.port)
+        } else {
+            format!("http://{}:{}", self.host, self.port)
+        }
+    }
+
+    pub async fn socket_addr(&self) -> anyhow::Result<SocketAddr> {
+        tokio::net::lookup_host((self.host.as_str(), self.port))
+            .await?
+            .next()
+            .with_context(|| format!("cannot resolve {}", self.host))
+    }
+}
+
+/// Opens a WebSocket to the relay, from `bind` when given.
+pub async fn connect(relay: &RelayUrl, bind: Option<IpAddr>) -> anyhow::Result<Ws> {
+    tokio::time::timeout(CONNECT_TIMEOUT, connect_inner(relay, bind))
+        .await
+        .with_context(|| format!("connecting to {} timed out", relay.url))?
+}
+
+async fn connect_inner(relay: &RelayUrl, bind: Option<IpAddr>) -> anyhow::Result<Ws> {
+    let addr = relay.socket_addr().await?;
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    if let Some(ip) = bind {
+        socket
+            .bind(SocketAddr::new(ip, 0))
+            .with_context(|| format!("binding {ip}"))?;
+    }
+    let stream = socket
+        .connect(addr)
+        .await
+        .with_context(|| format!("connecting to {addr}"))?;
+    stream.set_nodelay(true)?;
+    let (ws, _) = tokio_tungstenite::client_async(relay.url.as_str(), stream)
+        .await
+        .with_context(|| format!("WebSocket handshake with {}", relay.url))?;
+    Ok(ws)
+}
+
+/// An event ready to send: its id and the whole `["EVENT",<event>]` text.
+/// Cloning is a reference-count increment.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub id: [u8; 32],
+    pub message: Utf8Bytes,
+}
+
+impl Prepared {
+    /// From one line of JSONL (an event object).
+    pub fn from_raw(raw: &str) -> anyhow::Result<Prepared> {
+        let raw = raw.trim();
+        let id = sluice_proto::message::sniff_id(raw).context("event has no readable id")?;
+        Ok(Prepared {
+            id,
+            message: format!("[\"EVENT\",{raw}]").into(),
+        })
+    }
+
+    pub fn to_message(&self) -> Message {
+        Message::Text(self.message.clone())
+    }
+}
+
+/// The relay messages the benchmarks act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Incoming {
+    Ok {
+        id: [u8; 32],
+        accepted: bool,
+        message: String,
+    },
+    /// An event for a subscription; only its id is kept.
+    Event {
+        sub: String,
+        id: [u8; 32],
+    },
+    Eose {
+        sub: String,
+    },
+    Closed {
+        sub: String,
+        message: String,
+    },
+    Notice {
+        message: String,
+    },
+    /// Anything else (AUTH, COUNT, unknown or malformed).
+    Other,
+}
+
+#[derive(Deserialize)]
+struct IdOnly<'a> {
+    #[serde(borrow)]
+    id: &'a str,
+}
+
+fn str_at(parts: &[&RawValue], i: usize) -> Option<String> {
+    serde_json::from_str(parts.get(i)?.get()).ok()
+}
+
+fn id_of(hex_id: &str) -> Option<[u8; 32]> {
+    let mut id = [0u8; 32];
+    hex::decode_to_slice(hex_id, &mut id).ok()?;
+    Some(id)
+}
+
+impl Incoming {
+    pub fn parse(text: &str) -> Incoming {
+        Self::try_parse(text).unwrap_or(Incoming::Other)
+    }
+
+    fn try_parse(text: &str) -> Option<Incoming> {
+        let parts: Vec<&RawValue> = serde_json::from_str(text).ok()?;
+        let label: &str = serde_json::from_str(parts.first()?.get()).ok()?;
+        Some(match label {
+            "OK" => Incoming::Ok {
+                id: id_of(&str_at(&parts, 1)?)?,
+                accepted: serde_json::from_str(parts.get(2)?.get()).ok()?,
+                message: str_at(&parts, 3).unwrap_or_default(),
+            },
+            "EVENT" => {
+                let ev: IdOnly<'_> = serde_json::from_str(parts.get(2)?.get()).ok()?;
+                Incoming::Event {
+                    sub: str_at(&parts, 1)?,
+                    id: id_of(ev.id)?,
+                }
+            }
+            "EOSE" => Incoming::Eose {
+                sub: str_at(&parts, 1)?,
+            },
+            "CLOSED" => Incoming::Closed {
+                sub: str_at(&parts, 1)?,
+                message: str_at(&parts, 2).unwrap_or_default(),
+            },
+            "NOTICE" => Incoming::Notice {
+                message: str_at(&parts, 1).unwrap_or_default(),
+            },
+            _ => Incoming::Other,
+        })
+    }
+
+    /// Parses a WebSocket message; `None` for pings, pongs and binary frames
+    /// (tungstenite answers pings itself) and for a close frame.
+    pub fn from_message(msg: &Message) -> Option<Incoming> {
+        match msg {
+            Message::Text(t) => Some(Incoming::parse(t.as_str())),
+            _ => None,
+        }
+    }
+}
+
+/// `["REQ", sub, filter]`.
+pub fn req(sub: &str, filter: &serde_json::Value) -> Message {
+    Message::Text(serde_json::json!(["REQ", sub, filter]).to_string().into())
+}
+
+/// `["CLOSE", sub]`.
+pub fn close(sub: &str) -> Message {
+    Message::Text(serde_json::json!(["CLOSE", sub]).to_string().into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse() {
+        let u = RelayUrl::parse("ws://127.0.0.1:7777").unwrap();
+        assert_eq!((u.host.as_str(), u.port), ("127.0.0.1", 7777));
+        assert_eq!(u.http_base(), "http://127.0.0.1:7777");
+        let u = RelayUrl::parse("ws://relay.example/x").unwrap();
+        assert_eq!((u.host.as_str(), u.port), ("relay.example", 80));
+        let u = RelayUrl::parse("ws://[::1]:8080/").unwrap();
+        assert_eq!((u.host.as_str(), u.port), ("::1", 8080));
+        assert!(RelayUrl::parse("wss://relay.example").is_err());
+        assert!(RelayUrl::parse("http://relay.example").is_err());
+    }
+
+    #[test]
+    fn relay_messages_parse() {
+        let id = "ab".repeat(32);
+        let ok = format!(r#"["OK","{id}",false,"rate-limited: slow down"]"#);
+        assert_eq!(
+            Incoming::parse(&ok),
+            Incoming::Ok {
+                id: [0xab; 32],
+                accepted: false,
+                message: "rate-limited: slow down".into()
+            }
+        );
+        let ev = format!(r#"["EVENT","s1",{{"content":"x\"y","id":"{id}","tags":[["e","z"]]}}]"#);
+        assert_eq!(
+            Incoming::parse(&ev),
+            Incoming::Event {
+                sub: "s1".into(),
+                id: [0xab; 32]
+            }
+        );
+        assert_eq!(
+            Incoming::parse(r#"["EOSE","s1"]"#),
+            Incoming::Eose { sub: "s1".into() }
+        );
+        assert_eq!(
+            Incoming::parse(r#"["CLOSED","s1","error: x"]"#),
+            Incoming::Closed {
+                sub: "s1".into(),
+                message: "error: x".into()
+            }
+        );
+        assert_eq!(
+            Incoming::parse(r#"["NOTICE","hi"]"#),
+            Incoming::Notice {
+                message: "hi".into()
+            }
+        );
+        assert_eq!(Incoming::parse("not json"), Incoming::Other);
+        assert_eq!(
+            Incoming::parse(r#"["OK","short",true,""]"#),
+            Incoming::Other
+        );
+    }
+
+    #[test]
+    fn prepared_reads_the_id() {
+        let raw = format!(r#"{{"id":"{}","kind":1}}"#, "cd".repeat(32));
+        let p = Prepared::from_raw(&raw).unwrap();
+        assert_eq!(p.id, [0xcd; 32]);
+        assert!(p.message.as_str().starts_with("[\"EVENT\",{"));
+    }
+}
