@@ -1,1 +1,49 @@
+//! Sluice's throttling logic, pure and deterministic: the PID controller of
+//! seed 000 and the load signals it acts on, token buckets with burst per
+//! client (seeds 001, 003, 004), the adaptive query window (seed 002),
+//! emergency mode and the admission decisions that combine them.
+//!
+//! Architecture invariant: this crate reads no clock, spawns nothing, does
+//! no I/O and depends on no other Sluice crate. Time comes in as `now_ns`,
+//! nanoseconds of the caller's monotonic clock, so a simulation drives it
+//! exactly (see `tests/simulation.rs`). The engine owns the clock, the
+//! sampling task, the atomics the verdicts are published through, and the
+//! waiting.
+//!
+//! Map of the crate:
+//! - [`pid`]: [`Pid`], [`PidConfig`] (`write_default`, `read_default`,
+//!   `import_default`), [`PidState`].
+//! - [`signals`]: [`LoadSignals`] (raw), [`NormalizedSignals`] (0..1+),
+//!   [`memory_pressure`], [`process_variable`].
+//! - [`emergency`]: [`Emergency`] with hysteresis.
+//! - [`governor`]: [`Governor::tick`], one tick of the global loop.
+//! - [`admission`]: [`Verdict`] (published per direction), [`Admission`]
+//!   (per connection, batching), [`Mode`], [`Decision`].
+//! - [`bucket`]: [`TokenBucket`], [`scaled_rate`]; [`keyed`]:
+//!   [`KeyedBuckets`] per IP or pubkey, bounded.
+//! - [`window`]: [`AdaptiveWindow`] for query concurrency.
+//!
+//! Every constructor validates its config and returns [`ConfigError`];
+//! nothing on the hot path fails or panics: runtime inputs are clamped.
 
+pub mod admission;
+pub mod bucket;
+pub mod emergency;
+mod error;
+pub mod governor;
+pub mod keyed;
+pub mod pid;
+pub mod signals;
+pub mod window;
+
+pub use admission::{Admission, Decision, Direction, Mode, RefuseReason, Verdict};
+pub use bucket::{BucketConfig, TokenBucket, scaled_rate};
+pub use emergency::{Emergency, EmergencyConfig};
+pub use error::ConfigError;
+pub use governor::{DirectionState, Governor, GovernorConfig, GovernorState};
+pub use keyed::{KeyedBuckets, KeyedStats};
+pub use pid::{Pid, PidConfig, PidState};
+pub use signals::{
+    LoadSignals, NormalizedSignals, SignalTargets, memory_pressure, process_variable,
+};
+pub use window::{Acquire, AdaptiveWindow, Outcome, WindowConfig, WindowStats};

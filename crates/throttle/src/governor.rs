@@ -1,0 +1,389 @@
+//! The governor: one tick of the global control loop, composed from the
+//! other modules. The engine's store monitor samples memory and
+//! [`LoadSignals`] every tick and calls [`Governor::tick`]; it then publishes
+//! the two verdicts (e.g. `Verdict::to_bits` in atomics) for the hot path
+//! and the [`GovernorState`] for /metrics and the status endpoint.
+//!
+//! Per tick: memory pressure = anonymous bytes / target; load level = the
+//! largest normalised signal; process variable = weighted sum of the two;
+//! emergency flag re-evaluated from memory pressure; the write and read PID
+//! controllers updated with the same process variable (they differ in
+//! tuning, seed 000); one verdict per direction.
+//!
+//! Invariants: the governor owns no clock and no thread; the state it
+//! reports is exactly what produced the verdicts; the controllers keep
+//! updating during emergency mode, so they are warm (and, with conditional
+//! integration, not wound up) when it ends.
+
+use serde::{Deserialize, Serialize};
+
+use crate::admission::{Direction, Verdict};
+use crate::emergency::{Emergency, EmergencyConfig};
+use crate::error::{ConfigError, check_range};
+use crate::pid::{Pid, PidConfig, PidState};
+use crate::signals::{
+    LoadSignals, NormalizedSignals, SignalTargets, memory_pressure, process_variable,
+};
+
+/// Settings of the global control loop (the engine's `throttle.*` keys
+/// that are not per-client).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GovernorConfig {
+    /// Anonymous memory the relay aims to stay under, MiB, `1..=16_777_216`.
+    pub target_memory_mb: u64,
+    /// Weight of memory pressure in the process variable, `0..=10`.
+    pub memory_weight: f64,
+    /// Weight of the store load level in the process variable, `0..=10`;
+    /// the two weights must not both be 0.
+    pub load_weight: f64,
+    /// Where each load signal reaches 1.0.
+    pub signals: SignalTargets,
+    /// Emergency mode thresholds.
+    pub emergency: EmergencyConfig,
+    /// Write controller (EVENT; use [`PidConfig::import_default`] for import).
+    pub write: PidConfig,
+    /// Read controller (REQ, COUNT).
+    pub read: PidConfig,
+}
+
+impl Default for GovernorConfig {
+    /// The relay defaults: 1024 MiB target, weights 0.7 / 0.3, default
+    /// signal targets and emergency thresholds, seed 000's write and read
+    /// tunings.
+    fn default() -> Self {
+        Self {
+            target_memory_mb: 1024,
+            memory_weight: 0.7,
+            load_weight: 0.3,
+            signals: SignalTargets::default(),
+            emergency: EmergencyConfig::default(),
+            write: PidConfig::write_default(),
+            read: PidConfig::read_default(),
+        }
+    }
+}
+
+impl GovernorConfig {
+    /// The defaults for `sluice import`: the write controller uses
+    /// [`PidConfig::import_default`] (setpoint 0.70, Ki 0.15).
+    pub fn import_default() -> Self {
+        Self {
+            write: PidConfig::import_default(),
+            ..Self::default()
+        }
+    }
+
+    /// Checks every field and nested config.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_range(
+            "target_memory_mb",
+            self.target_memory_mb as f64,
+            1.0,
+            16_777_216.0,
+            "in 1..=16777216",
+        )?;
+        check_range("memory_weight", self.memory_weight, 0.0, 10.0, "in 0..=10")?;
+        check_range("load_weight", self.load_weight, 0.0, 10.0, "in 0..=10")?;
+        if self.memory_weight + self.load_weight <= 0.0 {
+            return Err(ConfigError::new(
+                "load_weight",
+                self.load_weight,
+                "memory_weight + load_weight > 0",
+            ));
+        }
+        self.signals.validate()?;
+        self.emergency.validate()?;
+        self.write.validate()?;
+        self.read.validate()
+    }
+
+    /// [`GovernorConfig::target_memory_mb`] in bytes.
+    pub fn target_memory_bytes(&self) -> u64 {
+        self.target_memory_mb.saturating_mul(1 << 20)
+    }
+}
+
+/// One direction's controller after a tick.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DirectionState {
+    /// The controller's terms and output.
+    pub pid: PidState,
+    /// The controller's setpoint.
+    pub setpoint: f64,
+    /// `output * max_delay`, ns: the delay a `Delay` verdict carries (also
+    /// reported when refusing, to show how far past the cap it is).
+    pub delay_ns: u64,
+    /// What admission publishes for this direction.
+    pub verdict: Verdict,
+}
+
+/// Everything one tick computed, for /metrics and `GET /api/throttle`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GovernorState {
+    /// Time of the tick (caller's monotonic clock), ns.
+    pub now_ns: u64,
+    /// Ticks since the governor was created.
+    pub ticks: u64,
+    /// Anonymous memory sampled, bytes.
+    pub memory_bytes: u64,
+    /// `memory_bytes / target`.
+    pub memory_pressure: f64,
+    /// Each load signal, normalised.
+    pub signals: NormalizedSignals,
+    /// The largest normalised signal.
+    pub load_level: f64,
+    /// `memory_weight * memory_pressure + load_weight * load_level`.
+    pub process_variable: f64,
+    /// Emergency mode is on.
+    pub emergency: bool,
+    /// Times emergency mode was entered.
+    pub emergency_entered_total: u64,
+    /// Write controller and verdict.
+    pub write: DirectionState,
+    /// Read controller and verdict.
+    pub read: DirectionState,
+}
+
+/// The global control loop. See the module docs.
+#[derive(Debug, Clone)]
+pub struct Governor {
+    config: GovernorConfig,
+    write: Pid,
+    read: Pid,
+    emergency: Emergency,
+    state: GovernorState,
+}
+
+impl Governor {
+    /// A governor that allows everything until its first tick. Fails on an
+    /// invalid config.
+    pub fn new(config: GovernorConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let write = Pid::new(config.write)?;
+        let read = Pid::new(config.read)?;
+        let idle = |c: &PidConfig| DirectionState {
+            pid: PidState::default(),
+            setpoint: c.setpoint,
+            delay_ns: 0,
+            verdict: Verdict::Allow,
+        };
+        let state = GovernorState {
+            now_ns: 0,
+            ticks: 0,
+            memory_bytes: 0,
+            memory_pressure: 0.0,
+            signals: NormalizedSignals::default(),
+            load_level: 0.0,
+            process_variable: 0.0,
+            emergency: false,
+            emergency_entered_total: 0,
+            write: idle(&config.write),
+            read: idle(&config.read),
+        };
+        Ok(Self {
+            config,
+            write,
+            read,
+            emergency: Emergency::new(config.emergency)?,
+            state,
+        })
+    }
+
+    /// Runs one tick with this tick's samples and returns its results.
+    pub fn tick(
+        &mut self,
+        anon_memory_bytes: u64,
+        signals: &LoadSignals,
+        now_ns: u64,
+    ) -> &GovernorState {
+        let c = &self.config;
+        let memory = memory_pressure(anon_memory_bytes, c.target_memory_bytes());
+        let normalized = NormalizedSignals::from_raw(signals, &c.signals);
+        let load = normalized.load_level();
+        let pv = process_variable(memory, load, c.memory_weight, c.load_weight);
+        let emergency = self.emergency.update(memory);
+        let retry = emergency.then(|| c.emergency.retry_after());
+        self.write.update(pv, now_ns);
+        self.read.update(pv, now_ns);
+        self.state = GovernorState {
+            now_ns,
+            ticks: self.state.ticks + 1,
+            memory_bytes: anon_memory_bytes,
+            memory_pressure: memory,
+            signals: normalized,
+            load_level: load,
+            process_variable: pv,
+            emergency,
+            emergency_entered_total: self.emergency.entered_total(),
+            write: direction_state(&self.write, retry),
+            read: direction_state(&self.read, retry),
+        };
+        &self.state
+    }
+
+    /// The results of the last tick.
+    pub fn state(&self) -> &GovernorState {
+        &self.state
+    }
+
+    /// The last verdict for `direction`.
+    pub fn verdict(&self, direction: Direction) -> Verdict {
+        match direction {
+            Direction::Write => self.state.write.verdict,
+            Direction::Read => self.state.read.verdict,
+        }
+    }
+
+    /// The current config.
+    pub fn config(&self) -> &GovernorConfig {
+        &self.config
+    }
+
+    /// Applies a new config (SIGHUP reload), keeping controller state; the
+    /// next tick uses it. On error nothing changes.
+    pub fn set_config(&mut self, config: GovernorConfig) -> Result<(), ConfigError> {
+        config.validate()?;
+        // Validated as a whole above, so the parts cannot fail.
+        self.write.set_config(config.write)?;
+        self.read.set_config(config.read)?;
+        self.emergency.set_config(config.emergency)?;
+        self.config = config;
+        Ok(())
+    }
+
+    /// Resets both controllers (integral, filter, time), e.g. after the
+    /// store was swapped. The emergency flag is kept: it follows memory.
+    pub fn reset(&mut self) {
+        self.write.reset();
+        self.read.reset();
+    }
+}
+
+fn direction_state(pid: &Pid, emergency_retry: Option<std::time::Duration>) -> DirectionState {
+    let config = pid.config();
+    DirectionState {
+        pid: *pid.state(),
+        setpoint: config.setpoint,
+        delay_ns: u64::try_from(pid.delay().as_nanos()).unwrap_or(u64::MAX),
+        verdict: Verdict::from_controller(pid.state(), config, emergency_retry),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::RefuseReason;
+
+    const TICK_NS: u64 = 100_000_000;
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn quiet_relay_allows_everything() {
+        let mut g = Governor::new(GovernorConfig::default()).unwrap();
+        assert_eq!(g.verdict(Direction::Write), Verdict::Allow);
+        for k in 0..100 {
+            let s = g.tick(300 * MIB, &LoadSignals::default(), k * TICK_NS);
+            assert!(s.process_variable < 0.3);
+            assert_eq!(s.write.verdict, Verdict::Allow);
+            assert_eq!(s.read.verdict, Verdict::Allow);
+        }
+        assert_eq!(g.state().ticks, 100);
+    }
+
+    #[test]
+    fn process_variable_uses_weights_and_the_bottleneck() {
+        let mut g = Governor::new(GovernorConfig::default()).unwrap();
+        let signals = LoadSignals {
+            writer_wait_secs: 0.2,
+            read_latency_secs: 0.05,
+            ..LoadSignals::default()
+        };
+        let s = g.tick(512 * MIB, &signals, 0);
+        assert!((s.memory_pressure - 0.5).abs() < 1e-12);
+        assert!((s.load_level - 2.0).abs() < 1e-12);
+        assert!((s.process_variable - (0.35 + 0.6)).abs() < 1e-12);
+        // 0.95 > 0.85: both controllers delay, writes by more (higher Kp
+        // and a longer scale).
+        assert!(s.write.delay_ns > s.read.delay_ns && s.read.delay_ns > 0);
+        assert!(matches!(s.write.verdict, Verdict::Delay(_)));
+    }
+
+    #[test]
+    fn emergency_refuses_both_directions_and_clears() {
+        let mut g = Governor::new(GovernorConfig::default()).unwrap();
+        let s = g.tick(1100 * MIB, &LoadSignals::default(), 0);
+        assert!(s.emergency);
+        for v in [s.write.verdict, s.read.verdict] {
+            assert!(matches!(
+                v,
+                Verdict::Refuse {
+                    reason: RefuseReason::Emergency,
+                    ..
+                }
+            ));
+        }
+        let s = g.tick(950 * MIB, &LoadSignals::default(), TICK_NS);
+        assert!(s.emergency, "hysteresis: 0.93 is above exit 0.9");
+        let s = g.tick(800 * MIB, &LoadSignals::default(), 2 * TICK_NS);
+        assert!(!s.emergency);
+        assert!(!s.write.verdict.is_refuse());
+        assert_eq!(s.emergency_entered_total, 1);
+    }
+
+    #[test]
+    fn reload_applies_and_bad_reload_changes_nothing() {
+        let mut g = Governor::new(GovernorConfig::default()).unwrap();
+        let c = GovernorConfig {
+            target_memory_mb: 2048,
+            ..GovernorConfig::default()
+        };
+        g.set_config(c).unwrap();
+        let s = g.tick(1024 * MIB, &LoadSignals::default(), 0);
+        assert!((s.memory_pressure - 0.5).abs() < 1e-12);
+        let mut bad = c;
+        bad.read.derivative_alpha = 2.0;
+        assert!(g.set_config(bad).is_err());
+        assert_eq!(g.config().read.derivative_alpha, 0.3);
+        let mut bad = c;
+        bad.memory_weight = 0.0;
+        bad.load_weight = 0.0;
+        assert!(Governor::new(bad).is_err());
+    }
+
+    #[test]
+    fn import_defaults_use_the_import_tuning() {
+        let c = GovernorConfig::import_default();
+        assert_eq!(c.write.setpoint, 0.70);
+        assert_eq!(c.read.setpoint, 0.85);
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn state_serializes_to_flat_json() {
+        let mut g = Governor::new(GovernorConfig::default()).unwrap();
+        let s = *g.tick(2000 * MIB, &LoadSignals::default(), 7);
+        let json = serde_json::to_value(s).unwrap();
+        assert_eq!(json["now_ns"], 7);
+        assert_eq!(json["emergency"], true);
+        assert_eq!(
+            json["write"]["verdict"]["refuse"]["retry_after_ns"],
+            5_000_000_000u64
+        );
+        assert_eq!(json["write"]["verdict"]["refuse"]["reason"], "emergency");
+        let back: GovernorState = serde_json::from_value(json).unwrap();
+        assert_eq!((back.write.verdict, back.ticks), (s.write.verdict, s.ticks));
+        let delay = serde_json::to_value(Verdict::Delay(std::time::Duration::from_millis(3)));
+        assert_eq!(delay.unwrap(), serde_json::json!({ "delay_ns": 3_000_000 }));
+        assert_eq!(serde_json::to_value(Verdict::Allow).unwrap(), "allow");
+        // Config round-trips, and unknown keys are an error.
+        let c = serde_json::to_value(GovernorConfig::default()).unwrap();
+        assert_eq!(
+            serde_json::from_value::<GovernorConfig>(c.clone()).unwrap(),
+            GovernorConfig::default()
+        );
+        let mut extra = c;
+        extra["write"]["kq"] = serde_json::json!(1.0);
+        assert!(serde_json::from_value::<GovernorConfig>(extra).is_err());
+    }
+}

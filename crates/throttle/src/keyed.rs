@@ -1,0 +1,422 @@
+//! Token buckets per key (per IP, per pubkey) in a map with a hard bound.
+//!
+//! Invariants:
+//! - The map never holds more than `max_keys` entries, whatever the keys
+//!   (attackers choose them).
+//! - When a new key arrives at a full map, the least recently used entry is
+//!   evicted. If that bucket is full again it is equivalent to a new one, so
+//!   the eviction loses nothing (`evicted_idle_total`); otherwise its owner
+//!   gets a fresh, full bucket next time, a loss counted apart
+//!   (`evicted_active_total`) so the operator can see `max_keys` is too low.
+//!   Refusing new keys instead would let anyone with many addresses lock
+//!   every new client out.
+//! - Every check is O(1) amortised: one hash lookup, a few index updates in
+//!   an intrusive doubly linked LRU list over a slab, one bucket update. An
+//!   existing key never allocates; a new key allocates only while the slab
+//!   and table grow towards `max_keys`.
+//! - All buckets share one config and one current rate, so scaling every
+//!   client's rate with global pressure is one store, not a walk.
+//!
+//! Keys come from clients, so the map keeps std's randomly seeded SipHash
+//! (HashDoS resistance). Callers should key IPv6 clients by prefix (e.g. /64)
+//! or one host can rotate through addresses.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::bucket::{BucketConfig, BucketState, Params};
+use crate::error::{ConfigError, check_range};
+
+/// Largest `max_keys` accepted: slab indices are `u32`, and ten million
+/// buckets is already about a gigabyte.
+pub const MAX_KEYS_LIMIT: usize = 10_000_000;
+
+/// Marks "no neighbour" in the LRU list.
+const NIL: u32 = u32::MAX;
+
+/// Counters and sizes of a [`KeyedBuckets`], for /metrics (labels from
+/// closed enums only: export these per map, never per key).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyedStats {
+    /// Keys currently tracked.
+    pub keys: usize,
+    /// The bound on `keys`.
+    pub max_keys: usize,
+    /// Checks that took their tokens.
+    pub allowed_total: u64,
+    /// Checks refused because the key's bucket was empty.
+    pub refused_total: u64,
+    /// Evictions of buckets that were full again (lossless).
+    pub evicted_idle_total: u64,
+    /// Evictions of buckets still in use (their owners start over full).
+    pub evicted_active_total: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Slot<K> {
+    key: K,
+    bucket: BucketState,
+    /// Towards the most recently used end.
+    prev: u32,
+    /// Towards the least recently used end.
+    next: u32,
+}
+
+/// A bounded map from key to token bucket. See the module docs.
+#[derive(Debug, Clone)]
+pub struct KeyedBuckets<K> {
+    config: BucketConfig,
+    params: Params,
+    max_keys: usize,
+    index: HashMap<K, u32>,
+    slots: Vec<Slot<K>>,
+    /// Most recently used slot.
+    head: u32,
+    /// Least recently used slot: the eviction candidate.
+    tail: u32,
+    stats: KeyedStats,
+}
+
+impl<K: Hash + Eq + Clone> KeyedBuckets<K> {
+    /// An empty map; every new key starts with a full bucket at
+    /// `config.rate_per_s`. Fails on an invalid config or a `max_keys`
+    /// outside `1..=MAX_KEYS_LIMIT`.
+    pub fn new(config: BucketConfig, max_keys: usize) -> Result<Self, ConfigError> {
+        validate(&config, max_keys)?;
+        let params = Params::new(&config, config.rate_per_s);
+        Ok(Self {
+            config,
+            params,
+            max_keys,
+            index: HashMap::new(),
+            slots: Vec::new(),
+            head: NIL,
+            tail: NIL,
+            stats: KeyedStats {
+                max_keys,
+                ..KeyedStats::default()
+            },
+        })
+    }
+
+    /// Takes `cost` operations from `key`'s bucket, creating it (full) if
+    /// the key is new, or returns the Retry-After hint. Counted in
+    /// [`KeyedStats`].
+    pub fn check(&mut self, key: &K, now_ns: u64, cost: u32) -> Result<(), Duration> {
+        let idx = match self.index.get(key) {
+            Some(&idx) => {
+                self.touch(idx);
+                idx
+            }
+            None => self.insert(key, now_ns),
+        };
+        let result = self.slots[idx as usize]
+            .bucket
+            .try_take(&self.params, now_ns, cost);
+        match result {
+            Ok(()) => self.stats.allowed_total += 1,
+            Err(_) => self.stats.refused_total += 1,
+        }
+        result
+    }
+
+    /// Sets the current rate of every bucket (e.g. from
+    /// [`crate::scaled_rate`]), clamped like [`crate::TokenBucket::set_rate`].
+    pub fn set_rate(&mut self, rate_per_s: f64) {
+        self.params = Params::new(&self.config, rate_per_s);
+    }
+
+    /// The current rate, operations per second.
+    pub fn rate_per_s(&self) -> f64 {
+        self.params.rate_per_s()
+    }
+
+    /// Replaces the config (reload) and bound; the current rate becomes the
+    /// new base rate. If the bound shrinks, least recently used entries are
+    /// dropped (counted as active evictions). On error nothing changes.
+    pub fn set_config(&mut self, config: BucketConfig, max_keys: usize) -> Result<(), ConfigError> {
+        validate(&config, max_keys)?;
+        self.config = config;
+        self.params = Params::new(&config, config.rate_per_s);
+        self.max_keys = max_keys;
+        self.stats.max_keys = max_keys;
+        if self.slots.len() > max_keys {
+            self.shrink_to_bound();
+        }
+        Ok(())
+    }
+
+    /// Counters and sizes.
+    pub fn stats(&self) -> KeyedStats {
+        KeyedStats {
+            keys: self.slots.len(),
+            ..self.stats
+        }
+    }
+
+    /// Number of keys tracked.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// True when no key is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// A slot for a new key: a fresh one while below the bound, else the
+    /// least recently used one, reused in place.
+    fn insert(&mut self, key: &K, now_ns: u64) -> u32 {
+        let bucket = BucketState::full(&self.params, now_ns);
+        if self.slots.len() < self.max_keys {
+            if self.slots.len() == self.slots.capacity() {
+                // Grow geometrically but never past the bound.
+                let room = self.max_keys - self.slots.len();
+                self.slots.reserve_exact(self.slots.len().max(16).min(room));
+            }
+            let idx = self.slots.len() as u32;
+            self.slots.push(Slot {
+                key: key.clone(),
+                bucket,
+                prev: NIL,
+                next: NIL,
+            });
+            self.index.insert(key.clone(), idx);
+            self.push_front(idx);
+            return idx;
+        }
+        let idx = self.tail;
+        let victim = &mut self.slots[idx as usize];
+        if victim.bucket.is_full(&self.params, now_ns) {
+            self.stats.evicted_idle_total += 1;
+        } else {
+            self.stats.evicted_active_total += 1;
+        }
+        self.index.remove(&victim.key);
+        victim.key = key.clone();
+        victim.bucket = bucket;
+        self.index.insert(key.clone(), idx);
+        self.touch(idx);
+        idx
+    }
+
+    /// Marks `idx` most recently used.
+    fn touch(&mut self, idx: u32) {
+        if self.head != idx {
+            self.unlink(idx);
+            self.push_front(idx);
+        }
+    }
+
+    fn unlink(&mut self, idx: u32) {
+        let Slot { prev, next, .. } = self.slots[idx as usize];
+        match prev {
+            NIL => self.head = next,
+            p => self.slots[p as usize].next = next,
+        }
+        match next {
+            NIL => self.tail = prev,
+            n => self.slots[n as usize].prev = prev,
+        }
+    }
+
+    fn push_front(&mut self, idx: u32) {
+        let old_head = self.head;
+        let slot = &mut self.slots[idx as usize];
+        slot.prev = NIL;
+        slot.next = old_head;
+        match old_head {
+            NIL => self.tail = idx,
+            h => self.slots[h as usize].prev = idx,
+        }
+        self.head = idx;
+    }
+
+    /// Keeps the `max_keys` most recently used entries (reload only: O(n)).
+    fn shrink_to_bound(&mut self) {
+        let mut order = Vec::with_capacity(self.max_keys);
+        let mut cur = self.head;
+        while cur != NIL && order.len() < self.max_keys {
+            order.push(cur);
+            cur = self.slots[cur as usize].next;
+        }
+        let dropped = self.slots.len() - order.len();
+        self.stats.evicted_active_total += dropped as u64;
+        let mut kept: Vec<Slot<K>> = order
+            .iter()
+            .map(|&i| self.slots[i as usize].clone())
+            .collect();
+        let n = kept.len() as u32;
+        for (i, slot) in kept.iter_mut().enumerate() {
+            let i = i as u32;
+            slot.prev = if i == 0 { NIL } else { i - 1 };
+            slot.next = if i + 1 == n { NIL } else { i + 1 };
+        }
+        self.index = kept
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.key.clone(), i as u32))
+            .collect();
+        self.slots = kept;
+        self.head = if n == 0 { NIL } else { 0 };
+        self.tail = if n == 0 { NIL } else { n - 1 };
+    }
+}
+
+fn validate(config: &BucketConfig, max_keys: usize) -> Result<(), ConfigError> {
+    config.validate()?;
+    check_range(
+        "max_keys",
+        max_keys as f64,
+        1.0,
+        MAX_KEYS_LIMIT as f64,
+        "in 1..=10000000",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn config(rate: f64) -> BucketConfig {
+        BucketConfig {
+            rate_per_s: rate,
+            burst_ratio: 1.0,
+            window_ms: 1000,
+            catch_up_ms: 0,
+        }
+    }
+
+    /// Walks the LRU list both ways and checks it against the index.
+    fn assert_consistent<K: Hash + Eq + Clone + std::fmt::Debug>(m: &KeyedBuckets<K>) {
+        assert!(m.len() <= m.max_keys);
+        assert_eq!(m.index.len(), m.slots.len());
+        let mut forward = 0;
+        let mut cur = m.head;
+        let mut prev = NIL;
+        while cur != NIL {
+            let s = &m.slots[cur as usize];
+            assert_eq!(s.prev, prev);
+            assert_eq!(m.index[&s.key], cur);
+            prev = cur;
+            cur = s.next;
+            forward += 1;
+            assert!(forward <= m.slots.len(), "cycle");
+        }
+        assert_eq!(prev, m.tail);
+        assert_eq!(forward, m.slots.len());
+    }
+
+    #[test]
+    fn keys_have_separate_buckets() {
+        let mut m = KeyedBuckets::new(config(2.0), 10).unwrap();
+        // Pool: 1 s at 2/s = 2 ops.
+        assert!(m.check(&"a", 0, 1).is_ok());
+        assert!(m.check(&"a", 0, 1).is_ok());
+        assert!(m.check(&"a", 0, 1).is_err());
+        assert!(m.check(&"b", 0, 1).is_ok());
+        let s = m.stats();
+        assert_eq!((s.keys, s.allowed_total, s.refused_total), (2, 3, 1));
+    }
+
+    #[test]
+    fn bound_is_never_exceeded_and_lru_is_evicted() {
+        let mut m = KeyedBuckets::new(config(10.0), 100).unwrap();
+        for k in 0..10_000u32 {
+            m.check(&k, u64::from(k) * 1_000, 1).unwrap();
+            assert!(m.len() <= 100);
+        }
+        assert_consistent(&m);
+        assert_eq!(m.len(), 100);
+        // The last 100 keys are the ones kept.
+        for k in 9_900..10_000u32 {
+            assert!(m.index.contains_key(&k));
+        }
+        let s = m.stats();
+        assert_eq!(s.evicted_idle_total + s.evicted_active_total, 9_900);
+    }
+
+    #[test]
+    fn recently_used_keys_survive_eviction() {
+        let mut m = KeyedBuckets::new(config(1000.0), 3).unwrap();
+        m.check(&1, 0, 1).unwrap();
+        m.check(&2, 0, 1).unwrap();
+        m.check(&3, 0, 1).unwrap();
+        m.check(&1, 1, 1).unwrap(); // 1 is now most recent; 2 is LRU
+        m.check(&4, 2, 1).unwrap();
+        assert!(!m.index.contains_key(&2));
+        assert!(m.index.contains_key(&1) && m.index.contains_key(&3));
+        assert_consistent(&m);
+    }
+
+    #[test]
+    fn evicting_a_full_bucket_is_counted_as_idle_and_loses_nothing() {
+        let mut m = KeyedBuckets::new(config(10.0), 1).unwrap();
+        m.check(&"a", 0, 1).unwrap();
+        // "a" is full again after one interval (0.1 s).
+        m.check(&"b", SEC, 1).unwrap();
+        assert_eq!(m.stats().evicted_idle_total, 1);
+        // "b" has used one op; evicting it at once is a loss.
+        m.check(&"c", SEC, 1).unwrap();
+        assert_eq!(m.stats().evicted_active_total, 1);
+    }
+
+    #[test]
+    fn a_flooder_is_refused_while_a_polite_key_is_not() {
+        let mut m = KeyedBuckets::new(config(5.0), 1000).unwrap();
+        let (mut flood_ok, mut polite_ok) = (0, 0);
+        for ms in 0..10_000u64 {
+            let now = ms * 1_000_000;
+            if m.check(&"flooder", now, 1).is_ok() {
+                flood_ok += 1;
+            }
+            if ms % 500 == 0 && m.check(&"polite", now, 1).is_ok() {
+                polite_ok += 1;
+            }
+        }
+        assert_eq!(polite_ok, 20);
+        assert!((50..=56).contains(&flood_ok), "{flood_ok}");
+    }
+
+    #[test]
+    fn set_rate_applies_to_every_key() {
+        let mut m = KeyedBuckets::new(config(100.0), 10).unwrap();
+        for k in 0..3 {
+            while m.check(&k, 0, 1).is_ok() {}
+        }
+        m.set_rate(1.0);
+        assert_eq!(m.rate_per_s(), 1.0);
+        for k in 0..3 {
+            // One op now costs 1 s: 0.5 s of refill is not enough.
+            assert!(m.check(&k, SEC / 2, 1).is_err());
+            assert!(m.check(&k, SEC + SEC / 2, 1).is_ok());
+        }
+    }
+
+    #[test]
+    fn shrinking_the_bound_keeps_the_most_recent() {
+        let mut m = KeyedBuckets::new(config(100.0), 10).unwrap();
+        for k in 0..10 {
+            m.check(&k, k, 1).unwrap();
+        }
+        m.set_config(config(100.0), 4).unwrap();
+        assert_eq!(m.len(), 4);
+        assert_consistent(&m);
+        for k in 6..10 {
+            assert!(m.index.contains_key(&k));
+        }
+        assert_eq!(m.stats().evicted_active_total, 6);
+        // Still works after the rebuild.
+        for k in 100..120 {
+            m.check(&k, 1000, 1).unwrap();
+        }
+        assert_eq!(m.len(), 4);
+        assert_consistent(&m);
+        assert!(m.set_config(config(100.0), 0).is_err());
+    }
+}
