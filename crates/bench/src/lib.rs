@@ -7,6 +7,7 @@
 pub mod driver;
 pub mod generate;
 pub mod publish;
+pub mod query;
 pub mod report;
 pub mod rng;
 pub mod source;

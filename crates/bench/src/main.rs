@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use sluice_bench::generate::{self, GenConfig};
-use sluice_bench::publish;
 use sluice_bench::report::{unix_now, write_json};
+use sluice_bench::{publish, query};
 
 #[derive(Parser)]
 #[command(
@@ -25,6 +25,8 @@ enum Command {
     Gen(GenArgs),
     /// Publish events from a JSONL file, closed or open loop.
     Publish(publish::PublishArgs),
+    /// Run a REQ mix derived from a JSONL file; time to EOSE.
+    Query(query::QueryArgs),
 }
 
 #[derive(clap::Args)]
@@ -60,6 +62,11 @@ async fn main() -> anyhow::Result<()> {
         Command::Gen(a) => gen_command(&a),
         Command::Publish(a) => {
             let r = publish::run(&a).await?;
+            r.print();
+            write_json(a.json.as_deref(), &r)
+        }
+        Command::Query(a) => {
+            let r = query::run(&a).await?;
             r.print();
             write_json(a.json.as_deref(), &r)
         }
