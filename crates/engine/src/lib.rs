@@ -1,1 +1,174 @@
+//! Sluice's runtime core, shared by `serve` and `import`.
+//!
+//! - [`writer`]: the single writer thread. Events wait in a bounded queue;
+//!   the writer takes a batch, writes it in one LMDB transaction, commits,
+//!   then answers each sender and fans the stored events out.
+//! - [`Engine::query`]: queries run on tokio's blocking pool behind a
+//!   semaphore, so no LMDB call ever runs on an async worker thread and no
+//!   more than `query_workers` run at once.
+//! - Live fan-out: a bounded broadcast channel of stored (and ephemeral)
+//!   events; a receiver that falls behind by more than its capacity is told
+//!   so and its connection is dropped by the server.
+//!
+//! Invariants: only the writer thread writes to the store (besides another
+//! process, which LMDB serialises); an OK true is sent only after the commit
+//! that made the event durable.
 
+mod config;
+mod monitor;
+pub mod process;
+pub mod metrics_names;
+mod writer;
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use sluice_proto::{Event, Filter};
+use sluice_store::QueryOptions;
+use tokio::sync::{Semaphore, broadcast, oneshot};
+
+pub use config::EngineConfig;
+pub use sluice_store::{QueryOutput, Store, StoreError, StoreOptions, StoreStats, WriteOutcome};
+pub use writer::{SubmitError, WriteError, WriteResult, outcome_label};
+
+/// An event as live subscriptions receive it.
+#[derive(Debug)]
+pub struct LiveEvent {
+    /// Store serial; `None` for ephemeral events, which are never stored.
+    pub serial: Option<u64>,
+    pub event: Arc<Event>,
+}
+
+/// Errors of a query.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    #[error("store error: {0}")]
+    Store(#[from] StoreError),
+    #[error("engine is shutting down")]
+    Closed,
+}
+
+/// The running core. Shared by reference (`Arc<Engine>`) among sessions.
+pub struct Engine {
+    store: Store,
+    cfg: EngineConfig,
+    writer: writer::WriterHandle,
+    live: broadcast::Sender<Arc<LiveEvent>>,
+    queries: Arc<Semaphore>,
+}
+
+/// Current unix time in seconds.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Engine {
+    /// Starts the writer thread over `store`.
+    pub fn start(store: Store, cfg: EngineConfig) -> Arc<Engine> {
+        let (live, _) = broadcast::channel(cfg.live_buffer_events);
+        let writer = writer::spawn(store.clone(), cfg.clone(), live.clone());
+        Arc::new(Engine {
+            queries: Arc::new(Semaphore::new(cfg.query_workers)),
+            store,
+            cfg,
+            writer,
+            live,
+        })
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Queues an event for the writer without waiting. The receiver yields
+    /// the outcome once the batch holding the event has committed.
+    pub fn submit(&self, event: Arc<Event>) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
+        self.writer.submit(event, false)
+    }
+
+    /// Queues an event, blocking the calling (non-async) thread while the
+    /// queue is full. For the import pipeline.
+    pub fn submit_blocking(&self, event: Arc<Event>) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
+        self.writer.submit(event, true)
+    }
+
+    /// Delivers an ephemeral event to live subscriptions; never stored.
+    pub fn publish_ephemeral(&self, event: Arc<Event>) {
+        // No receivers is not an error: nobody is listening.
+        let _ = self.live.send(Arc::new(LiveEvent { serial: None, event }));
+        metrics::counter!(metrics_names::LIVE_PUBLISHED_TOTAL).increment(1);
+    }
+
+    /// A receiver of every event stored or published from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<LiveEvent>> {
+        self.live.subscribe()
+    }
+
+    /// Events waiting for the writer.
+    pub fn writer_queue_len(&self) -> usize {
+        self.writer.queue_len()
+    }
+
+    /// False once the writer thread has stopped (shutdown or a fatal error).
+    pub fn writer_alive(&self) -> bool {
+        self.writer.alive()
+    }
+
+    /// Runs a query on the blocking pool. Each filter's limit must already
+    /// be set (the caller applies default and max limits).
+    pub async fn query(&self, filters: Vec<Filter>) -> Result<QueryOutput, QueryError> {
+        let _permit = self.queries.clone().acquire_owned().await.map_err(|_| QueryError::Closed)?;
+        let store = self.store.clone();
+        let opts = QueryOptions {
+            now: unix_now(),
+            max_scan_rows: self.cfg.max_scan_rows,
+        };
+        let started = Instant::now();
+        let out = tokio::task::spawn_blocking(move || store.query(&filters, &opts))
+            .await
+            .map_err(|_| QueryError::Closed)??;
+        metrics::histogram!(metrics_names::QUERY_SECONDS).record(started.elapsed().as_secs_f64());
+        metrics::counter!(metrics_names::QUERY_ROWS_SCANNED_TOTAL).increment(out.rows_scanned);
+        if out.truncated {
+            metrics::counter!(metrics_names::QUERY_TRUNCATED_TOTAL).increment(1);
+        }
+        Ok(out)
+    }
+
+    /// NIP-45 count on the blocking pool.
+    pub async fn count(&self, filters: Vec<Filter>) -> Result<u64, QueryError> {
+        let _permit = self.queries.clone().acquire_owned().await.map_err(|_| QueryError::Closed)?;
+        let store = self.store.clone();
+        let opts = QueryOptions {
+            now: unix_now(),
+            max_scan_rows: self.cfg.max_count_rows,
+        };
+        let started = Instant::now();
+        let (n, rows, truncated) = tokio::task::spawn_blocking(move || store.count(&filters, &opts))
+            .await
+            .map_err(|_| QueryError::Closed)??;
+        metrics::histogram!(metrics_names::QUERY_SECONDS).record(started.elapsed().as_secs_f64());
+        metrics::counter!(metrics_names::QUERY_ROWS_SCANNED_TOTAL).increment(rows);
+        if truncated {
+            metrics::counter!(metrics_names::QUERY_TRUNCATED_TOTAL).increment(1);
+        }
+        Ok(n)
+    }
+
+    /// Stops taking writes, lets the writer commit everything queued, and
+    /// waits for it. Idempotent.
+    pub fn shutdown(&self) {
+        self.queries.close();
+        self.writer.shutdown();
+        if let Err(e) = self.store.force_sync() {
+            tracing::error!(error = %e, "final store sync failed");
+        }
+    }
+}

@@ -1,1 +1,209 @@
+//! Sluice's front end: the axum router, WebSocket sessions, NIP-11, and the
+//! operator endpoints (`/metrics`, `/healthz`, `/readyz`).
+//!
+//! Architecture invariant: this is the only crate that names axum. It holds
+//! no store handle of its own: everything goes through the engine.
 
+pub mod config;
+pub mod metrics_names;
+pub mod nip11;
+mod session;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::{ConnectInfo, State, WebSocketUpgrade};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::serve::ListenerExt;
+use sluice_engine::Engine;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use config::{LimitsConfig, RelayInfoConfig, ServerConfig};
+
+use crate::metrics_names as m;
+
+/// Renders the Prometheus text exposition; supplied by the binary, which
+/// owns the recorder.
+pub type MetricsRenderer = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// Everything a request or session needs, shared read-only.
+pub struct AppState {
+    pub engine: Arc<Engine>,
+    pub server: ServerConfig,
+    pub limits: LimitsConfig,
+    pub event_limits: sluice_proto::EventLimits,
+    nip11: String,
+    /// `None` when /metrics is not served on the relay port.
+    render_metrics: Option<MetricsRenderer>,
+    /// Cancelled when the relay starts shutting down.
+    pub shutdown: CancellationToken,
+    sessions: TaskTracker,
+    connections: Arc<Semaphore>,
+}
+
+impl AppState {
+    pub fn new(
+        engine: Arc<Engine>,
+        server: ServerConfig,
+        limits: LimitsConfig,
+        info: &RelayInfoConfig,
+        render_metrics: Option<MetricsRenderer>,
+        shutdown: CancellationToken,
+    ) -> Arc<AppState> {
+        Arc::new(AppState {
+            nip11: nip11::document(info, &limits),
+            event_limits: limits.event_limits(),
+            connections: Arc::new(Semaphore::new(server.max_connections)),
+            engine,
+            server,
+            limits,
+            render_metrics,
+            shutdown,
+            sessions: TaskTracker::new(),
+        })
+    }
+}
+
+/// The relay's routes.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/", get(root).options(preflight))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .with_state(state)
+}
+
+/// Serves on an already bound listener until `state.shutdown` is
+/// cancelled, then waits (up to `shutdown_grace_ms`) for sessions to answer
+/// their pending EVENTs and close.
+pub async fn serve(listener: tokio::net::TcpListener, state: Arc<AppState>) -> std::io::Result<()> {
+    // Nagle's algorithm adds ~40 ms to small request/response exchanges.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+    });
+    let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(state.shutdown.clone().cancelled_owned())
+        .await?;
+    state.sessions.close();
+    let grace = Duration::from_millis(state.server.shutdown_grace_ms);
+    if tokio::time::timeout(grace, state.sessions.wait()).await.is_err() {
+        tracing::warn!(
+            sessions = state.sessions.len(),
+            "sessions still open after the shutdown grace period"
+        );
+    }
+    Ok(())
+}
+
+async fn root(
+    State(st): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    if let Ok(ws) = ws {
+        let Ok(permit) = st.connections.clone().try_acquire_owned() else {
+            metrics::counter!(m::CONNECTIONS_REFUSED_TOTAL, "reason" => "max_connections").increment(1);
+            return (StatusCode::SERVICE_UNAVAILABLE, "too many connections\n").into_response();
+        };
+        let hard_max = st.limits.max_message_bytes.saturating_mul(2);
+        return ws
+            .read_buffer_size(st.server.read_buffer_bytes)
+            .write_buffer_size(st.server.write_buffer_bytes)
+            .max_write_buffer_size(st.server.max_write_buffer_bytes.max(st.server.write_buffer_bytes + 1))
+            .max_message_size(hard_max)
+            .max_frame_size(hard_max)
+            .on_upgrade(move |socket| {
+                let tracker = st.sessions.clone();
+                tracker.track_future(session::run(socket, st, peer, permit))
+            });
+    }
+    let wants_nip11 = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/nostr+json"));
+    if wants_nip11 {
+        let mut resp = st.nip11.clone().into_response();
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/nostr+json"),
+        );
+        add_cors(resp.headers_mut());
+        return resp;
+    }
+    (
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        "This is a Nostr relay (Sluice). Connect with a Nostr client over WebSocket.\n",
+    )
+        .into_response()
+}
+
+async fn preflight(method: Method) -> Response {
+    let mut resp = StatusCode::NO_CONTENT.into_response();
+    if method == Method::OPTIONS {
+        add_cors(resp.headers_mut());
+    }
+    resp
+}
+
+fn add_cors(h: &mut HeaderMap) {
+    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static("*"));
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("GET, OPTIONS"),
+    );
+}
+
+async fn metrics(State(st): State<Arc<AppState>>) -> Response {
+    match &st.render_metrics {
+        Some(render) => metrics_response(render),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+fn metrics_response(render: &MetricsRenderer) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        render(),
+    )
+        .into_response()
+}
+
+/// Serves only /metrics on its own listener (`metrics.listen`), so an
+/// operator can keep it off the public port.
+pub async fn serve_metrics_only(
+    listener: tokio::net::TcpListener,
+    render: MetricsRenderer,
+    stop: CancellationToken,
+) -> std::io::Result<()> {
+    let app = Router::new().route(
+        "/metrics",
+        get(move || {
+            let render = render.clone();
+            async move { metrics_response(&render) }
+        }),
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(stop.cancelled_owned())
+        .await
+}
+
+async fn readyz(State(st): State<Arc<AppState>>) -> Response {
+    if st.engine.writer_alive() && !st.shutdown.is_cancelled() {
+        "ready\n".into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
+    }
+}

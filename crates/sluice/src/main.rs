@@ -1,1 +1,101 @@
-fn main() {}
+//! The `sluice` binary: the composition root. It parses the command line,
+//! loads the configuration, and wires store, engine and server together.
+
+mod config;
+mod serve;
+mod telemetry;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::Config;
+
+#[derive(Parser)]
+#[command(name = "sluice", version, about = "A Nostr relay with adaptive throttling")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the relay.
+    Serve {
+        /// TOML configuration file (see config/sluice.toml).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Configuration tools.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate the configuration and print the effective values.
+    Check {
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve { config } => Config::load(config.as_deref()).and_then(serve::run),
+        Command::Config {
+            command: ConfigCommand::Check { config },
+        } => Config::load(config.as_deref()).and_then(|cfg| {
+            let text = toml_text(&cfg)?;
+            print!("{text}");
+            eprintln!("configuration is valid");
+            Ok(())
+        }),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sluice: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The effective configuration as TOML.
+fn toml_text(cfg: &Config) -> anyhow::Result<String> {
+    let value = figment::value::Value::serialize(cfg)?;
+    let dict = value
+        .into_dict()
+        .ok_or_else(|| anyhow::anyhow!("configuration is not a table"))?;
+    let mut out = String::new();
+    for (section, v) in dict {
+        out.push_str(&format!("[{section}]\n"));
+        if let Some(d) = v.into_dict() {
+            for (k, v) in d {
+                out.push_str(&format!("{k} = {}\n", toml_value(&v)));
+            }
+        }
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+fn toml_value(v: &figment::value::Value) -> String {
+    use figment::value::Value;
+    match v {
+        Value::String(_, s) => serde_json::to_string(s).unwrap_or_default(),
+        Value::Bool(_, b) => b.to_string(),
+        Value::Num(_, n) => n
+            .to_u128()
+            .map(|x| x.to_string())
+            .or_else(|| n.to_i128().map(|x| x.to_string()))
+            .or_else(|| n.to_f64().map(|x| x.to_string()))
+            .unwrap_or_default(),
+        Value::Array(_, a) => format!("[{}]", a.iter().map(toml_value).collect::<Vec<_>>().join(", ")),
+        other => format!("{other:?}"),
+    }
+}

@@ -1,0 +1,65 @@
+//! Engine settings: queue and pool bounds. Validated by the binary at start-up.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineConfig {
+    /// Events that may wait for the writer; when full, EVENTs are refused
+    /// with `rate-limited:`.
+    pub writer_queue_events: usize,
+    /// Most events written in one LMDB transaction.
+    pub max_batch_events: usize,
+    /// Most bytes of event JSON written in one LMDB transaction.
+    pub max_batch_bytes: usize,
+    /// Queries running at once on the blocking pool.
+    pub query_workers: usize,
+    /// Live events buffered per receiver before a slow receiver is dropped.
+    pub live_buffer_events: usize,
+    /// Most index entries one REQ may read.
+    pub max_scan_rows: u64,
+    /// Most index entries one COUNT may read.
+    pub max_count_rows: u64,
+    /// How often expired events are removed from disk.
+    pub expiry_purge_interval_ms: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            writer_queue_events: 4096,
+            max_batch_events: 1024,
+            max_batch_bytes: 8 << 20,
+            query_workers: 8,
+            live_buffer_events: 4096,
+            max_scan_rows: 200_000,
+            max_count_rows: 2_000_000,
+            expiry_purge_interval_ms: 60_000,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Checks the values, naming the first bad key.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("engine.writer_queue_events", self.writer_queue_events),
+            ("engine.max_batch_events", self.max_batch_events),
+            ("engine.max_batch_bytes", self.max_batch_bytes),
+            ("engine.query_workers", self.query_workers),
+            ("engine.live_buffer_events", self.live_buffer_events),
+        ];
+        for (key, v) in positive {
+            if v == 0 {
+                return Err(format!("{key} must be at least 1"));
+            }
+        }
+        if self.max_scan_rows == 0 || self.max_count_rows == 0 {
+            return Err("engine.max_scan_rows and engine.max_count_rows must be at least 1".into());
+        }
+        if self.expiry_purge_interval_ms < 100 {
+            return Err("engine.expiry_purge_interval_ms must be at least 100".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,192 @@
+//! Settings of the front end: listening, connection and message limits, and
+//! the NIP-11 identity. Every limit here is published in NIP-11.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address to listen on; port 0 picks a free port (logged at start).
+    pub listen: String,
+    /// Open WebSocket connections at most; more get HTTP 503.
+    pub max_connections: usize,
+    /// Outbound messages not yet written to a slow client's socket are
+    /// dropped with the client after this long.
+    pub send_timeout_ms: u64,
+    /// EVENTs of one connection waiting for the writer; the connection stops
+    /// reading until one is answered.
+    pub max_pending_writes: usize,
+    /// Live events buffered per subscription while its stored query runs.
+    pub max_buffered_live_events: usize,
+    /// WebSocket read buffer per connection (tungstenite's default, 128 KiB,
+    /// costs that much per idle connection).
+    pub read_buffer_bytes: usize,
+    /// Bytes written to a connection's socket buffer before a send waits.
+    pub write_buffer_bytes: usize,
+    /// Hard bound on a connection's unsent bytes; past it the connection
+    /// is closed.
+    pub max_write_buffer_bytes: usize,
+    /// How long shutdown waits for sessions to answer pending EVENTs.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:7777".into(),
+            max_connections: 10_000,
+            send_timeout_ms: 10_000,
+            max_pending_writes: 64,
+            max_buffered_live_events: 1024,
+            read_buffer_bytes: 4096,
+            write_buffer_bytes: 0,
+            max_write_buffer_bytes: 4 << 20,
+            shutdown_grace_ms: 5_000,
+        }
+    }
+}
+
+/// Protocol limits, each advertised in NIP-11 `limitation`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Largest WebSocket message accepted (NIP-11 max_message_length).
+    pub max_message_bytes: usize,
+    /// Open subscriptions per connection (NIP-11 max_subscriptions).
+    pub max_subscriptions: usize,
+    /// Filters in one REQ or COUNT (NIP-11 max_filters).
+    pub max_filters: usize,
+    /// Largest `limit` honoured (NIP-11 max_limit).
+    pub max_limit: u64,
+    /// `limit` used when a filter gives none (NIP-11 default_limit).
+    pub default_limit: u64,
+    /// Longest subscription id (NIP-11 max_subid_length).
+    pub max_subid_length: usize,
+    /// Tags per event (NIP-11 max_event_tags).
+    pub max_event_tags: usize,
+    /// Bytes of event content (NIP-11 max_content_length).
+    pub max_content_bytes: usize,
+    /// Events older than this many seconds are refused; 0 means no limit
+    /// (NIP-11 created_at_lower_limit).
+    pub created_at_max_age_secs: u64,
+    /// Events more than this many seconds in the future are refused
+    /// (NIP-11 created_at_upper_limit).
+    pub created_at_max_ahead_secs: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_message_bytes: 128 * 1024,
+            max_subscriptions: 20,
+            max_filters: 10,
+            max_limit: 5000,
+            default_limit: 500,
+            max_subid_length: 64,
+            max_event_tags: 2000,
+            max_content_bytes: 64 * 1024,
+            created_at_max_age_secs: 0,
+            created_at_max_ahead_secs: 900,
+        }
+    }
+}
+
+/// NIP-11 identity of the relay.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RelayInfoConfig {
+    pub name: String,
+    pub description: String,
+    /// Operator's hex pubkey; empty to omit.
+    pub pubkey: String,
+    /// Operator contact (URI or e-mail); empty to omit.
+    pub contact: String,
+    /// URL of an icon; empty to omit.
+    pub icon: String,
+}
+
+impl Default for RelayInfoConfig {
+    fn default() -> Self {
+        RelayInfoConfig {
+            name: "sluice".into(),
+            description: "A Nostr relay with adaptive throttling.".into(),
+            pubkey: String::new(),
+            contact: String::new(),
+            icon: String::new(),
+        }
+    }
+}
+
+impl ServerConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(format!(
+                "server.listen: {:?} is not an address like 127.0.0.1:7777",
+                self.listen
+            ));
+        }
+        for (key, v) in [
+            ("server.max_connections", self.max_connections),
+            ("server.max_pending_writes", self.max_pending_writes),
+            ("server.max_buffered_live_events", self.max_buffered_live_events),
+            ("server.max_write_buffer_bytes", self.max_write_buffer_bytes),
+        ] {
+            if v == 0 {
+                return Err(format!("{key} must be at least 1"));
+            }
+        }
+        if self.read_buffer_bytes < 512 {
+            return Err("server.read_buffer_bytes must be at least 512".into());
+        }
+        if self.send_timeout_ms == 0 {
+            return Err("server.send_timeout_ms must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+impl LimitsConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        for (key, v) in [
+            ("limits.max_message_bytes", self.max_message_bytes),
+            ("limits.max_subscriptions", self.max_subscriptions),
+            ("limits.max_filters", self.max_filters),
+            ("limits.max_subid_length", self.max_subid_length),
+        ] {
+            if v == 0 {
+                return Err(format!("{key} must be at least 1"));
+            }
+        }
+        if self.max_message_bytes < 1024 {
+            return Err("limits.max_message_bytes must be at least 1024".into());
+        }
+        if self.max_limit == 0 {
+            return Err("limits.max_limit must be at least 1".into());
+        }
+        if self.default_limit > self.max_limit {
+            return Err(format!(
+                "limits.default_limit ({}) must not exceed limits.max_limit ({})",
+                self.default_limit, self.max_limit
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn event_limits(&self) -> sluice_proto::EventLimits {
+        sluice_proto::EventLimits {
+            max_event_tags: self.max_event_tags,
+            max_content_length: self.max_content_bytes,
+            created_at_max_ahead_secs: self.created_at_max_ahead_secs,
+            created_at_max_age_secs: self.created_at_max_age_secs,
+        }
+    }
+}
+
+impl RelayInfoConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.pubkey.is_empty() && sluice_proto::hex32::decode::<32>(&self.pubkey).is_none() {
+            return Err("relay.pubkey must be 64 lowercase hex characters or empty".into());
+        }
+        Ok(())
+    }
+}

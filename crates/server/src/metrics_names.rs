@@ -1,0 +1,16 @@
+//! Names of the front end's metrics, in one place.
+
+pub const CONNECTIONS_OPEN: &str = "sluice_connections_open";
+pub const CONNECTIONS_OPENED_TOTAL: &str = "sluice_connections_opened_total";
+pub const CONNECTIONS_CLOSED_TOTAL: &str = "sluice_connections_closed_total";
+pub const CONNECTIONS_REFUSED_TOTAL: &str = "sluice_connections_refused_total";
+pub const MESSAGES_RECEIVED_TOTAL: &str = "sluice_messages_received_total";
+pub const EVENTS_RECEIVED_TOTAL: &str = "sluice_events_received_total";
+pub const EVENTS_ACCEPTED_TOTAL: &str = "sluice_events_accepted_total";
+pub const EVENTS_REFUSED_TOTAL: &str = "sluice_events_refused_total";
+pub const OK_LATENCY_SECONDS: &str = "sluice_ok_latency_seconds";
+pub const REQS_REFUSED_TOTAL: &str = "sluice_reqs_refused_total";
+pub const NOTICES_SENT_TOTAL: &str = "sluice_notices_sent_total";
+pub const SUBSCRIPTIONS_OPEN: &str = "sluice_subscriptions_open";
+pub const LIVE_DELIVERIES_TOTAL: &str = "sluice_live_deliveries_total";
+pub const SLOW_CONSUMER_DISCONNECTS_TOTAL: &str = "sluice_slow_consumer_disconnects_total";

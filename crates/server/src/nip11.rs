@@ -1,0 +1,46 @@
+//! The NIP-11 relay information document, built once at start-up from the
+//! config so every limit the relay enforces is the one it advertises.
+
+use serde_json::{Value, json};
+
+use crate::config::{LimitsConfig, RelayInfoConfig};
+
+/// NIPs this relay implements in full.
+pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 40, 45];
+
+pub fn document(info: &RelayInfoConfig, limits: &LimitsConfig) -> String {
+    let mut doc = json!({
+        "name": info.name,
+        "description": info.description,
+        "software": "sluice",
+        "version": env!("CARGO_PKG_VERSION"),
+        "supported_nips": SUPPORTED_NIPS,
+        "limitation": {
+            "max_message_length": limits.max_message_bytes,
+            "max_subscriptions": limits.max_subscriptions,
+            "max_filters": limits.max_filters,
+            "max_limit": limits.max_limit,
+            "default_limit": limits.default_limit,
+            "max_subid_length": limits.max_subid_length,
+            "max_event_tags": limits.max_event_tags,
+            "max_content_length": limits.max_content_bytes,
+            "min_pow_difficulty": 0,
+            "auth_required": false,
+            "payment_required": false,
+            "restricted_writes": false,
+            "created_at_lower_limit": limits.created_at_max_age_secs,
+            "created_at_upper_limit": limits.created_at_max_ahead_secs,
+        },
+    });
+    let obj = doc.as_object_mut().expect("document is an object");
+    for (key, value) in [
+        ("pubkey", &info.pubkey),
+        ("contact", &info.contact),
+        ("icon", &info.icon),
+    ] {
+        if !value.is_empty() {
+            obj.insert(key.into(), Value::String(value.clone()));
+        }
+    }
+    doc.to_string()
+}

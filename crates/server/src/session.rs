@@ -1,0 +1,435 @@
+//! One WebSocket connection: a single task with one `select!` loop over a
+//! fixed set of sources (shutdown, answered writes, finished queries, live
+//! events, the next client message).
+//!
+//! Bounds, and who loses when they fill:
+//! - pending EVENTs (`max_pending_writes`): the connection stops reading
+//!   until the writer answers one, so a fast publisher waits on itself;
+//! - open subscriptions and running COUNTs (`max_subscriptions`): the REQ
+//!   is refused with CLOSED `rate-limited:`;
+//! - live events buffered while a subscription's query runs
+//!   (`max_buffered_live_events`): that subscription is CLOSED;
+//! - the live broadcast (`engine.live_buffer_events`) and each send
+//!   (`send_timeout_ms`): a client too slow to read is disconnected.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, close_code};
+use futures_util::stream::{FuturesUnordered, SplitSink, StreamExt};
+use futures_util::SinkExt;
+use sluice_engine::{LiveEvent, QueryError, SubmitError, WriteError, WriteResult, unix_now};
+use sluice_proto::message::sniff_id;
+use sluice_proto::{ClientMessage, Event, Filter, KindClass, MessageError, Reason, RelayMessage};
+use sluice_engine::QueryOutput;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::AppState;
+use crate::metrics_names as m;
+
+type WriteFut = Pin<Box<dyn Future<Output = WriteDone> + Send>>;
+type QueryFut = Pin<Box<dyn Future<Output = QueryDone> + Send>>;
+
+struct WriteDone {
+    started: Instant,
+    id: [u8; 32],
+    /// `None` when the writer stopped before answering.
+    result: Option<WriteResult>,
+}
+
+struct QueryDone {
+    sub_id: String,
+    generation: u64,
+    result: QueryResult,
+}
+
+enum QueryResult {
+    Events(Result<QueryOutput, QueryError>),
+    Count(Result<u64, QueryError>),
+}
+
+struct Sub {
+    filters: Vec<Filter>,
+    /// Distinguishes this REQ from an earlier one with the same id.
+    generation: u64,
+    /// Live matches held back while the stored query runs; `None` once
+    /// EOSE is sent.
+    pending: Option<Vec<Arc<LiveEvent>>>,
+}
+
+/// Why a connection ended (a closed set, used as a metric label).
+type CloseReason = &'static str;
+
+struct Out {
+    sink: SplitSink<WebSocket, Message>,
+    timeout: Duration,
+}
+
+impl Out {
+    async fn send(&mut self, text: String) -> Result<(), CloseReason> {
+        match tokio::time::timeout(self.timeout, self.sink.send(Message::Text(text.into()))).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err("io_error"),
+            Err(_) => Err("slow_consumer"),
+        }
+    }
+
+    async fn notice(&mut self, text: &str) -> Result<(), CloseReason> {
+        metrics::counter!(m::NOTICES_SENT_TOTAL).increment(1);
+        self.send(RelayMessage::notice(text)).await
+    }
+}
+
+struct Session {
+    st: Arc<AppState>,
+    subs: HashMap<String, Sub>,
+    next_generation: u64,
+    writes: FuturesUnordered<WriteFut>,
+    queries: FuturesUnordered<QueryFut>,
+    counts_in_flight: usize,
+}
+
+pub(crate) async fn run(socket: WebSocket, st: Arc<AppState>, peer: SocketAddr, _permit: OwnedSemaphorePermit) {
+    metrics::gauge!(m::CONNECTIONS_OPEN).increment(1.0);
+    metrics::counter!(m::CONNECTIONS_OPENED_TOTAL).increment(1);
+    tracing::debug!(%peer, "connection opened");
+    let (sink, mut stream) = socket.split();
+    let mut out = Out {
+        sink,
+        timeout: Duration::from_millis(st.server.send_timeout_ms),
+    };
+    let mut live = st.engine.subscribe();
+    let mut s = Session {
+        st: st.clone(),
+        subs: HashMap::new(),
+        next_generation: 0,
+        writes: FuturesUnordered::new(),
+        queries: FuturesUnordered::new(),
+        counts_in_flight: 0,
+    };
+    let reason: CloseReason = loop {
+        let can_read = s.writes.len() < st.server.max_pending_writes;
+        let step = tokio::select! {
+            _ = st.shutdown.cancelled() => break s.finish_for_shutdown(&mut out).await,
+            Some(done) = s.writes.next(), if !s.writes.is_empty() => s.on_write_done(&mut out, done).await,
+            Some(done) = s.queries.next(), if !s.queries.is_empty() => s.on_query_done(&mut out, done).await,
+            r = live.recv() => match r {
+                Ok(ev) => s.on_live(&mut out, ev).await,
+                Err(RecvError::Lagged(_)) => Err("slow_consumer"),
+                Err(RecvError::Closed) => Err("shutdown"),
+            },
+            msg = stream.next(), if can_read => match msg {
+                Some(Ok(Message::Text(t))) => s.on_text(&mut out, t.as_str()).await,
+                Some(Ok(Message::Binary(_))) => out.notice("invalid: binary messages are not supported").await,
+                Some(Ok(Message::Close(_))) | None => Err("client_closed"),
+                Some(Ok(_)) => Ok(()),
+                Some(Err(e)) => {
+                    let text = e.to_string();
+                    if text.contains("too long") || text.contains("Space limit") {
+                        let _ = out.notice("invalid: message too large, closing").await;
+                        Err("message_too_large")
+                    } else {
+                        tracing::debug!(%peer, error = %text, "websocket error");
+                        Err("protocol_error")
+                    }
+                }
+            },
+        };
+        if let Err(reason) = step {
+            break reason;
+        }
+    };
+    if reason == "slow_consumer" {
+        metrics::counter!(m::SLOW_CONSUMER_DISCONNECTS_TOTAL).increment(1);
+    }
+    metrics::gauge!(m::SUBSCRIPTIONS_OPEN).decrement(s.subs.len() as f64);
+    metrics::gauge!(m::CONNECTIONS_OPEN).decrement(1.0);
+    metrics::counter!(m::CONNECTIONS_CLOSED_TOTAL, "reason" => reason).increment(1);
+    tracing::debug!(%peer, reason, "connection closed");
+}
+
+impl Session {
+    async fn on_text(&mut self, out: &mut Out, text: &str) -> Result<(), CloseReason> {
+        let max = self.st.limits.max_message_bytes;
+        if text.len() > max {
+            metrics::counter!(m::MESSAGES_RECEIVED_TOTAL, "type" => "too_large").increment(1);
+            let detail = format!("message too large ({} bytes, max {max})", text.len());
+            // Refused without parsing it: only the id is read, from the head.
+            let head = &text[..text.floor_char_boundary(4096)];
+            if head.trim_start().starts_with("[\"EVENT\"")
+                && let Some(id) = sniff_id(head)
+            {
+                return self.refuse_event(out, &id, Reason::Invalid, &detail).await;
+            }
+            return out.notice(&Reason::Invalid.message(&detail)).await;
+        }
+        let msg = match ClientMessage::parse(text) {
+            Ok(msg) => msg,
+            Err(e) => return self.on_bad_message(out, e).await,
+        };
+        metrics::counter!(m::MESSAGES_RECEIVED_TOTAL, "type" => msg.type_label()).increment(1);
+        match msg {
+            ClientMessage::Event(ev) => self.on_event(out, ev).await,
+            ClientMessage::Req { sub_id, filters } => self.on_req(out, sub_id, filters, false).await,
+            ClientMessage::Count { sub_id, filters } => self.on_req(out, sub_id, filters, true).await,
+            ClientMessage::Close { sub_id } => {
+                if self.subs.remove(&sub_id).is_some() {
+                    metrics::gauge!(m::SUBSCRIPTIONS_OPEN).decrement(1.0);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn on_bad_message(&mut self, out: &mut Out, e: MessageError) -> Result<(), CloseReason> {
+        metrics::counter!(m::MESSAGES_RECEIVED_TOTAL, "type" => "invalid").increment(1);
+        match e {
+            MessageError::BadEvent { id: Some(id), error } => {
+                self.refuse_event(out, &id, Reason::Invalid, &error.to_string()).await
+            }
+            MessageError::BadFilter { sub_id, error } => {
+                if self.subs.remove(&sub_id).is_some() {
+                    metrics::gauge!(m::SUBSCRIPTIONS_OPEN).decrement(1.0);
+                }
+                self.refuse_req(out, &sub_id, Reason::Invalid, &error.to_string()).await
+            }
+            MessageError::UnknownType(t) => {
+                out.notice(&Reason::Unsupported.message(&format!("message type {t:?} is not supported")))
+                    .await
+            }
+            other => out.notice(&Reason::Invalid.message(&other.to_string())).await,
+        }
+    }
+
+    async fn refuse_event(&mut self, out: &mut Out, id: &[u8; 32], reason: Reason, detail: &str) -> Result<(), CloseReason> {
+        metrics::counter!(m::EVENTS_REFUSED_TOTAL, "reason" => reason.as_str()).increment(1);
+        out.send(RelayMessage::ok(id, false, &reason.message(detail))).await
+    }
+
+    async fn refuse_req(&mut self, out: &mut Out, sub_id: &str, reason: Reason, detail: &str) -> Result<(), CloseReason> {
+        metrics::counter!(m::REQS_REFUSED_TOTAL, "reason" => reason.as_str()).increment(1);
+        out.send(RelayMessage::closed(sub_id, &reason.message(detail))).await
+    }
+
+    async fn on_event(&mut self, out: &mut Out, ev: Box<Event>) -> Result<(), CloseReason> {
+        let class = KindClass::of(ev.kind);
+        metrics::counter!(m::EVENTS_RECEIVED_TOTAL, "kind_class" => class.as_str()).increment(1);
+        if let Err(e) = ev.check_limits(&self.st.event_limits, unix_now()) {
+            return self.refuse_event(out, &ev.id, Reason::Invalid, &e.to_string()).await;
+        }
+        if let Err(e) = ev.verify() {
+            return self.refuse_event(out, &ev.id, Reason::Invalid, &e.to_string()).await;
+        }
+        let id = ev.id;
+        let ev = Arc::new(*ev);
+        if class == KindClass::Ephemeral {
+            self.st.engine.publish_ephemeral(ev);
+            metrics::counter!(m::EVENTS_ACCEPTED_TOTAL, "outcome" => "ephemeral").increment(1);
+            return out.send(RelayMessage::ok(&id, true, "")).await;
+        }
+        match self.st.engine.submit(ev) {
+            Ok(rx) => {
+                let started = Instant::now();
+                self.writes.push(Box::pin(async move {
+                    WriteDone {
+                        started,
+                        id,
+                        result: rx.await.ok(),
+                    }
+                }));
+                Ok(())
+            }
+            Err(SubmitError::QueueFull) => {
+                self.refuse_event(out, &id, Reason::RateLimited, "relay is busy, retry in a few seconds")
+                    .await
+            }
+            Err(SubmitError::Closed) => {
+                self.refuse_event(out, &id, Reason::Error, "relay is shutting down").await
+            }
+        }
+    }
+
+    async fn on_write_done(&mut self, out: &mut Out, done: WriteDone) -> Result<(), CloseReason> {
+        use sluice_engine::WriteOutcome as W;
+        metrics::histogram!(m::OK_LATENCY_SECONDS).record(done.started.elapsed().as_secs_f64());
+        let (accepted, reason, detail) = match &done.result {
+            Some(Ok(W::Stored { .. } | W::Ephemeral)) => (true, None, ""),
+            Some(Ok(W::Duplicate)) => (true, Some(Reason::Duplicate), "already have this event"),
+            Some(Ok(W::Superseded)) => (false, Some(Reason::Duplicate), "have a newer version of this event"),
+            Some(Ok(W::Deleted)) => (false, Some(Reason::Blocked), "this event was deleted by its author"),
+            Some(Ok(W::Expired)) => (false, Some(Reason::Invalid), "event has expired"),
+            Some(Err(WriteError::StoreFull)) => (false, Some(Reason::Error), "relay storage is full"),
+            Some(Err(WriteError::Store(_))) => (false, Some(Reason::Error), "could not store the event"),
+            None => (false, Some(Reason::Error), "relay is shutting down"),
+        };
+        if accepted {
+            let label = match &done.result {
+                Some(Ok(o)) => sluice_engine::outcome_label(o),
+                _ => "stored",
+            };
+            metrics::counter!(m::EVENTS_ACCEPTED_TOTAL, "outcome" => label).increment(1);
+        } else if let Some(r) = reason {
+            metrics::counter!(m::EVENTS_REFUSED_TOTAL, "reason" => r.as_str()).increment(1);
+        }
+        let message = reason.map(|r| r.message(detail)).unwrap_or_default();
+        out.send(RelayMessage::ok(&done.id, accepted, &message)).await
+    }
+
+    async fn on_req(&mut self, out: &mut Out, sub_id: String, mut filters: Vec<Filter>, count: bool) -> Result<(), CloseReason> {
+        let lim = &self.st.limits;
+        if sub_id.chars().count() > lim.max_subid_length {
+            let detail = format!("subscription id longer than {} characters", lim.max_subid_length);
+            return self.refuse_req(out, &sub_id, Reason::Invalid, &detail).await;
+        }
+        if filters.is_empty() {
+            return self.refuse_req(out, &sub_id, Reason::Invalid, "at least one filter is required").await;
+        }
+        if filters.len() > lim.max_filters {
+            let detail = format!("too many filters ({}, max {})", filters.len(), lim.max_filters);
+            return self.refuse_req(out, &sub_id, Reason::Invalid, &detail).await;
+        }
+        let replacing = !count && self.subs.contains_key(&sub_id);
+        if !replacing && self.subs.len() + self.counts_in_flight >= lim.max_subscriptions {
+            let detail = format!("too many open subscriptions (max {})", lim.max_subscriptions);
+            return self.refuse_req(out, &sub_id, Reason::RateLimited, &detail).await;
+        }
+        let engine = self.st.engine.clone();
+        self.next_generation += 1;
+        let generation = self.next_generation;
+        if count {
+            self.counts_in_flight += 1;
+            self.queries.push(Box::pin(async move {
+                QueryDone {
+                    result: QueryResult::Count(engine.count(filters).await),
+                    sub_id,
+                    generation,
+                }
+            }));
+            return Ok(());
+        }
+        for f in &mut filters {
+            f.limit = Some(f.limit.unwrap_or(lim.default_limit).min(lim.max_limit));
+        }
+        let sub = Sub {
+            filters: filters.clone(),
+            generation,
+            pending: Some(Vec::new()),
+        };
+        if self.subs.insert(sub_id.clone(), sub).is_none() {
+            metrics::gauge!(m::SUBSCRIPTIONS_OPEN).increment(1.0);
+        }
+        self.queries.push(Box::pin(async move {
+            QueryDone {
+                result: QueryResult::Events(engine.query(filters).await),
+                sub_id,
+                generation,
+            }
+        }));
+        Ok(())
+    }
+
+    async fn on_query_done(&mut self, out: &mut Out, done: QueryDone) -> Result<(), CloseReason> {
+        let QueryDone {
+            sub_id,
+            generation,
+            result,
+        } = done;
+        let output = match result {
+            QueryResult::Count(r) => {
+                self.counts_in_flight -= 1;
+                return match r {
+                    Ok(n) => out.send(RelayMessage::count(&sub_id, n)).await,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "count failed");
+                        self.refuse_req(out, &sub_id, Reason::Error, "could not count events").await
+                    }
+                };
+            }
+            QueryResult::Events(r) => r,
+        };
+        // A REQ replaced or closed while its query ran: drop the result.
+        if self.subs.get(&sub_id).is_none_or(|s| s.generation != generation) {
+            return Ok(());
+        }
+        let output = match output {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::warn!(error = %e, "query failed");
+                self.subs.remove(&sub_id);
+                metrics::gauge!(m::SUBSCRIPTIONS_OPEN).decrement(1.0);
+                return self.refuse_req(out, &sub_id, Reason::Error, "could not run the query").await;
+            }
+        };
+        for raw in &output.events {
+            out.send(RelayMessage::event(&sub_id, raw)).await?;
+        }
+        out.send(RelayMessage::eose(&sub_id)).await?;
+        let held = self
+            .subs
+            .get_mut(&sub_id)
+            .and_then(|s| s.pending.take())
+            .unwrap_or_default();
+        // Events committed after the query's snapshot were not in it.
+        for ev in held {
+            if ev.serial.is_none_or(|s| s >= output.snapshot_serial) {
+                out.send(RelayMessage::event(&sub_id, ev.event.raw())).await?;
+                metrics::counter!(m::LIVE_DELIVERIES_TOTAL).increment(1);
+            }
+        }
+        Ok(())
+    }
+
+    async fn on_live(&mut self, out: &mut Out, ev: Arc<LiveEvent>) -> Result<(), CloseReason> {
+        if self.subs.is_empty() {
+            return Ok(());
+        }
+        let max_held = self.st.server.max_buffered_live_events;
+        let mut overflowed = Vec::new();
+        for (sub_id, sub) in &mut self.subs {
+            if !sub.filters.iter().any(|f| f.matches(&ev.event)) {
+                continue;
+            }
+            match &mut sub.pending {
+                Some(held) if held.len() >= max_held => overflowed.push(sub_id.clone()),
+                Some(held) => held.push(ev.clone()),
+                None => {
+                    out.send(RelayMessage::event(sub_id, ev.event.raw())).await?;
+                    metrics::counter!(m::LIVE_DELIVERIES_TOTAL).increment(1);
+                }
+            }
+        }
+        for sub_id in overflowed {
+            self.subs.remove(&sub_id);
+            metrics::gauge!(m::SUBSCRIPTIONS_OPEN).decrement(1.0);
+            self.refuse_req(out, &sub_id, Reason::RateLimited, "too many live events while the query ran; subscribe again")
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// On shutdown: answer the EVENTs already handed to the writer (it
+    /// commits them before it stops), then close with 1001 Going Away.
+    async fn finish_for_shutdown(&mut self, out: &mut Out) -> CloseReason {
+        let grace = Duration::from_millis(self.st.server.shutdown_grace_ms);
+        let _ = tokio::time::timeout(grace, async {
+            while let Some(done) = self.writes.next().await {
+                if self.on_write_done(out, done).await.is_err() {
+                    break;
+                }
+            }
+        })
+        .await;
+        let _ = out
+            .sink
+            .send(Message::Close(Some(CloseFrame {
+                code: close_code::AWAY,
+                reason: "relay is shutting down".into(),
+            })))
+            .await;
+        "shutdown"
+    }
+}

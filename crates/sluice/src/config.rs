@@ -1,0 +1,180 @@
+//! The one typed configuration tree: built-in defaults, then the TOML file
+//! if given, then `SLUICE_<SECTION>__<KEY>` environment variables.
+//! Unknown keys and invalid values stop start-up with the key's name.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+use sluice_engine::EngineConfig;
+use sluice_server::{LimitsConfig, RelayInfoConfig, ServerConfig};
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub store: StoreConfig,
+    pub limits: LimitsConfig,
+    pub engine: EngineConfig,
+    pub relay: RelayInfoConfig,
+    pub metrics: MetricsConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// Directory of the LMDB store; created if missing.
+    pub path: PathBuf,
+    /// Largest size the store may grow to.
+    pub map_size_mb: u64,
+    /// LMDB reader slots (concurrent read transactions across processes).
+    pub max_readers: u32,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            path: PathBuf::from("./data"),
+            map_size_mb: 16 * 1024,
+            max_readers: 126,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Serve /metrics on the relay's own port.
+    pub on_relay_port: bool,
+    /// Also serve /metrics on this separate address (empty: no).
+    pub listen: String,
+    /// How often store and process gauges are sampled.
+    pub sample_interval_ms: u64,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            on_relay_port: true,
+            listen: String::new(),
+            sample_interval_ms: 1000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// tracing filter directive, e.g. "info" or "sluice_server=debug,info";
+    /// the RUST_LOG environment variable overrides it.
+    pub level: String,
+    /// "text" or "json".
+    pub format: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: "info".into(),
+            format: "text".into(),
+        }
+    }
+}
+
+impl Config {
+    /// Defaults, then `file`, then the environment; validated.
+    pub fn load(file: Option<&Path>) -> anyhow::Result<Config> {
+        let mut fig = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(path) = file {
+            if !path.exists() {
+                bail!("config file {} does not exist", path.display());
+            }
+            fig = fig.merge(Toml::file_exact(path));
+        }
+        fig = fig.merge(Env::prefixed("SLUICE_").split("__"));
+        let cfg: Config = fig.extract().map_err(describe)?;
+        cfg.validate().context("invalid configuration")?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let checks = [
+            self.server.validate(),
+            self.limits.validate(),
+            self.engine.validate(),
+            self.relay.validate(),
+            self.store.validate(),
+            self.metrics.validate(),
+            self.log.validate(),
+        ];
+        for c in checks {
+            if let Err(msg) = c {
+                bail!(msg);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl StoreConfig {
+    fn validate(&self) -> Result<(), String> {
+        if self.path.as_os_str().is_empty() {
+            return Err("store.path must not be empty".into());
+        }
+        if self.map_size_mb < 1 {
+            return Err("store.map_size_mb must be at least 1".into());
+        }
+        if !(1..=32_768).contains(&self.max_readers) {
+            return Err("store.max_readers must be 1-32768".into());
+        }
+        Ok(())
+    }
+}
+
+impl MetricsConfig {
+    fn validate(&self) -> Result<(), String> {
+        if !self.listen.is_empty() && self.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(format!("metrics.listen: {:?} is not an address like 127.0.0.1:9100", self.listen));
+        }
+        if self.sample_interval_ms < 10 {
+            return Err("metrics.sample_interval_ms must be at least 10".into());
+        }
+        Ok(())
+    }
+}
+
+impl LogConfig {
+    fn validate(&self) -> Result<(), String> {
+        if self.format != "text" && self.format != "json" {
+            return Err(format!("log.format must be \"text\" or \"json\", not {:?}", self.format));
+        }
+        tracing_subscriber::EnvFilter::try_new(&self.level)
+            .map(|_| ())
+            .map_err(|e| format!("log.level {:?}: {e}", self.level))
+    }
+}
+
+/// Figment's errors, one line each, naming the key.
+fn describe(err: figment::Error) -> anyhow::Error {
+    let lines: Vec<String> = err
+        .into_iter()
+        .map(|e| {
+            let key = e.path.join(".");
+            let source = e
+                .metadata
+                .as_ref()
+                .and_then(|m| m.source.as_ref())
+                .map(|s| format!(" (from {s})"))
+                .unwrap_or_default();
+            if key.is_empty() {
+                format!("{}{source}", e.kind)
+            } else {
+                format!("key {key}: {}{source}", e.kind)
+            }
+        })
+        .collect();
+    anyhow::anyhow!("invalid configuration: {}", lines.join("; "))
+}

@@ -1,0 +1,116 @@
+//! `sluice serve`: open the store, start the engine, bind, report the bound
+//! address, serve until SIGTERM/SIGINT, then shut down in order: stop
+//! accepting, let sessions answer pending EVENTs, let the writer commit
+//! what it has, sync and close the store.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use sluice_engine::{Engine, Store, StoreOptions};
+use sluice_server::AppState;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::telemetry;
+
+pub fn run(cfg: Config) -> anyhow::Result<()> {
+    telemetry::init_logging(&cfg.log);
+    let metrics = telemetry::init_metrics()?;
+    let store = Store::open(
+        &cfg.store.path,
+        &StoreOptions {
+            map_size_bytes: cfg.store.map_size_mb * 1024 * 1024,
+            max_readers: cfg.store.max_readers,
+        },
+    )
+    .with_context(|| format!("opening the store at {}", cfg.store.path.display()))?;
+    tracing::info!(path = %cfg.store.path.display(), "store open");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("sluice-rt")
+        .build()
+        .context("starting the async runtime")?;
+    let engine = Engine::start(store.clone(), cfg.engine.clone());
+    let result = runtime.block_on(serve(cfg, engine.clone(), metrics));
+    // Sessions are gone: let the writer commit what is queued, then close.
+    engine.shutdown();
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    drop(engine);
+    store.close();
+    tracing::info!("store closed, bye");
+    result
+}
+
+async fn serve(
+    cfg: Config,
+    engine: Arc<Engine>,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+) -> anyhow::Result<()> {
+    let shutdown = CancellationToken::new();
+    let upkeep = metrics.clone();
+    let render: sluice_server::MetricsRenderer = Arc::new(move || upkeep.render());
+    let listener = tokio::net::TcpListener::bind(&cfg.server.listen)
+        .await
+        .with_context(|| format!("binding server.listen {}", cfg.server.listen))?;
+    let addr = listener.local_addr()?;
+    let state = AppState::new(
+        engine.clone(),
+        cfg.server.clone(),
+        cfg.limits.clone(),
+        &cfg.relay,
+        cfg.metrics.on_relay_port.then(|| render.clone()),
+        shutdown.clone(),
+    );
+    engine.spawn_monitor(
+        Duration::from_millis(cfg.metrics.sample_interval_ms),
+        shutdown.clone().cancelled_owned(),
+    );
+    spawn_metrics_upkeep(metrics, shutdown.clone());
+    if !cfg.metrics.listen.is_empty() {
+        spawn_metrics_listener(&cfg.metrics.listen, render, shutdown.clone()).await?;
+    }
+    tokio::spawn(wait_for_signal(shutdown.clone()));
+    tracing::info!("listening on ws://{addr}");
+    sluice_server::serve(listener, state).await.context("serving")?;
+    Ok(())
+}
+
+async fn wait_for_signal(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+    shutdown.cancel();
+}
+
+/// Histograms need periodic upkeep to drain their buffers.
+fn spawn_metrics_upkeep(handle: metrics_exporter_prometheus::PrometheusHandle, stop: CancellationToken) {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = every.tick() => handle.run_upkeep(),
+            }
+        }
+    });
+}
+
+async fn spawn_metrics_listener(
+    addr: &str,
+    render: sluice_server::MetricsRenderer,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding metrics.listen {addr}"))?;
+    tracing::info!("metrics on http://{}/metrics", listener.local_addr()?);
+    tokio::spawn(sluice_server::serve_metrics_only(listener, render, stop));
+    Ok(())
+}
