@@ -237,16 +237,18 @@ impl Pid {
         if let Some(dt) = dt_s
             && dt > 0.0
         {
-            let candidate = (integral + error * dt).clamp(c.integral_min, c.integral_max);
-            // Conditional integration: while the output is pinned at its
-            // maximum and the error still pushes up, integrating further
-            // would only store up delay to be unwound after the overload.
-            let pinned_high = error > 0.0 && p + c.ki * candidate + d > c.output_max;
-            if !pinned_high {
-                integral = candidate;
+            let mut candidate = integral + error * dt;
+            if error > 0.0 && c.ki > 0.0 {
+                // Conditional integration: the integral may grow only up to
+                // the level at which the output reaches its maximum. Past
+                // it, more integral would not change the output now, only
+                // store up delay to be unwound after the overload (windup).
+                let at_max = (c.output_max - p - d) / c.ki;
+                candidate = candidate.min(integral.max(at_max));
             }
+            integral = candidate;
         }
-        // A config reload may have narrowed the clamps.
+        // Also applies clamps a config reload may have narrowed.
         integral = integral.clamp(c.integral_min, c.integral_max);
 
         let i = c.ki * integral;

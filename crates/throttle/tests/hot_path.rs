@@ -1,0 +1,118 @@
+//! The admission hot path allocates nothing: a counting global allocator
+//! (per thread, so parallel tests do not disturb each other) checks the
+//! calls the engine makes per operation. Cost in time is for a benchmark,
+//! not a test; allocation is the part a test can assert exactly.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::time::Duration;
+
+use sluice_throttle::{
+    AdaptiveWindow, Admission, BucketConfig, KeyedBuckets, Mode, Outcome, RefuseReason,
+    TokenBucket, Verdict, WindowConfig, scaled_rate,
+};
+
+struct Counting;
+
+thread_local! {
+    // Const-initialised and without a destructor: safe to touch from
+    // inside the allocator.
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.with(|c| c.set(c.get() + 1));
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.with(|c| c.set(c.get() + 1));
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations_in(f: impl FnOnce()) -> u64 {
+    let before = ALLOCATIONS.with(Cell::get);
+    f();
+    ALLOCATIONS.with(Cell::get) - before
+}
+
+#[test]
+fn admission_check_does_not_allocate() {
+    let published = [
+        Verdict::Allow.to_bits(),
+        Verdict::Delay(Duration::from_millis(30)).to_bits(),
+        Verdict::Refuse {
+            retry_after: Duration::from_secs(1),
+            reason: RefuseReason::OverCap,
+        }
+        .to_bits(),
+    ];
+    let mut admission = Admission::new(10);
+    let mut refused = 0u32;
+    let n = allocations_in(|| {
+        for k in 0..100_000usize {
+            let v = Verdict::from_bits(published[k % 3]);
+            let mode = Mode::from_u8((k % 2) as u8);
+            if admission.check(mode, v).action().is_refuse() {
+                refused += 1;
+            }
+        }
+    });
+    assert_eq!(n, 0);
+    assert!(refused > 0);
+}
+
+#[test]
+fn bucket_checks_do_not_allocate() {
+    let mut bucket = TokenBucket::new(BucketConfig::default(), 0).unwrap();
+    let mut keyed = KeyedBuckets::new(BucketConfig::default(), 1000).unwrap();
+    // Warm up: the keys exist, the map is at its bound.
+    for k in 0..1000u32 {
+        let _ = keyed.check(&k, 0, 1);
+    }
+    let n = allocations_in(|| {
+        for k in 0..100_000u64 {
+            let now = k * 1_000;
+            let _ = bucket.try_take(now, 1);
+            let _ = keyed.check(&((k % 1000) as u32), now, 1);
+            if k % 1000 == 0 {
+                keyed.set_rate(scaled_rate(10.0, (k % 7) as f64 / 7.0, 0.1));
+            }
+        }
+    });
+    assert_eq!(n, 0, "existing keys never allocate");
+    // New keys at a full map reuse the evicted slot in place; the table may
+    // still rehash now and then, so only bound it.
+    let n = allocations_in(|| {
+        for k in 1000..101_000u32 {
+            let _ = keyed.check(&k, 1_000_000_000, 1);
+        }
+    });
+    assert!(n <= 100, "evictions allocated {n} times");
+    assert_eq!(keyed.len(), 1000);
+}
+
+#[test]
+fn window_decisions_do_not_allocate() {
+    let mut window = AdaptiveWindow::new(WindowConfig::default()).unwrap();
+    let n = allocations_in(|| {
+        for _ in 0..100_000 {
+            if window.try_acquire() == sluice_throttle::Acquire::Admit {
+                window.finish(0, Outcome::Success);
+            }
+        }
+    });
+    assert_eq!(n, 0);
+}
