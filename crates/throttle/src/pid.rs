@@ -4,12 +4,16 @@
 //! Invariants:
 //! - The output is always within `[output_min, output_max]` and inside
 //!   `0..=1`; it is a fraction of [`PidConfig::max_delay_ms`], so gains do not
-//!   depend on the delay scale. (The seed expressed outputs in seconds with a
-//!   per-controller cap; normalising keeps its write tuning identical, since
-//!   the write cap there is 1 s.)
-//! - The integral stays within `[integral_min, integral_max]`, and it does not
-//!   grow while the output is saturated high (conditional integration), so a
-//!   long overload leaves no windup to unwind.
+//!   depend on the delay scale. (The seed expressed outputs in seconds. Its
+//!   write tuning means the same here, the write scale being 1 s; its read
+//!   gains act here on fractions of 200 ms, so the read controller is five
+//!   times gentler than the seed's at the same gains.)
+//! - The integral stays within `[integral_min, integral_max]`, and it grows
+//!   only up to the level at which the output reaches `output_max`
+//!   (conditional integration), so a long overload stores up no delay to
+//!   unwind afterwards. It may stay positive for a few seconds after an
+//!   overload; it drains while the process variable is below the setpoint,
+//!   and with no history a process variable below the setpoint gives 0.
 //! - The derivative acts on a low-pass filtered error, and the filter is seeded
 //!   with the first error, so neither noise nor the first sample kicks it.
 //! - No clock inside: `now_ns` comes from the caller's monotonic clock. A time

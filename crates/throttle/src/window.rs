@@ -13,7 +13,7 @@
 //!    position is now beyond `window + margin` (the window shrank while it
 //!    waited), so it would likely time out: refuse it.
 //!    A waiter that gives up calls [`AdaptiveWindow::abandon`].
-//! 3. A query that ran calls [`AdaptiveWindow::finish`] with its outcome.
+//! 3. A query that ran calls [`AdaptiveWindow::release`] with its outcome.
 //!
 //! Invariants: `in_flight <= slots`; `queued <= max_window` (a REQ only
 //! queues at a position within the window); `min_window <= window <=
@@ -104,7 +104,7 @@ pub enum Acquire {
     /// A slot is free and nobody is waiting: run now (0 is its position).
     Admit,
     /// Wait for a slot; `position` (1-based, at enqueue time) must be passed
-    /// to [`AdaptiveWindow::start_queued`] and [`AdaptiveWindow::finish`] or
+    /// to [`AdaptiveWindow::start_queued`] and [`AdaptiveWindow::release`] or
     /// [`AdaptiveWindow::abandon`].
     Queue {
         /// Place in the queue when it joined: 1 is next.
@@ -193,7 +193,7 @@ impl AdaptiveWindow {
     /// flight). `false`: it is stale (position beyond `window + margin`),
     /// has left the queue, and must be refused.
     ///
-    /// Call only when a slot is free (after a [`AdaptiveWindow::finish`] or
+    /// Call only when a slot is free (after a [`AdaptiveWindow::release`] or
     /// a refused start freed it).
     pub fn start_queued(&mut self, position: u32) -> bool {
         debug_assert!(self.queued > 0, "start_queued with an empty queue");
@@ -220,8 +220,8 @@ impl AdaptiveWindow {
 
     /// A running query ended. `position` is 0 for one admitted directly,
     /// else its queue position.
-    pub fn finish(&mut self, position: u32, outcome: Outcome) {
-        debug_assert!(self.in_flight > 0, "finish with nothing in flight");
+    pub fn release(&mut self, position: u32, outcome: Outcome) {
+        debug_assert!(self.in_flight > 0, "release with nothing in flight");
         self.in_flight = self.in_flight.saturating_sub(1);
         match outcome {
             Outcome::Success => {
@@ -321,7 +321,7 @@ mod tests {
         let mut w = window(1, 1, 10, 5);
         assert_eq!(w.try_acquire(), Acquire::Admit);
         assert_eq!(w.try_acquire(), Acquire::Queue { position: 1 });
-        w.finish(0, Outcome::Success);
+        w.release(0, Outcome::Success);
         // A slot is free but someone waits: the newcomer queues.
         assert_eq!(w.try_acquire(), Acquire::Queue { position: 2 });
         assert!(w.start_queued(1));
@@ -349,7 +349,7 @@ mod tests {
     fn shrink_stops_at_min_and_direct_timeouts_go_to_min() {
         let mut w = window(1, 4, 100, 50);
         w.try_acquire();
-        w.finish(0, Outcome::Timeout);
+        w.release(0, Outcome::Timeout);
         assert_eq!(w.window(), 4);
         let mut w = window(1, 4, 100, 50);
         w.try_acquire();
@@ -367,12 +367,12 @@ mod tests {
         }
         w.abandon(12, Outcome::Timeout); // window 10
         assert_eq!(w.window(), 10);
-        w.finish(0, Outcome::Success);
+        w.release(0, Outcome::Success);
         assert!(w.start_queued(1));
-        w.finish(1, Outcome::Success);
+        w.release(1, Outcome::Success);
         // Position 12 is within window + margin (10 + 2).
         assert!(w.start_queued(12));
-        w.finish(12, Outcome::Success);
+        w.release(12, Outcome::Success);
         // Three successes in a row grew the window to 11: 14 > 11 + 2.
         assert_eq!(w.window(), 11);
         assert!(!w.start_queued(14), "beyond window + margin");
@@ -385,25 +385,25 @@ mod tests {
         let mut w = window(1, 1, 5, 2);
         for _ in 0..100 {
             assert_eq!(w.try_acquire(), Acquire::Admit);
-            w.finish(0, Outcome::Success);
+            w.release(0, Outcome::Success);
         }
         assert_eq!(w.window(), 5);
         // A timeout resets the run of successes.
         let mut w = window(1, 1, 5, 2);
         for _ in 0..2 {
             w.try_acquire();
-            w.finish(0, Outcome::Success);
+            w.release(0, Outcome::Success);
         }
         w.try_acquire();
-        w.finish(5, Outcome::Timeout);
+        w.release(5, Outcome::Timeout);
         assert_eq!(w.window(), 2);
         for _ in 0..2 {
             w.try_acquire();
-            w.finish(0, Outcome::Success);
+            w.release(0, Outcome::Success);
         }
         assert_eq!(w.window(), 2, "run restarted");
         w.try_acquire();
-        w.finish(0, Outcome::Success);
+        w.release(0, Outcome::Success);
         assert_eq!(w.window(), 3);
     }
 
@@ -413,7 +413,7 @@ mod tests {
         w.try_acquire();
         w.try_acquire();
         w.abandon(1, Outcome::Cancelled);
-        w.finish(0, Outcome::Cancelled);
+        w.release(0, Outcome::Cancelled);
         assert_eq!((w.window(), w.in_flight(), w.queued()), (5, 0, 0));
     }
 
@@ -426,7 +426,7 @@ mod tests {
             }
             assert!(w.queued() <= 16 && w.in_flight() <= 3);
             // One slot frees and the head of the queue starts.
-            w.finish(
+            w.release(
                 0,
                 if round % 7 == 0 {
                     Outcome::Timeout

@@ -110,7 +110,7 @@ fn window_decisions_do_not_allocate() {
     let n = allocations_in(|| {
         for _ in 0..100_000 {
             if window.try_acquire() == sluice_throttle::Acquire::Admit {
-                window.finish(0, Outcome::Success);
+                window.release(0, Outcome::Success);
             }
         }
     });
