@@ -15,9 +15,9 @@
 //! that made the event durable.
 
 mod config;
+pub mod metrics_names;
 mod monitor;
 pub mod process;
-pub mod metrics_names;
 mod writer;
 
 use std::sync::Arc;
@@ -95,14 +95,20 @@ impl Engine {
 
     /// Queues an event, blocking the calling (non-async) thread while the
     /// queue is full. For the import pipeline.
-    pub fn submit_blocking(&self, event: Arc<Event>) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
+    pub fn submit_blocking(
+        &self,
+        event: Arc<Event>,
+    ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
         self.writer.submit(event, true)
     }
 
     /// Delivers an ephemeral event to live subscriptions; never stored.
     pub fn publish_ephemeral(&self, event: Arc<Event>) {
         // No receivers is not an error: nobody is listening.
-        let _ = self.live.send(Arc::new(LiveEvent { serial: None, event }));
+        let _ = self.live.send(Arc::new(LiveEvent {
+            serial: None,
+            event,
+        }));
         metrics::counter!(metrics_names::LIVE_PUBLISHED_TOTAL).increment(1);
     }
 
@@ -124,7 +130,12 @@ impl Engine {
     /// Runs a query on the blocking pool. Each filter's limit must already
     /// be set (the caller applies default and max limits).
     pub async fn query(&self, filters: Vec<Filter>) -> Result<QueryOutput, QueryError> {
-        let _permit = self.queries.clone().acquire_owned().await.map_err(|_| QueryError::Closed)?;
+        let _permit = self
+            .queries
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| QueryError::Closed)?;
         let store = self.store.clone();
         let opts = QueryOptions {
             now: unix_now(),
@@ -144,16 +155,22 @@ impl Engine {
 
     /// NIP-45 count on the blocking pool.
     pub async fn count(&self, filters: Vec<Filter>) -> Result<u64, QueryError> {
-        let _permit = self.queries.clone().acquire_owned().await.map_err(|_| QueryError::Closed)?;
+        let _permit = self
+            .queries
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| QueryError::Closed)?;
         let store = self.store.clone();
         let opts = QueryOptions {
             now: unix_now(),
             max_scan_rows: self.cfg.max_count_rows,
         };
         let started = Instant::now();
-        let (n, rows, truncated) = tokio::task::spawn_blocking(move || store.count(&filters, &opts))
-            .await
-            .map_err(|_| QueryError::Closed)??;
+        let (n, rows, truncated) =
+            tokio::task::spawn_blocking(move || store.count(&filters, &opts))
+                .await
+                .map_err(|_| QueryError::Closed)??;
         metrics::histogram!(metrics_names::QUERY_SECONDS).record(started.elapsed().as_secs_f64());
         metrics::counter!(metrics_names::QUERY_ROWS_SCANNED_TOTAL).increment(rows);
         if truncated {

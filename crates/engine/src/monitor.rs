@@ -47,7 +47,10 @@ impl Engine {
                 }
                 // Stats open a read transaction: keep LMDB off the runtime.
                 let e = engine.clone();
-                if tokio::task::spawn_blocking(move || e.sample()).await.is_err() {
+                if tokio::task::spawn_blocking(move || e.sample())
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }

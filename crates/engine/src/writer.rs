@@ -245,7 +245,8 @@ impl Writer {
                 let err = match &e {
                     StoreError::MapFull { .. } => {
                         tracing::error!(error = %e, events = batch.len(), "STORE IS FULL: writes are refused until store.map_size_mb is raised");
-                        metrics::counter!(m::WRITER_ERRORS_TOTAL, "reason" => "map_full").increment(1);
+                        metrics::counter!(m::WRITER_ERRORS_TOTAL, "reason" => "map_full")
+                            .increment(1);
                         WriteError::StoreFull
                     }
                     other => {

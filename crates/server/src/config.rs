@@ -128,7 +128,10 @@ impl ServerConfig {
         for (key, v) in [
             ("server.max_connections", self.max_connections),
             ("server.max_pending_writes", self.max_pending_writes),
-            ("server.max_buffered_live_events", self.max_buffered_live_events),
+            (
+                "server.max_buffered_live_events",
+                self.max_buffered_live_events,
+            ),
             ("server.max_write_buffer_bytes", self.max_write_buffer_bytes),
         ] {
             if v == 0 {

@@ -97,7 +97,10 @@ pub async fn serve(listener: tokio::net::TcpListener, state: Arc<AppState>) -> s
         .await?;
     state.sessions.close();
     let grace = Duration::from_millis(state.server.shutdown_grace_ms);
-    if tokio::time::timeout(grace, state.sessions.wait()).await.is_err() {
+    if tokio::time::timeout(grace, state.sessions.wait())
+        .await
+        .is_err()
+    {
         tracing::warn!(
             sessions = state.sessions.len(),
             "sessions still open after the shutdown grace period"
@@ -114,14 +117,19 @@ async fn root(
 ) -> Response {
     if let Ok(ws) = ws {
         let Ok(permit) = st.connections.clone().try_acquire_owned() else {
-            metrics::counter!(m::CONNECTIONS_REFUSED_TOTAL, "reason" => "max_connections").increment(1);
+            metrics::counter!(m::CONNECTIONS_REFUSED_TOTAL, "reason" => "max_connections")
+                .increment(1);
             return (StatusCode::SERVICE_UNAVAILABLE, "too many connections\n").into_response();
         };
         let hard_max = st.limits.max_message_bytes.saturating_mul(2);
         return ws
             .read_buffer_size(st.server.read_buffer_bytes)
             .write_buffer_size(st.server.write_buffer_bytes)
-            .max_write_buffer_size(st.server.max_write_buffer_bytes.max(st.server.write_buffer_bytes + 1))
+            .max_write_buffer_size(
+                st.server
+                    .max_write_buffer_bytes
+                    .max(st.server.write_buffer_bytes + 1),
+            )
             .max_message_size(hard_max)
             .max_frame_size(hard_max)
             .on_upgrade(move |socket| {
@@ -158,8 +166,14 @@ async fn preflight(method: Method) -> Response {
 }
 
 fn add_cors(h: &mut HeaderMap) {
-    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
-    h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static("*"));
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static("*"),
+    );
     h.insert(
         header::ACCESS_CONTROL_ALLOW_METHODS,
         HeaderValue::from_static("GET, OPTIONS"),

@@ -19,12 +19,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, close_code};
-use futures_util::stream::{FuturesUnordered, SplitSink, StreamExt};
 use futures_util::SinkExt;
+use futures_util::stream::{FuturesUnordered, SplitSink, StreamExt};
+use sluice_engine::QueryOutput;
 use sluice_engine::{LiveEvent, QueryError, SubmitError, WriteError, WriteResult, unix_now};
 use sluice_proto::message::sniff_id;
 use sluice_proto::{ClientMessage, Event, Filter, KindClass, MessageError, Reason, RelayMessage};
-use sluice_engine::QueryOutput;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::broadcast::error::RecvError;
 
@@ -93,7 +93,12 @@ struct Session {
     counts_in_flight: usize,
 }
 
-pub(crate) async fn run(socket: WebSocket, st: Arc<AppState>, peer: SocketAddr, _permit: OwnedSemaphorePermit) {
+pub(crate) async fn run(
+    socket: WebSocket,
+    st: Arc<AppState>,
+    peer: SocketAddr,
+    _permit: OwnedSemaphorePermit,
+) {
     metrics::gauge!(m::CONNECTIONS_OPEN).increment(1.0);
     metrics::counter!(m::CONNECTIONS_OPENED_TOTAL).increment(1);
     tracing::debug!(%peer, "connection opened");
@@ -174,8 +179,12 @@ impl Session {
         metrics::counter!(m::MESSAGES_RECEIVED_TOTAL, "type" => msg.type_label()).increment(1);
         match msg {
             ClientMessage::Event(ev) => self.on_event(out, ev).await,
-            ClientMessage::Req { sub_id, filters } => self.on_req(out, sub_id, filters, false).await,
-            ClientMessage::Count { sub_id, filters } => self.on_req(out, sub_id, filters, true).await,
+            ClientMessage::Req { sub_id, filters } => {
+                self.on_req(out, sub_id, filters, false).await
+            }
+            ClientMessage::Count { sub_id, filters } => {
+                self.on_req(out, sub_id, filters, true).await
+            }
             ClientMessage::Close { sub_id } => {
                 if self.subs.remove(&sub_id).is_some() {
                     metrics::gauge!(m::SUBSCRIPTIONS_OPEN).decrement(1.0);
@@ -188,41 +197,69 @@ impl Session {
     async fn on_bad_message(&mut self, out: &mut Out, e: MessageError) -> Result<(), CloseReason> {
         metrics::counter!(m::MESSAGES_RECEIVED_TOTAL, "type" => "invalid").increment(1);
         match e {
-            MessageError::BadEvent { id: Some(id), error } => {
-                self.refuse_event(out, &id, Reason::Invalid, &error.to_string()).await
+            MessageError::BadEvent {
+                id: Some(id),
+                error,
+            } => {
+                self.refuse_event(out, &id, Reason::Invalid, &error.to_string())
+                    .await
             }
             MessageError::BadFilter { sub_id, error } => {
                 if self.subs.remove(&sub_id).is_some() {
                     metrics::gauge!(m::SUBSCRIPTIONS_OPEN).decrement(1.0);
                 }
-                self.refuse_req(out, &sub_id, Reason::Invalid, &error.to_string()).await
-            }
-            MessageError::UnknownType(t) => {
-                out.notice(&Reason::Unsupported.message(&format!("message type {t:?} is not supported")))
+                self.refuse_req(out, &sub_id, Reason::Invalid, &error.to_string())
                     .await
             }
-            other => out.notice(&Reason::Invalid.message(&other.to_string())).await,
+            MessageError::UnknownType(t) => {
+                out.notice(
+                    &Reason::Unsupported.message(&format!("message type {t:?} is not supported")),
+                )
+                .await
+            }
+            other => {
+                out.notice(&Reason::Invalid.message(&other.to_string()))
+                    .await
+            }
         }
     }
 
-    async fn refuse_event(&mut self, out: &mut Out, id: &[u8; 32], reason: Reason, detail: &str) -> Result<(), CloseReason> {
+    async fn refuse_event(
+        &mut self,
+        out: &mut Out,
+        id: &[u8; 32],
+        reason: Reason,
+        detail: &str,
+    ) -> Result<(), CloseReason> {
         metrics::counter!(m::EVENTS_REFUSED_TOTAL, "reason" => reason.as_str()).increment(1);
-        out.send(RelayMessage::ok(id, false, &reason.message(detail))).await
+        out.send(RelayMessage::ok(id, false, &reason.message(detail)))
+            .await
     }
 
-    async fn refuse_req(&mut self, out: &mut Out, sub_id: &str, reason: Reason, detail: &str) -> Result<(), CloseReason> {
+    async fn refuse_req(
+        &mut self,
+        out: &mut Out,
+        sub_id: &str,
+        reason: Reason,
+        detail: &str,
+    ) -> Result<(), CloseReason> {
         metrics::counter!(m::REQS_REFUSED_TOTAL, "reason" => reason.as_str()).increment(1);
-        out.send(RelayMessage::closed(sub_id, &reason.message(detail))).await
+        out.send(RelayMessage::closed(sub_id, &reason.message(detail)))
+            .await
     }
 
     async fn on_event(&mut self, out: &mut Out, ev: Box<Event>) -> Result<(), CloseReason> {
         let class = KindClass::of(ev.kind);
         metrics::counter!(m::EVENTS_RECEIVED_TOTAL, "kind_class" => class.as_str()).increment(1);
         if let Err(e) = ev.check_limits(&self.st.event_limits, unix_now()) {
-            return self.refuse_event(out, &ev.id, Reason::Invalid, &e.to_string()).await;
+            return self
+                .refuse_event(out, &ev.id, Reason::Invalid, &e.to_string())
+                .await;
         }
         if let Err(e) = ev.verify() {
-            return self.refuse_event(out, &ev.id, Reason::Invalid, &e.to_string()).await;
+            return self
+                .refuse_event(out, &ev.id, Reason::Invalid, &e.to_string())
+                .await;
         }
         let id = ev.id;
         let ev = Arc::new(*ev);
@@ -244,11 +281,17 @@ impl Session {
                 Ok(())
             }
             Err(SubmitError::QueueFull) => {
-                self.refuse_event(out, &id, Reason::RateLimited, "relay is busy, retry in a few seconds")
-                    .await
+                self.refuse_event(
+                    out,
+                    &id,
+                    Reason::RateLimited,
+                    "relay is busy, retry in a few seconds",
+                )
+                .await
             }
             Err(SubmitError::Closed) => {
-                self.refuse_event(out, &id, Reason::Error, "relay is shutting down").await
+                self.refuse_event(out, &id, Reason::Error, "relay is shutting down")
+                    .await
             }
         }
     }
@@ -259,11 +302,23 @@ impl Session {
         let (accepted, reason, detail) = match &done.result {
             Some(Ok(W::Stored { .. } | W::Ephemeral)) => (true, None, ""),
             Some(Ok(W::Duplicate)) => (true, Some(Reason::Duplicate), "already have this event"),
-            Some(Ok(W::Superseded)) => (false, Some(Reason::Duplicate), "have a newer version of this event"),
-            Some(Ok(W::Deleted)) => (false, Some(Reason::Blocked), "this event was deleted by its author"),
+            Some(Ok(W::Superseded)) => (
+                false,
+                Some(Reason::Duplicate),
+                "have a newer version of this event",
+            ),
+            Some(Ok(W::Deleted)) => (
+                false,
+                Some(Reason::Blocked),
+                "this event was deleted by its author",
+            ),
             Some(Ok(W::Expired)) => (false, Some(Reason::Invalid), "event has expired"),
-            Some(Err(WriteError::StoreFull)) => (false, Some(Reason::Error), "relay storage is full"),
-            Some(Err(WriteError::Store(_))) => (false, Some(Reason::Error), "could not store the event"),
+            Some(Err(WriteError::StoreFull)) => {
+                (false, Some(Reason::Error), "relay storage is full")
+            }
+            Some(Err(WriteError::Store(_))) => {
+                (false, Some(Reason::Error), "could not store the event")
+            }
             None => (false, Some(Reason::Error), "relay is shutting down"),
         };
         if accepted {
@@ -276,26 +331,56 @@ impl Session {
             metrics::counter!(m::EVENTS_REFUSED_TOTAL, "reason" => r.as_str()).increment(1);
         }
         let message = reason.map(|r| r.message(detail)).unwrap_or_default();
-        out.send(RelayMessage::ok(&done.id, accepted, &message)).await
+        out.send(RelayMessage::ok(&done.id, accepted, &message))
+            .await
     }
 
-    async fn on_req(&mut self, out: &mut Out, sub_id: String, mut filters: Vec<Filter>, count: bool) -> Result<(), CloseReason> {
+    async fn on_req(
+        &mut self,
+        out: &mut Out,
+        sub_id: String,
+        mut filters: Vec<Filter>,
+        count: bool,
+    ) -> Result<(), CloseReason> {
         let lim = &self.st.limits;
         if sub_id.chars().count() > lim.max_subid_length {
-            let detail = format!("subscription id longer than {} characters", lim.max_subid_length);
-            return self.refuse_req(out, &sub_id, Reason::Invalid, &detail).await;
+            let detail = format!(
+                "subscription id longer than {} characters",
+                lim.max_subid_length
+            );
+            return self
+                .refuse_req(out, &sub_id, Reason::Invalid, &detail)
+                .await;
         }
         if filters.is_empty() {
-            return self.refuse_req(out, &sub_id, Reason::Invalid, "at least one filter is required").await;
+            return self
+                .refuse_req(
+                    out,
+                    &sub_id,
+                    Reason::Invalid,
+                    "at least one filter is required",
+                )
+                .await;
         }
         if filters.len() > lim.max_filters {
-            let detail = format!("too many filters ({}, max {})", filters.len(), lim.max_filters);
-            return self.refuse_req(out, &sub_id, Reason::Invalid, &detail).await;
+            let detail = format!(
+                "too many filters ({}, max {})",
+                filters.len(),
+                lim.max_filters
+            );
+            return self
+                .refuse_req(out, &sub_id, Reason::Invalid, &detail)
+                .await;
         }
         let replacing = !count && self.subs.contains_key(&sub_id);
         if !replacing && self.subs.len() + self.counts_in_flight >= lim.max_subscriptions {
-            let detail = format!("too many open subscriptions (max {})", lim.max_subscriptions);
-            return self.refuse_req(out, &sub_id, Reason::RateLimited, &detail).await;
+            let detail = format!(
+                "too many open subscriptions (max {})",
+                lim.max_subscriptions
+            );
+            return self
+                .refuse_req(out, &sub_id, Reason::RateLimited, &detail)
+                .await;
         }
         let engine = self.st.engine.clone();
         self.next_generation += 1;
@@ -345,14 +430,19 @@ impl Session {
                     Ok(n) => out.send(RelayMessage::count(&sub_id, n)).await,
                     Err(e) => {
                         tracing::warn!(error = %e, "count failed");
-                        self.refuse_req(out, &sub_id, Reason::Error, "could not count events").await
+                        self.refuse_req(out, &sub_id, Reason::Error, "could not count events")
+                            .await
                     }
                 };
             }
             QueryResult::Events(r) => r,
         };
         // A REQ replaced or closed while its query ran: drop the result.
-        if self.subs.get(&sub_id).is_none_or(|s| s.generation != generation) {
+        if self
+            .subs
+            .get(&sub_id)
+            .is_none_or(|s| s.generation != generation)
+        {
             return Ok(());
         }
         let output = match output {
@@ -361,7 +451,9 @@ impl Session {
                 tracing::warn!(error = %e, "query failed");
                 self.subs.remove(&sub_id);
                 metrics::gauge!(m::SUBSCRIPTIONS_OPEN).decrement(1.0);
-                return self.refuse_req(out, &sub_id, Reason::Error, "could not run the query").await;
+                return self
+                    .refuse_req(out, &sub_id, Reason::Error, "could not run the query")
+                    .await;
             }
         };
         for raw in &output.events {
@@ -376,7 +468,8 @@ impl Session {
         // Events committed after the query's snapshot were not in it.
         for ev in held {
             if ev.serial.is_none_or(|s| s >= output.snapshot_serial) {
-                out.send(RelayMessage::event(&sub_id, ev.event.raw())).await?;
+                out.send(RelayMessage::event(&sub_id, ev.event.raw()))
+                    .await?;
                 metrics::counter!(m::LIVE_DELIVERIES_TOTAL).increment(1);
             }
         }
@@ -397,7 +490,8 @@ impl Session {
                 Some(held) if held.len() >= max_held => overflowed.push(sub_id.clone()),
                 Some(held) => held.push(ev.clone()),
                 None => {
-                    out.send(RelayMessage::event(sub_id, ev.event.raw())).await?;
+                    out.send(RelayMessage::event(sub_id, ev.event.raw()))
+                        .await?;
                     metrics::counter!(m::LIVE_DELIVERIES_TOTAL).increment(1);
                 }
             }
@@ -405,8 +499,13 @@ impl Session {
         for sub_id in overflowed {
             self.subs.remove(&sub_id);
             metrics::gauge!(m::SUBSCRIPTIONS_OPEN).decrement(1.0);
-            self.refuse_req(out, &sub_id, Reason::RateLimited, "too many live events while the query ran; subscribe again")
-                .await?;
+            self.refuse_req(
+                out,
+                &sub_id,
+                Reason::RateLimited,
+                "too many live events while the query ran; subscribe again",
+            )
+            .await?;
         }
         Ok(())
     }

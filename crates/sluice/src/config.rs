@@ -137,7 +137,10 @@ impl StoreConfig {
 impl MetricsConfig {
     fn validate(&self) -> Result<(), String> {
         if !self.listen.is_empty() && self.listen.parse::<std::net::SocketAddr>().is_err() {
-            return Err(format!("metrics.listen: {:?} is not an address like 127.0.0.1:9100", self.listen));
+            return Err(format!(
+                "metrics.listen: {:?} is not an address like 127.0.0.1:9100",
+                self.listen
+            ));
         }
         if self.sample_interval_ms < 10 {
             return Err("metrics.sample_interval_ms must be at least 10".into());
@@ -149,7 +152,10 @@ impl MetricsConfig {
 impl LogConfig {
     fn validate(&self) -> Result<(), String> {
         if self.format != "text" && self.format != "json" {
-            return Err(format!("log.format must be \"text\" or \"json\", not {:?}", self.format));
+            return Err(format!(
+                "log.format must be \"text\" or \"json\", not {:?}",
+                self.format
+            ));
         }
         tracing_subscriber::EnvFilter::try_new(&self.level)
             .map(|_| ())

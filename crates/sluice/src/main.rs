@@ -13,7 +13,11 @@ use clap::{Parser, Subcommand};
 use crate::config::Config;
 
 #[derive(Parser)]
-#[command(name = "sluice", version, about = "A Nostr relay with adaptive throttling")]
+#[command(
+    name = "sluice",
+    version,
+    about = "A Nostr relay with adaptive throttling"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -95,7 +99,10 @@ fn toml_value(v: &figment::value::Value) -> String {
             .or_else(|| n.to_i128().map(|x| x.to_string()))
             .or_else(|| n.to_f64().map(|x| x.to_string()))
             .unwrap_or_default(),
-        Value::Array(_, a) => format!("[{}]", a.iter().map(toml_value).collect::<Vec<_>>().join(", ")),
+        Value::Array(_, a) => format!(
+            "[{}]",
+            a.iter().map(toml_value).collect::<Vec<_>>().join(", ")
+        ),
         other => format!("{other:?}"),
     }
 }

@@ -72,13 +72,18 @@ async fn serve(
     }
     tokio::spawn(wait_for_signal(shutdown.clone()));
     tracing::info!("listening on ws://{addr}");
-    sluice_server::serve(listener, state).await.context("serving")?;
+    sluice_server::serve(listener, state)
+        .await
+        .context("serving")?;
     Ok(())
 }
 
 async fn wait_for_signal(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         tracing::error!("cannot install signal handlers");
         return;
     };
@@ -90,7 +95,10 @@ async fn wait_for_signal(shutdown: CancellationToken) {
 }
 
 /// Histograms need periodic upkeep to drain their buffers.
-fn spawn_metrics_upkeep(handle: metrics_exporter_prometheus::PrometheusHandle, stop: CancellationToken) {
+fn spawn_metrics_upkeep(
+    handle: metrics_exporter_prometheus::PrometheusHandle,
+    stop: CancellationToken,
+) {
     tokio::spawn(async move {
         let mut every = tokio::time::interval(Duration::from_secs(5));
         loop {

@@ -1,0 +1,344 @@
+//! Test support: start the real `sluice` binary on port 0 with a temporary
+//! store, learn its address from the `listening on ws://` log line, and
+//! talk to it over a real WebSocket.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use sluice_proto::Event;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+/// How long any single expected answer may take before the test fails.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(20);
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+
+/// A running relay process; killed on drop.
+pub struct Relay {
+    child: Option<Child>,
+    pub addr: String,
+    pub dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Relay {
+    pub fn start() -> Relay {
+        Relay::start_with(&[])
+    }
+
+    /// Starts with extra `SLUICE_...` environment variables.
+    pub fn start_with(env: &[(&str, &str)]) -> Relay {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("store");
+        let mut r = Relay::start_in(&dir, env);
+        r._tmp = Some(tmp);
+        r
+    }
+
+    /// Starts on an existing store directory (for restart tests).
+    pub fn start_in(dir: &Path, env: &[(&str, &str)]) -> Relay {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve")
+            .env_clear()
+            .env("SLUICE_SERVER__LISTEN", "127.0.0.1:0")
+            .env("SLUICE_STORE__PATH", dir)
+            .env("SLUICE_STORE__MAP_SIZE_MB", "512")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn sluice");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = mpsc::channel();
+        let log2 = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(i) = line.find("listening on ws://") {
+                    let addr = line[i + "listening on ws://".len()..].trim().to_string();
+                    let _ = tx.send(addr);
+                }
+                log2.lock().unwrap().push(line);
+            }
+        });
+        let addr = match rx.recv_timeout(ANSWER_TIMEOUT) {
+            Ok(a) => a,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "relay did not report its address; log:\n{}",
+                    log.lock().unwrap().join("\n")
+                );
+            }
+        };
+        Relay {
+            child: Some(child),
+            addr,
+            dir: dir.to_path_buf(),
+            _tmp: None,
+            log,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("ws://{}", self.addr)
+    }
+
+    pub fn http(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::connect(&self.url()).await
+    }
+
+    /// Sends SIGTERM and waits for the process to exit.
+    pub fn stop(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("relay running");
+        signal(&child, "TERM");
+        wait_exit(&mut child)
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+pub fn signal(child: &Child, sig: &str) {
+    let ok = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(child.id().to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{sig} failed");
+}
+
+pub fn wait_exit(child: &mut Child) -> ExitStatus {
+    for _ in 0..400 {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    panic!("relay did not exit within 20 s");
+}
+
+/// A WebSocket client speaking NIP-01.
+pub struct Client {
+    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+}
+
+impl Client {
+    pub async fn connect(url: &str) -> Client {
+        let (ws, _) = tokio_tungstenite::connect_async(url)
+            .await
+            .expect("connect");
+        Client { ws }
+    }
+
+    pub async fn send_text(&mut self, text: &str) {
+        self.ws
+            .send(Message::Text(text.into()))
+            .await
+            .expect("send");
+    }
+
+    pub async fn send(&mut self, v: Value) {
+        self.send_text(&v.to_string()).await;
+    }
+
+    /// Next text message as JSON; panics after [`ANSWER_TIMEOUT`].
+    pub async fn recv(&mut self) -> Value {
+        self.try_recv(ANSWER_TIMEOUT)
+            .await
+            .expect("no message from relay in time")
+    }
+
+    /// Next text message, or `None` if none comes within `wait` (or the
+    /// connection closed).
+    pub async fn try_recv(&mut self, wait: Duration) -> Option<Value> {
+        loop {
+            let msg = tokio::time::timeout(wait, self.ws.next()).await.ok()??;
+            match msg {
+                Ok(Message::Text(t)) => {
+                    return Some(serde_json::from_str(&t).expect("relay sent JSON"));
+                }
+                Ok(Message::Close(_)) | Err(_) => return None,
+                Ok(_) => continue,
+            }
+        }
+    }
+
+    /// Raw text of the next message (to check byte-identical events).
+    pub async fn recv_text(&mut self) -> String {
+        loop {
+            let msg = tokio::time::timeout(ANSWER_TIMEOUT, self.ws.next())
+                .await
+                .expect("no message in time")
+                .expect("connection closed")
+                .expect("ws error");
+            if let Message::Text(t) = msg {
+                return t.to_string();
+            }
+        }
+    }
+
+    /// Publishes and returns the OK's (accepted, message).
+    pub async fn publish(&mut self, ev: &Event) -> (bool, String) {
+        self.send_text(&format!("[\"EVENT\",{}]", ev.raw())).await;
+        self.expect_ok(&ev.id_hex()).await
+    }
+
+    pub async fn expect_ok(&mut self, id: &str) -> (bool, String) {
+        loop {
+            let m = self.recv().await;
+            if m[0] == "OK" && m[1] == id {
+                return (m[2].as_bool().unwrap(), m[3].as_str().unwrap().to_string());
+            }
+        }
+    }
+
+    /// Sends a REQ and collects the stored events (raw JSON text of each
+    /// event object) until EOSE. Panics on CLOSED.
+    pub async fn req(&mut self, sub: &str, filters: &[Value]) -> Vec<String> {
+        let mut msg = vec![json!("REQ"), json!(sub)];
+        msg.extend(filters.iter().cloned());
+        self.send(Value::Array(msg)).await;
+        self.collect_until_eose(sub).await
+    }
+
+    pub async fn collect_until_eose(&mut self, sub: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        loop {
+            let text = self.recv_text().await;
+            let v: Value = serde_json::from_str(&text).unwrap();
+            match v[0].as_str().unwrap() {
+                "EVENT" if v[1] == sub => out.push(event_object_text(&text)),
+                "EOSE" if v[1] == sub => return out,
+                "CLOSED" if v[1] == sub => panic!("subscription closed: {v}"),
+                _ => {}
+            }
+        }
+    }
+
+    /// Ids of the events of a REQ, in order.
+    pub async fn req_ids(&mut self, sub: &str, filters: &[Value]) -> Vec<String> {
+        self.req(sub, filters)
+            .await
+            .iter()
+            .map(|raw| Event::parse(raw).unwrap().id_hex())
+            .collect()
+    }
+
+    /// Waits for the next message that is not an OK, EVENT or EOSE of
+    /// some other subscription... the next message of kind `what`.
+    pub async fn expect(&mut self, what: &str) -> Value {
+        loop {
+            let m = self.recv().await;
+            if m[0] == what {
+                return m;
+            }
+        }
+    }
+
+    pub async fn close(mut self) {
+        let _ = self.ws.close(None).await;
+    }
+}
+
+/// The event object inside `["EVENT","sub",{...}]`, as sent.
+pub fn event_object_text(msg: &str) -> String {
+    let start = msg.find('{').expect("event object");
+    msg[start..msg.len() - 1].to_string()
+}
+
+/// A deterministic secret key per test actor.
+pub fn key(n: u8) -> [u8; 32] {
+    let mut k = [n; 32];
+    k[0] = 1;
+    k
+}
+
+pub fn pubkey_hex(n: u8) -> String {
+    sluice_proto::hex32::encode(&sluice_proto::event::public_key_of(&key(n)))
+}
+
+pub fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// A signed event from actor `n`.
+pub fn ev(n: u8, created_at: u64, kind: u16, tags: &[&[&str]], content: &str) -> Event {
+    let tags = tags
+        .iter()
+        .map(|t| t.iter().map(|s| s.to_string()).collect())
+        .collect();
+    Event::sign(&key(n), created_at, kind, tags, content)
+}
+
+/// Plain HTTP GET over a TCP socket; returns (status, headers, body).
+pub async fn http_get(addr: &str, path: &str, accept: Option<&str>) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let accept = accept
+        .map(|a| format!("Accept: {a}\r\n"))
+        .unwrap_or_default();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    tokio::time::timeout(ANSWER_TIMEOUT, s.read_to_end(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, head.to_string(), decode_chunked(head, body))
+}
+
+fn decode_chunked(head: &str, body: &str) -> String {
+    if !head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return body.to_string();
+    }
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&after[..n]);
+        rest = &after[n + 2..];
+    }
+    out
+}
