@@ -12,12 +12,24 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         ("proto", &[][..]),
         ("store", &["sluice-proto"][..]),
         ("throttle", &[][..]),
-        ("engine", &["sluice-proto", "sluice-store", "sluice-throttle"][..]),
-        ("server", &["sluice-proto", "sluice-engine", "sluice-throttle"][..]),
+        (
+            "engine",
+            &["sluice-proto", "sluice-store", "sluice-throttle"][..],
+        ),
+        (
+            "server",
+            &["sluice-proto", "sluice-engine", "sluice-throttle"][..],
+        ),
         ("bench", &["sluice-proto"][..]),
         (
             "sluice",
-            &["sluice-proto", "sluice-store", "sluice-throttle", "sluice-engine", "sluice-server"][..],
+            &[
+                "sluice-proto",
+                "sluice-store",
+                "sluice-throttle",
+                "sluice-engine",
+                "sluice-server",
+            ][..],
         ),
     ])
 }
@@ -44,13 +56,18 @@ fn crates_depend_only_in_the_allowed_direction() {
     for entry in std::fs::read_dir(&crates).unwrap() {
         let dir = entry.unwrap().path();
         let name = dir.file_name().unwrap().to_str().unwrap().to_string();
-        let Ok(manifest) = std::fs::read_to_string(dir.join("Cargo.toml")) else { continue };
+        let Ok(manifest) = std::fs::read_to_string(dir.join("Cargo.toml")) else {
+            continue;
+        };
         let allowed = allowed();
         let ok = allowed
             .get(name.as_str())
             .unwrap_or_else(|| panic!("crates/{name} is not in the architecture table"));
         for dep in internal_deps(&manifest) {
-            assert!(ok.contains(&dep.as_str()), "crates/{name} must not depend on {dep}");
+            assert!(
+                ok.contains(&dep.as_str()),
+                "crates/{name} must not depend on {dep}"
+            );
         }
     }
 }
@@ -68,9 +85,16 @@ fn sources_naming(word: &str) -> Vec<String> {
                 let text = std::fs::read_to_string(&p).unwrap();
                 if text.lines().any(|l| {
                     let l = l.trim_start();
-                    !l.starts_with("//") && (l.contains(&format!("{word}::")) || l.starts_with(&format!("{word} ")) || l.starts_with(&format!("{word}.")))
+                    !l.starts_with("//")
+                        && (l.contains(&format!("{word}::"))
+                            || l.starts_with(&format!("{word} "))
+                            || l.starts_with(&format!("{word}.")))
                 }) {
-                    let rel = p.strip_prefix(&crates).unwrap().to_string_lossy().to_string();
+                    let rel = p
+                        .strip_prefix(&crates)
+                        .unwrap()
+                        .to_string_lossy()
+                        .to_string();
                     hits.push(rel.split('/').next().unwrap().to_string());
                 }
             }
