@@ -20,6 +20,7 @@ use futures_util::{SinkExt, StreamExt};
 use serde::Serialize;
 use tokio::sync::{Notify, Semaphore};
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 
 use crate::source::{Schedule, Source};
 use crate::stats::{Examples, Histogram, LatencySummary, PrefixCounts, per_sec};
@@ -52,7 +53,8 @@ pub trait Recorder: Send + Sync {
     /// Due but not sent because `max_inflight` replies were outstanding.
     fn skipped(&self, due: Instant);
     fn outcome(&self, due: Instant, outcome: Outcome<'_>);
-    fn connection_error(&self);
+    /// A connection failed to open or dropped, and why.
+    fn connection_error(&self, reason: &str);
 }
 
 /// Counts and latencies for a set of events.
@@ -65,6 +67,8 @@ pub struct Tally {
     pub timeouts: u64,
     pub lost: u64,
     pub connection_errors: u64,
+    /// Why connections failed or dropped, by reason text.
+    pub connection_error_reasons: PrefixCounts,
     pub accepted_latency: Histogram,
     pub refused_latency: Histogram,
     /// Prefixes of OK messages with `true` (for example `duplicate`).
@@ -103,6 +107,8 @@ impl Tally {
         self.timeouts += o.timeouts;
         self.lost += o.lost;
         self.connection_errors += o.connection_errors;
+        self.connection_error_reasons
+            .merge(&o.connection_error_reasons);
         self.accepted_latency.merge(&o.accepted_latency);
         self.refused_latency.merge(&o.refused_latency);
         self.accepted_prefixes.merge(&o.accepted_prefixes);
@@ -122,6 +128,7 @@ impl Tally {
             timeouts: self.timeouts,
             lost: self.lost,
             connection_errors: self.connection_errors,
+            connection_error_reasons: self.connection_error_reasons.clone(),
             offered_per_sec: per_sec(offered, secs),
             accepted_per_sec: per_sec(self.accepted, secs),
             success_ratio: if offered == 0 {
@@ -148,6 +155,7 @@ pub struct TallyReport {
     pub timeouts: u64,
     pub lost: u64,
     pub connection_errors: u64,
+    pub connection_error_reasons: PrefixCounts,
     pub offered_per_sec: f64,
     pub accepted_per_sec: f64,
     /// accepted / offered.
@@ -184,6 +192,12 @@ impl TallyReport {
                 println!("{indent}  e.g. {m:?}");
             }
         }
+        if self.connection_errors > 0 {
+            println!(
+                "{indent}connection errors: {}",
+                self.connection_error_reasons
+            );
+        }
         if self.accepted_prefixes.total() > 0 {
             println!("{indent}accepted with message: {}", self.accepted_prefixes);
         }
@@ -216,8 +230,10 @@ impl Recorder for Totals {
         g.0.outcome(outcome);
         g.2 = Some(Instant::now());
     }
-    fn connection_error(&self) {
-        self.inner.lock().expect("totals lock").0.connection_errors += 1;
+    fn connection_error(&self, reason: &str) {
+        let mut g = self.inner.lock().expect("totals lock");
+        g.0.connection_errors += 1;
+        g.0.connection_error_reasons.add_key(reason);
     }
 }
 
@@ -253,16 +269,18 @@ pub async fn run_publisher(cfg: PublisherConfig, shared: Shared) {
     while Instant::now() < cfg.stop_at {
         let ws = match wire::connect(&cfg.relay, cfg.bind).await {
             Ok(ws) => ws,
-            Err(_) => {
-                shared.recorder.connection_error();
+            Err(e) => {
+                shared
+                    .recorder
+                    .connection_error(&format!("connect: {}", e.root_cause()));
                 tokio::time::sleep(RECONNECT_BACKOFF).await;
                 continue;
             }
         };
-        if session(&cfg, &shared, ws).await == SessionEnd::Finished {
-            return;
+        match session(&cfg, &shared, ws).await {
+            SessionEnd::Finished => return,
+            SessionEnd::Dropped(reason) => shared.recorder.connection_error(&reason),
         }
-        shared.recorder.connection_error();
         tokio::time::sleep(RECONNECT_BACKOFF).await;
     }
 }
@@ -270,7 +288,7 @@ pub async fn run_publisher(cfg: PublisherConfig, shared: Shared) {
 #[derive(Debug, PartialEq, Eq)]
 enum SessionEnd {
     Finished,
-    Dropped,
+    Dropped(String),
 }
 
 async fn session(cfg: &PublisherConfig, shared: &Shared, ws: Ws) -> SessionEnd {
@@ -292,12 +310,20 @@ async fn session(cfg: &PublisherConfig, shared: &Shared, ws: Ws) -> SessionEnd {
     ));
     let end = tokio::select! {
         end = send_loop(cfg, shared, &mut sink, &inflight, &window) => end,
-        _ = dropped.notified() => SessionEnd::Dropped,
+        _ = dropped.notified() => SessionEnd::Dropped(String::new()),
     };
     done.store(true, Ordering::Release);
-    let _ = receiver.await;
+    let why_dropped = receiver.await.ok().flatten();
     let _ = sink.close().await;
-    end
+    match (end, why_dropped) {
+        (SessionEnd::Dropped(r), Some(why)) if r.is_empty() => SessionEnd::Dropped(why),
+        (SessionEnd::Finished, Some(why)) => {
+            // Dropped while waiting for the last replies: nothing left to send.
+            shared.recorder.connection_error(&why);
+            SessionEnd::Finished
+        }
+        (end, _) => end,
+    }
 }
 
 async fn send_loop(
@@ -336,8 +362,8 @@ async fn send_loop(
             continue;
         }
         shared.recorder.sent(due);
-        if sink.send(ev.to_message()).await.is_err() {
-            return SessionEnd::Dropped;
+        if let Err(e) = sink.send(ev.to_message()).await {
+            return SessionEnd::Dropped(format!("send: {e}"));
         }
     }
 }
@@ -361,22 +387,34 @@ struct Receiver {
     done: Arc<AtomicBool>,
 }
 
-async fn receive(mut stream: SplitStream<Ws>, r: Receiver) {
+/// Reads replies until the sender is done and nothing is in flight; returns
+/// why the connection dropped if it did.
+async fn receive(mut stream: SplitStream<Ws>, r: Receiver) -> Option<String> {
     let mut tick = tokio::time::interval(REAP_EVERY);
-    loop {
+    let why = loop {
         tokio::select! {
             msg = stream.next() => match msg {
+                Some(Ok(Message::Close(frame))) => break close_reason(frame.as_ref()),
                 Some(Ok(m)) => r.on_message(&m),
-                _ => break,
+                Some(Err(e)) => break format!("receive: {e}"),
+                None => break "closed by relay".to_owned(),
             },
             _ = tick.tick() => r.reap(),
         }
         if r.done.load(Ordering::Acquire) && r.inflight.lock().expect("inflight lock").is_empty() {
-            return;
+            return None;
         }
-    }
+    };
     r.lose_all();
     r.dropped.notify_one();
+    Some(why)
+}
+
+fn close_reason(frame: Option<&CloseFrame>) -> String {
+    match frame {
+        Some(f) => format!("closed by relay: {} {}", u16::from(f.code), f.reason),
+        None => "closed by relay".to_owned(),
+    }
 }
 
 impl Receiver {

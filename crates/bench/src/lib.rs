@@ -4,12 +4,18 @@
 //! publishing driver (`driver`), statistics (`stats`) and /metrics scraping
 //! (`metrics`). The binary in main.rs only parses arguments and dispatches.
 
+pub mod connections;
 pub mod driver;
+pub mod fanout;
 pub mod generate;
+pub mod metrics;
+pub mod overload;
+pub mod plot;
 pub mod publish;
 pub mod query;
 pub mod report;
 pub mod rng;
 pub mod source;
 pub mod stats;
+pub mod timeline;
 pub mod wire;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 use sluice_bench::generate::{self, GenConfig};
 use sluice_bench::report::{unix_now, write_json};
-use sluice_bench::{publish, query};
+use sluice_bench::{connections, fanout, overload, plot, publish, query};
 
 #[derive(Parser)]
 #[command(
@@ -27,6 +27,14 @@ enum Command {
     Publish(publish::PublishArgs),
     /// Run a REQ mix derived from a JSONL file; time to EOSE.
     Query(query::QueryArgs),
+    /// M subscribers, P publishers: deliveries/s and publish-to-delivery latency.
+    Fanout(fanout::FanoutArgs),
+    /// Open N idle connections; the relay's memory per connection.
+    Connections(connections::ConnectionsArgs),
+    /// Polite clients beside abusive clients ramping through multiples of capacity.
+    Overload(overload::OverloadArgs),
+    /// Draw an overload JSON report as an SVG chart.
+    Plot(plot::PlotArgs),
 }
 
 #[derive(clap::Args)]
@@ -65,6 +73,22 @@ async fn main() -> anyhow::Result<()> {
             r.print();
             write_json(a.json.as_deref(), &r)
         }
+        Command::Fanout(a) => {
+            let r = fanout::run(&a).await?;
+            r.print();
+            write_json(a.json.as_deref(), &r)
+        }
+        Command::Connections(a) => {
+            let r = connections::run(&a).await?;
+            r.print();
+            write_json(a.json.as_deref(), &r)
+        }
+        Command::Overload(a) => {
+            let r = overload::run(&a).await?;
+            r.print();
+            write_json(a.json.as_deref(), &r)
+        }
+        Command::Plot(a) => plot::run(&a),
         Command::Query(a) => {
             let r = query::run(&a).await?;
             r.print();

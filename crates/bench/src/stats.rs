@@ -195,6 +195,12 @@ impl PrefixCounts {
         self.add_n(&prefix_of(message), 1);
     }
 
+    /// Counts `key` as it is (truncated to 100 characters), not by prefix.
+    pub fn add_key(&mut self, key: &str) {
+        let key: String = key.chars().take(100).collect();
+        self.add_n(&key, 1);
+    }
+
     fn add_n(&mut self, prefix: &str, n: u64) {
         if let Some(c) = self.0.get_mut(prefix) {
             *c += n;

@@ -114,3 +114,100 @@ async fn publish_then_query_against_a_real_websocket_relay() {
     assert!(q["total"]["events_returned"].as_u64().unwrap() > 120);
     assert!(q["by_type"].as_object().unwrap().len() >= 4);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fanout_delivers_every_event_to_every_subscriber() {
+    let url = support::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("fanout.json");
+    bench_async(strings(&[
+        "fanout",
+        &url,
+        "--subscribers",
+        "5",
+        "--publishers",
+        "2",
+        "--rate",
+        "100",
+        "--duration-secs",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ]))
+    .await;
+    let f = read_json(&json);
+    assert_eq!(f["subscribers_ready"], 5);
+    assert_eq!(f["publish"]["accepted"], 100);
+    assert_eq!(f["expected_deliveries"], 500);
+    assert_eq!(f["deliveries"], 500);
+    assert_eq!(f["delivery_latency"]["count"], 500);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_opens_and_reads_process_memory() {
+    let url = support::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("connections.json");
+    let pid = std::process::id().to_string();
+    bench_async(strings(&[
+        "connections",
+        &url,
+        "--count",
+        "40",
+        "--subscribe",
+        "--pid",
+        &pid,
+        "--settle-secs",
+        "0.2",
+        "--json",
+        json.to_str().unwrap(),
+    ]))
+    .await;
+    let c = read_json(&json);
+    assert_eq!(c["opened"], 40);
+    assert!(c["with_connections"]["rss_bytes"].as_f64().unwrap() > 0.0);
+    assert!(c["rss_bytes_per_connection"].is_number());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overload_reports_every_phase_and_plots() {
+    let url = support::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("overload.json");
+    let json_s = json.to_str().unwrap();
+    bench_async(strings(&[
+        "overload",
+        &url,
+        "--capacity",
+        "200",
+        "--phases",
+        "0.5,1",
+        "--phase-secs",
+        "1",
+        "--polite-clients",
+        "2",
+        "--polite-rate",
+        "5",
+        "--abusive-clients",
+        "2",
+        "--no-metrics",
+        "--json",
+        json_s,
+    ]))
+    .await;
+    let o = read_json(&json);
+    let phases = o["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 2);
+    assert_eq!(phases[0]["abusive"]["offered"], 100);
+    assert_eq!(phases[1]["abusive"]["offered"], 200);
+    for p in phases {
+        assert_eq!(p["polite"]["offered"], 10);
+        assert_eq!(p["polite"]["accepted"], 10);
+        assert_eq!(p["abusive"]["accepted"], p["abusive"]["offered"]);
+    }
+    assert_eq!(o["timeline"]["polite"].as_array().unwrap().len(), 2);
+    let svg = dir.path().join("overload.svg");
+    bench_async(strings(&["plot", json_s, "--out", svg.to_str().unwrap()])).await;
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<svg") && text.trim_end().ends_with("</svg>"));
+}

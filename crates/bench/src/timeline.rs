@@ -1,0 +1,229 @@
+//! Recording an overload run over time: a `Recorder` that files every event
+//! under its phase and under the second it was due (by due time, so the
+//! figures for a second describe the load offered in that second), and the
+//! scraper that samples the relay's /metrics series on an interval.
+//! Storage is fixed when the run starts: one slot per phase and per second.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::driver::{Outcome, Recorder, Tally, TallyReport};
+use crate::metrics;
+
+/// Scrape points kept at most; later ones are dropped and counted.
+const MAX_SCRAPE_POINTS: usize = 20_000;
+
+/// One client class's counts for one second.
+#[derive(Debug, Clone, Default)]
+struct Second {
+    tally: Tally,
+}
+
+/// A per-second point of the timeline, as written to JSON.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, Default)]
+pub struct SecondPoint {
+    pub offered: u64,
+    pub accepted: u64,
+    pub refused: u64,
+    pub timeouts: u64,
+    pub skipped: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// Files outcomes by phase and by second for one client class.
+pub struct PhasedRecorder {
+    t0: Instant,
+    /// End of each phase, as an offset from `t0`.
+    phase_ends: Vec<Duration>,
+    inner: Mutex<(Vec<Tally>, Vec<Second>)>,
+}
+
+impl PhasedRecorder {
+    pub fn new(t0: Instant, phase_secs: &[f64]) -> PhasedRecorder {
+        let mut end = Duration::ZERO;
+        let phase_ends: Vec<Duration> = phase_secs
+            .iter()
+            .map(|s| {
+                end += Duration::from_secs_f64(*s);
+                end
+            })
+            .collect();
+        let seconds = (end.as_secs_f64().ceil() as usize).max(1);
+        let inner = (
+            vec![Tally::default(); phase_ends.len()],
+            vec![Second::default(); seconds],
+        );
+        PhasedRecorder {
+            t0,
+            phase_ends,
+            inner: Mutex::new(inner),
+        }
+    }
+
+    fn slots(&self, due: Instant) -> (usize, usize) {
+        let at = due.saturating_duration_since(self.t0);
+        let phase = self.phase_ends.iter().position(|end| at < *end);
+        let phase = phase.unwrap_or(self.phase_ends.len().saturating_sub(1));
+        (phase, at.as_secs() as usize)
+    }
+
+    fn with(&self, due: Instant, f: impl Fn(&mut Tally)) {
+        let (phase, second) = self.slots(due);
+        let mut g = self.inner.lock().expect("recorder lock");
+        if let Some(t) = g.0.get_mut(phase) {
+            f(t);
+        }
+        let last = g.1.len() - 1;
+        f(&mut g.1[second.min(last)].tally);
+    }
+
+    pub fn phase_reports(&self, phase_secs: &[f64]) -> Vec<TallyReport> {
+        let g = self.inner.lock().expect("recorder lock");
+        g.0.iter()
+            .zip(phase_secs)
+            .map(|(t, secs)| t.report(*secs))
+            .collect()
+    }
+
+    pub fn seconds(&self) -> Vec<SecondPoint> {
+        let g = self.inner.lock().expect("recorder lock");
+        g.1.iter()
+            .map(|s| {
+                let t = &s.tally;
+                SecondPoint {
+                    offered: t.sent + t.skipped,
+                    accepted: t.accepted,
+                    refused: t.refused,
+                    timeouts: t.timeouts,
+                    skipped: t.skipped,
+                    p50_ms: t.accepted_latency.percentile(0.5) as f64 / 1000.0,
+                    p99_ms: t.accepted_latency.percentile(0.99) as f64 / 1000.0,
+                }
+            })
+            .collect()
+    }
+}
+
+impl Recorder for PhasedRecorder {
+    fn sent(&self, due: Instant) {
+        self.with(due, |t| t.sent += 1);
+    }
+    fn skipped(&self, due: Instant) {
+        self.with(due, |t| t.skipped += 1);
+    }
+    fn outcome(&self, due: Instant, outcome: Outcome<'_>) {
+        self.with(due, |t| t.outcome(outcome));
+    }
+    fn connection_error(&self, reason: &str) {
+        // A connection error has no due time: it is filed under the phase running now.
+        self.with(Instant::now(), |t| {
+            t.connection_errors += 1;
+            t.connection_error_reasons.add_key(reason);
+        });
+    }
+}
+
+/// One scrape of the relay's /metrics.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct ScrapePoint {
+    /// Seconds since the start of the run.
+    pub t: f64,
+    pub values: BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+pub struct Scrapes {
+    pub url: String,
+    /// Series kept: those whose names start with one of these.
+    pub prefixes: Vec<String>,
+    pub points: Vec<ScrapePoint>,
+    pub failures: u64,
+    pub last_error: Option<String>,
+    pub dropped: u64,
+}
+
+/// Scrapes `url` every `every` until `stop` turns true, keeping the series
+/// whose names start with one of `prefixes`.
+pub async fn scrape_loop(
+    url: String,
+    prefixes: Vec<String>,
+    t0: Instant,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) -> Scrapes {
+    let mut out = Scrapes {
+        url,
+        prefixes,
+        ..Scrapes::default()
+    };
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => scrape_once(&mut out, t0).await,
+            _ = stop.changed() => break,
+        }
+    }
+    scrape_once(&mut out, t0).await;
+    out
+}
+
+async fn scrape_once(out: &mut Scrapes, t0: Instant) {
+    let now = Instant::now();
+    let t = now.saturating_duration_since(t0).as_secs_f64()
+        - t0.saturating_duration_since(now).as_secs_f64();
+    match metrics::http_get(&out.url).await {
+        Ok(text) => {
+            let values: BTreeMap<String, f64> = metrics::parse_prometheus(&text)
+                .into_iter()
+                .filter(|s| out.prefixes.iter().any(|p| s.name.starts_with(p.as_str())))
+                .map(|s| (s.series, s.value))
+                .collect();
+            if out.points.len() < MAX_SCRAPE_POINTS {
+                out.points.push(ScrapePoint { t, values });
+            } else {
+                out.dropped += 1;
+            }
+        }
+        Err(e) => {
+            out.failures += 1;
+            out.last_error = Some(format!("{e:#}"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_land_in_their_phase_and_second() {
+        let t0 = Instant::now();
+        let r = PhasedRecorder::new(t0, &[2.0, 3.0]);
+        r.sent(t0 + Duration::from_millis(500));
+        r.sent(t0 + Duration::from_millis(2500));
+        let lat = Duration::from_millis(7);
+        r.outcome(
+            t0 + Duration::from_millis(2500),
+            Outcome::Accepted {
+                latency: lat,
+                message: "",
+            },
+        );
+        r.outcome(t0 + Duration::from_secs(60), Outcome::Timeout); // past the end: last phase
+        let phases = r.phase_reports(&[2.0, 3.0]);
+        assert_eq!((phases[0].sent, phases[1].sent), (1, 1));
+        assert_eq!((phases[1].accepted, phases[1].timeouts), (1, 1));
+        let secs = r.seconds();
+        assert_eq!(secs.len(), 5);
+        assert_eq!(
+            (secs[0].offered, secs[2].offered, secs[2].accepted),
+            (1, 1, 1)
+        );
+        assert_eq!(secs[2].p50_ms, 7.0);
+    }
+}
