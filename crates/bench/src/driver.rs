@@ -283,6 +283,9 @@ pub async fn run_publisher(cfg: PublisherConfig, shared: Shared) {
         }
         tokio::time::sleep(RECONNECT_BACKOFF).await;
     }
+    if *shared.schedule != Schedule::ClosedLoop {
+        skip_rest(&shared, cfg.stop_at).await;
+    }
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -355,6 +358,10 @@ async fn send_loop(
         };
         tokio::time::sleep_until(due.into()).await;
         if Instant::now() >= cfg.stop_at {
+            if !closed_loop {
+                shared.recorder.skipped(due);
+                skip_rest(shared, cfg.stop_at).await;
+            }
             return SessionEnd::Finished;
         }
         if !track(inflight, ev.id, due, cfg.max_inflight) {
@@ -364,6 +371,17 @@ async fn send_loop(
         shared.recorder.sent(due);
         if let Err(e) = sink.send(ev.to_message()).await {
             return SessionEnd::Dropped(format!("send: {e}"));
+        }
+    }
+}
+
+/// Counts as skipped every remaining event that was due before the run
+/// ended, so a late client still reports the load it was asked to offer.
+async fn skip_rest(shared: &Shared, stop_at: Instant) {
+    while let Some((seq, _)) = shared.source.next().await {
+        match shared.schedule.due(seq).map(|offset| shared.t0 + offset) {
+            Some(due) if due < stop_at => shared.recorder.skipped(due),
+            _ => return,
         }
     }
 }

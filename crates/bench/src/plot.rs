@@ -208,7 +208,8 @@ fn controller_panel(r: &OverloadReport, max_series: usize) -> Panel {
         .collect();
     series.sort_by(|a, b| b.0.total_cmp(&a.0));
     Panel {
-        title: "relay controller series from /metrics (each as % of its maximum)".into(),
+        title: "relay series from /metrics: controller state, memory (each as % of its maximum)"
+            .into(),
         unit: "% of max".into(),
         log: false,
         y_max: Some(100.0),
