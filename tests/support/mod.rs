@@ -46,11 +46,27 @@ impl Relay {
         r
     }
 
+    /// Starts with `--config FILE` and a temporary store.
+    pub fn start_with_config(file: &Path, env: &[(&str, &str)]) -> Relay {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("store");
+        let mut r = Relay::spawn(&dir, Some(file), env);
+        r._tmp = Some(tmp);
+        r
+    }
+
     /// Starts on an existing store directory (for restart tests).
     pub fn start_in(dir: &Path, env: &[(&str, &str)]) -> Relay {
+        Relay::spawn(dir, None, env)
+    }
+
+    fn spawn(dir: &Path, config: Option<&Path>, env: &[(&str, &str)]) -> Relay {
         let mut cmd = Command::new(BIN);
-        cmd.arg("serve")
-            .env_clear()
+        cmd.arg("serve");
+        if let Some(f) = config {
+            cmd.arg("--config").arg(f);
+        }
+        cmd.env_clear()
             .env("SLUICE_SERVER__LISTEN", "127.0.0.1:0")
             .env("SLUICE_STORE__PATH", dir)
             .env("SLUICE_STORE__MAP_SIZE_MB", "512")
@@ -126,6 +142,32 @@ impl Drop for Relay {
     }
 }
 
+impl Relay {
+    /// Sends a signal to the running relay.
+    pub fn signal(&self, sig: &str) {
+        signal(self.child.as_ref().expect("relay running"), sig);
+    }
+
+    /// GET a path and parse JSON.
+    pub async fn get_json(&self, path: &str) -> Value {
+        let (status, _, body) = http_get(&self.addr, path, None).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        serde_json::from_str(&body).unwrap()
+    }
+
+    /// The value of one series in /metrics (the sum over label sets that
+    /// contain every `label="value"` given).
+    pub async fn metric(&self, name: &str, labels: &[&str]) -> f64 {
+        let (_, _, body) = http_get(&self.addr, "/metrics", None).await;
+        body.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter(|l| l.split(['{', ' ']).next() == Some(name))
+            .filter(|l| labels.iter().all(|lab| l.contains(lab)))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
 pub fn signal(child: &Child, sig: &str) {
     let ok = Command::new("kill")
         .arg(format!("-{sig}"))
@@ -158,6 +200,47 @@ impl Client {
             .await
             .expect("connect");
         Client { ws }
+    }
+
+    /// Connects from a chosen loopback source address (127.0.0.2, ...), so
+    /// tests can play several clients.
+    pub async fn connect_from(url: &str, source: &str) -> Client {
+        Client::try_connect_with(url, Some(source), &[])
+            .await
+            .expect("connect")
+    }
+
+    /// Connects with optional source address and extra request headers;
+    /// `Err` carries the HTTP status when the upgrade is refused.
+    pub async fn try_connect_with(
+        url: &str,
+        source: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> Result<Client, u16> {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let addr: std::net::SocketAddr = url.trim_start_matches("ws://").parse().unwrap();
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        if let Some(src) = source {
+            socket.bind(format!("{src}:0").parse().unwrap()).unwrap();
+        }
+        let stream = socket.connect(addr).await.expect("tcp connect");
+        let mut req = url.into_client_request().unwrap();
+        for (k, v) in headers {
+            req.headers_mut().insert(
+                tokio_tungstenite::tungstenite::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        match tokio_tungstenite::client_async(req, MaybeTlsStream::Plain(stream)).await {
+            Ok((ws, _)) => Ok(Client { ws }),
+            Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => Err(resp.status().as_u16()),
+            Err(e) => panic!("websocket handshake failed: {e}"),
+        }
+    }
+
+    /// Sends without waiting for anything.
+    pub async fn send_event(&mut self, ev: &Event) {
+        self.send_text(&format!("[\"EVENT\",{}]", ev.raw())).await;
     }
 
     pub async fn send_text(&mut self, text: &str) {

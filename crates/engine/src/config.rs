@@ -12,8 +12,6 @@ pub struct EngineConfig {
     pub max_batch_events: usize,
     /// Most bytes of event JSON written in one LMDB transaction.
     pub max_batch_bytes: usize,
-    /// Queries running at once on the blocking pool.
-    pub query_workers: usize,
     /// Live events buffered per receiver before a slow receiver is dropped.
     pub live_buffer_events: usize,
     /// Most index entries one REQ may read.
@@ -30,7 +28,6 @@ impl Default for EngineConfig {
             writer_queue_events: 4096,
             max_batch_events: 1024,
             max_batch_bytes: 8 << 20,
-            query_workers: 8,
             live_buffer_events: 4096,
             max_scan_rows: 200_000,
             max_count_rows: 2_000_000,
@@ -46,7 +43,6 @@ impl EngineConfig {
             ("engine.writer_queue_events", self.writer_queue_events),
             ("engine.max_batch_events", self.max_batch_events),
             ("engine.max_batch_bytes", self.max_batch_bytes),
-            ("engine.query_workers", self.query_workers),
             ("engine.live_buffer_events", self.live_buffer_events),
         ];
         for (key, v) in positive {

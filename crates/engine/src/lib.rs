@@ -3,9 +3,9 @@
 //! - [`writer`]: the single writer thread. Events wait in a bounded queue;
 //!   the writer takes a batch, writes it in one LMDB transaction, commits,
 //!   then answers each sender and fans the stored events out.
-//! - [`Engine::query`]: queries run on tokio's blocking pool behind a
-//!   semaphore, so no LMDB call ever runs on an async worker thread and no
-//!   more than `query_workers` run at once.
+//! - [`Engine::query`]: queries run on tokio's blocking pool behind the
+//!   adaptive query window ([`throttle`]), so no LMDB call ever runs on an
+//!   async worker thread and no more than `throttle.queries.slots` run at once.
 //! - Live fan-out: a bounded broadcast channel of stored (and ephemeral)
 //!   events; a receiver that falls behind by more than its capacity is told
 //!   so and its connection is dropped by the server.
@@ -18,6 +18,7 @@ mod config;
 pub mod metrics_names;
 mod monitor;
 pub mod process;
+pub mod throttle;
 mod writer;
 
 use std::sync::Arc;
@@ -25,10 +26,11 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use sluice_proto::{Event, Filter};
 use sluice_store::QueryOptions;
-use tokio::sync::{Semaphore, broadcast, oneshot};
+use tokio::sync::{broadcast, oneshot};
 
 pub use config::EngineConfig;
 pub use sluice_store::{QueryOutput, Store, StoreError, StoreOptions, StoreStats, WriteOutcome};
+pub use throttle::{Admit, Refusal, Throttle, ThrottleConfig};
 pub use writer::{SubmitError, WriteError, WriteResult, outcome_label};
 
 /// An event as live subscriptions receive it.
@@ -46,6 +48,8 @@ pub enum QueryError {
     Store(#[from] StoreError),
     #[error("engine is shutting down")]
     Closed,
+    #[error("query refused: {}", .0.detail())]
+    Refused(Refusal),
 }
 
 /// The running core. Shared by reference (`Arc<Engine>`) among sessions.
@@ -54,7 +58,10 @@ pub struct Engine {
     cfg: EngineConfig,
     writer: writer::WriterHandle,
     live: broadcast::Sender<Arc<LiveEvent>>,
-    queries: Arc<Semaphore>,
+    throttle: Arc<Throttle>,
+    /// Slowest query since the monitor last looked (ns); swapped to 0 each tick.
+    max_query_ns: std::sync::atomic::AtomicU64,
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// Current unix time in seconds.
@@ -67,11 +74,13 @@ pub fn unix_now() -> u64 {
 
 impl Engine {
     /// Starts the writer thread over `store`.
-    pub fn start(store: Store, cfg: EngineConfig) -> Arc<Engine> {
+    pub fn start(store: Store, cfg: EngineConfig, throttle: ThrottleConfig) -> Arc<Engine> {
         let (live, _) = broadcast::channel(cfg.live_buffer_events);
         let writer = writer::spawn(store.clone(), cfg.clone(), live.clone());
         Arc::new(Engine {
-            queries: Arc::new(Semaphore::new(cfg.query_workers)),
+            throttle: Throttle::new(throttle),
+            max_query_ns: Default::default(),
+            closed: Default::default(),
             store,
             cfg,
             writer,
@@ -85,6 +94,10 @@ impl Engine {
 
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    pub fn throttle(&self) -> &Arc<Throttle> {
+        &self.throttle
     }
 
     /// Queues an event for the writer without waiting. The receiver yields
@@ -130,12 +143,7 @@ impl Engine {
     /// Runs a query on the blocking pool. Each filter's limit must already
     /// be set (the caller applies default and max limits).
     pub async fn query(&self, filters: Vec<Filter>) -> Result<QueryOutput, QueryError> {
-        let _permit = self
-            .queries
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| QueryError::Closed)?;
+        let mut slot = self.query_slot().await?;
         let store = self.store.clone();
         let opts = QueryOptions {
             now: unix_now(),
@@ -145,7 +153,8 @@ impl Engine {
         let out = tokio::task::spawn_blocking(move || store.query(&filters, &opts))
             .await
             .map_err(|_| QueryError::Closed)??;
-        metrics::histogram!(metrics_names::QUERY_SECONDS).record(started.elapsed().as_secs_f64());
+        slot.finish();
+        self.record_query_time(started);
         metrics::counter!(metrics_names::QUERY_ROWS_SCANNED_TOTAL).increment(out.rows_scanned);
         if out.truncated {
             metrics::counter!(metrics_names::QUERY_TRUNCATED_TOTAL).increment(1);
@@ -155,12 +164,7 @@ impl Engine {
 
     /// NIP-45 count on the blocking pool.
     pub async fn count(&self, filters: Vec<Filter>) -> Result<u64, QueryError> {
-        let _permit = self
-            .queries
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| QueryError::Closed)?;
+        let mut slot = self.query_slot().await?;
         let store = self.store.clone();
         let opts = QueryOptions {
             now: unix_now(),
@@ -171,7 +175,8 @@ impl Engine {
             tokio::task::spawn_blocking(move || store.count(&filters, &opts))
                 .await
                 .map_err(|_| QueryError::Closed)??;
-        metrics::histogram!(metrics_names::QUERY_SECONDS).record(started.elapsed().as_secs_f64());
+        slot.finish();
+        self.record_query_time(started);
         metrics::counter!(metrics_names::QUERY_ROWS_SCANNED_TOTAL).increment(rows);
         if truncated {
             metrics::counter!(metrics_names::QUERY_TRUNCATED_TOTAL).increment(1);
@@ -179,10 +184,28 @@ impl Engine {
         Ok(n)
     }
 
+    async fn query_slot(&self) -> Result<throttle::QuerySlot, QueryError> {
+        if self.closed.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(QueryError::Closed);
+        }
+        self.throttle
+            .acquire_query_slot()
+            .await
+            .map_err(QueryError::Refused)
+    }
+
+    fn record_query_time(&self, started: Instant) {
+        let took = started.elapsed();
+        metrics::histogram!(metrics_names::QUERY_SECONDS).record(took.as_secs_f64());
+        self.max_query_ns
+            .fetch_max(took.as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Stops taking writes, lets the writer commit everything queued, and
     /// waits for it. Idempotent.
     pub fn shutdown(&self) {
-        self.queries.close();
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         self.writer.shutdown();
         if let Err(e) = self.store.force_sync() {
             tracing::error!(error = %e, "final store sync failed");

@@ -1,59 +1,228 @@
 //! The store monitor: a task that samples the store and the process every
-//! tick and publishes what it sees as gauges.
+//! `throttle.tick_ms`, turns what it sees into load signals, ticks the
+//! governor (PID controllers, emergency mode), publishes the verdicts for
+//! the hot path, exports everything as gauges, and takes relief actions
+//! when the write delay is large.
+//!
+//! Signals (each normalised by `sluice-throttle`, see docs/throttling.md):
+//! - writer wait: the longest time an event waited in the writer queue
+//!   before its batch committed, since the last tick; when no batch
+//!   committed but events are queued, the tick length (the writer is stuck);
+//! - commit latency: the slowest commit since the last tick, against a slow
+//!   moving average of past commits (the baseline);
+//! - writer queue fill: queued events / `engine.writer_queue_events`;
+//! - map fill: LMDB used bytes / map size;
+//! - reader slots: LMDB readers in use / `store.max_readers`;
+//! - read latency: the slowest query since the last tick.
+//!
+//! Memory pressure is the process's anonymous memory (`RssAnon` from
+//! /proc/self/status: heap and stacks, not the file-backed LMDB map) over
+//! `throttle.target_memory_mb`.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use sluice_throttle::{Governor, GovernorState, LoadSignals};
 
 use crate::metrics_names as m;
 use crate::{Engine, process};
 
+/// Weight of a new commit sample in the baseline average: slow, so a
+/// sustained slowdown shows as load for tens of seconds before it becomes
+/// the new normal.
+const BASELINE_ALPHA: f64 = 0.01;
+
+struct Monitor {
+    engine: Arc<Engine>,
+    governor: Governor,
+    commit_baseline_secs: f64,
+    last_relief: Option<Instant>,
+    last_tick: Instant,
+}
+
 impl Engine {
-    /// Samples once: store sizes, reader slots, writer queue, process
-    /// memory and descriptors.
-    pub fn sample(&self) {
-        match self.store().stats() {
+    /// Starts the monitor task; it stops when `stop` resolves.
+    pub fn spawn_monitor(
+        self: &Arc<Self>,
+        stop: impl Future<Output = ()> + Send + 'static,
+    ) -> tokio::task::JoinHandle<()> {
+        let cfg = self.throttle.config();
+        let mut mon = Monitor {
+            engine: self.clone(),
+            governor: Governor::new(cfg.governor()).expect("validated throttle config"),
+            commit_baseline_secs: 0.0,
+            last_relief: None,
+            last_tick: Instant::now(),
+        };
+        metrics::gauge!(m::THROTTLE_TARGET_MEMORY_BYTES)
+            .set(cfg.governor().target_memory_bytes() as f64);
+        tokio::spawn(async move {
+            tokio::pin!(stop);
+            loop {
+                let tick = Duration::from_millis(mon.engine.throttle.config().tick_ms);
+                tokio::select! {
+                    _ = &mut stop => return,
+                    _ = tokio::time::sleep(tick) => {}
+                }
+                // Store stats open a read transaction: keep LMDB off the runtime.
+                let moved = tokio::task::spawn_blocking(move || {
+                    mon.tick();
+                    mon
+                })
+                .await;
+                match moved {
+                    Ok(m) => mon = m,
+                    Err(_) => return,
+                }
+            }
+        })
+    }
+}
+
+impl Monitor {
+    fn tick(&mut self) {
+        let throttle = self.engine.throttle.clone();
+        let cfg = throttle.config();
+        if *self.governor.config() != cfg.governor() {
+            if let Err(e) = self.governor.set_config(cfg.governor()) {
+                tracing::error!(error = %e, "throttle reload rejected by the governor");
+            }
+            metrics::gauge!(m::THROTTLE_TARGET_MEMORY_BYTES)
+                .set(cfg.governor().target_memory_bytes() as f64);
+        }
+        let since_last = self.last_tick.elapsed();
+        self.last_tick = Instant::now();
+        let mem = process::memory();
+        let signals = self.sample_signals(since_last);
+        let state = *self
+            .governor
+            .tick(mem.anonymous_bytes, &signals, throttle.now_ns());
+        throttle.publish(&state);
+        export(&state);
+        metrics::gauge!(m::PROCESS_RESIDENT_MEMORY_BYTES).set(mem.resident_bytes as f64);
+        metrics::gauge!(m::PROCESS_ANONYMOUS_MEMORY_BYTES).set(mem.anonymous_bytes as f64);
+        metrics::gauge!(m::PROCESS_OPEN_FDS).set(process::open_fds() as f64);
+        for (name, s) in throttle.bucket_stats() {
+            metrics::gauge!(m::THROTTLE_BUCKET_KEYS, "bucket" => name).set(s.keys as f64);
+            metrics::counter!(m::THROTTLE_BUCKET_EVICTIONS_TOTAL, "bucket" => name)
+                .absolute(s.evicted_idle_total + s.evicted_active_total);
+        }
+        let w = throttle.window_stats();
+        metrics::gauge!(m::QUERY_WINDOW_SIZE).set(w.window as f64);
+        metrics::gauge!(m::QUERY_WINDOW_QUEUED).set(w.queued as f64);
+        metrics::gauge!(m::QUERY_WINDOW_IN_FLIGHT).set(w.in_flight as f64);
+        self.relieve(&state, &cfg.relief);
+    }
+
+    fn sample_signals(&mut self, since_last: Duration) -> LoadSignals {
+        let engine = &self.engine;
+        let ws = &engine.writer.signals;
+        let batches = ws.batches.swap(0, Ordering::Relaxed);
+        let mut wait_ns = ws.max_wait_ns.swap(0, Ordering::Relaxed);
+        let queued = engine.writer_queue_len();
+        if batches == 0 && queued > 0 {
+            wait_ns = wait_ns.max(since_last.as_nanos() as u64);
+        }
+        let commit_secs = ws.max_commit_ns.swap(0, Ordering::Relaxed) as f64 / 1e9;
+        if batches > 0 {
+            self.commit_baseline_secs = if self.commit_baseline_secs == 0.0 {
+                commit_secs
+            } else {
+                self.commit_baseline_secs * (1.0 - BASELINE_ALPHA) + commit_secs * BASELINE_ALPHA
+            };
+        }
+        let read_secs = engine.max_query_ns.swap(0, Ordering::Relaxed) as f64 / 1e9;
+        metrics::gauge!(m::WRITER_QUEUE_EVENTS).set(queued as f64);
+        let (map_fill, readers_fill) = match engine.store.stats() {
             Ok(s) => {
                 metrics::gauge!(m::STORE_MAP_SIZE_BYTES).set(s.map_size_bytes as f64);
                 metrics::gauge!(m::STORE_USED_BYTES).set(s.used_bytes as f64);
                 metrics::gauge!(m::STORE_EVENTS).set(s.events as f64);
                 metrics::gauge!(m::STORE_READERS_IN_USE).set(s.readers_in_use as f64);
                 metrics::gauge!(m::STORE_READERS_MAX).set(s.max_readers as f64);
+                (
+                    s.map_fill_ratio(),
+                    s.readers_in_use as f64 / s.max_readers.max(1) as f64,
+                )
             }
-            Err(e) => tracing::warn!(error = %e, "store stats failed"),
+            Err(e) => {
+                tracing::warn!(error = %e, "store stats failed");
+                (0.0, 0.0)
+            }
+        };
+        LoadSignals {
+            writer_wait_secs: wait_ns as f64 / 1e9,
+            commit_latency_secs: if batches > 0 { commit_secs } else { 0.0 },
+            commit_baseline_secs: self.commit_baseline_secs,
+            writer_queue_fill: queued as f64 / engine.cfg.writer_queue_events.max(1) as f64,
+            map_fill,
+            reader_slots_fill: readers_fill,
+            read_latency_secs: read_secs,
         }
-        metrics::gauge!(m::WRITER_QUEUE_EVENTS).set(self.writer_queue_len() as f64);
-        let mem = process::memory();
-        metrics::gauge!(m::PROCESS_RESIDENT_MEMORY_BYTES).set(mem.resident_bytes as f64);
-        metrics::gauge!(m::PROCESS_ANONYMOUS_MEMORY_BYTES).set(mem.anonymous_bytes as f64);
-        metrics::gauge!(m::PROCESS_OPEN_FDS).set(process::open_fds() as f64);
     }
 
-    /// Runs [`Engine::sample`] every `tick` until the engine's last other
-    /// reference is gone or `stop` resolves.
-    pub fn spawn_monitor(
-        self: &Arc<Self>,
-        tick: Duration,
-        stop: impl Future<Output = ()> + Send + 'static,
-    ) -> tokio::task::JoinHandle<()> {
-        let engine = self.clone();
-        tokio::spawn(async move {
-            let mut every = tokio::time::interval(tick);
-            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            tokio::pin!(stop);
-            loop {
-                tokio::select! {
-                    _ = &mut stop => return,
-                    _ = every.tick() => {}
-                }
-                // Stats open a read transaction: keep LMDB off the runtime.
-                let e = engine.clone();
-                if tokio::task::spawn_blocking(move || e.sample())
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-            }
-        })
+    /// Seed 000's relief: when the write delay is large or memory is in
+    /// emergency, flush LMDB (ForceFlush) and hand freed heap back to the OS.
+    fn relieve(&mut self, state: &GovernorState, cfg: &crate::throttle::ReliefConfig) {
+        let max_delay_ns = self.governor.config().write.max_delay_ns().max(1);
+        let fraction = state.write.delay_ns as f64 / max_delay_ns as f64;
+        if !(state.emergency || fraction >= cfg.at_delay_fraction) {
+            return;
+        }
+        let min_gap = Duration::from_millis(cfg.min_interval_ms);
+        if self.last_relief.is_some_and(|t| t.elapsed() < min_gap) {
+            return;
+        }
+        self.last_relief = Some(Instant::now());
+        if let Err(e) = self.engine.store.force_sync() {
+            tracing::warn!(error = %e, "relief sync failed");
+        }
+        metrics::counter!(m::THROTTLE_RELIEF_TOTAL, "action" => "sync").increment(1);
+        if release_free_heap() {
+            metrics::counter!(m::THROTTLE_RELIEF_TOTAL, "action" => "heap_trim").increment(1);
+        }
+    }
+}
+
+/// Returns freed heap pages to the OS (glibc's malloc_trim). False where
+/// the allocator offers no such call.
+fn release_free_heap() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: malloc_trim only walks the allocator's own free lists.
+        unsafe { libc::malloc_trim(0) };
+        true
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
+}
+
+fn export(s: &GovernorState) {
+    metrics::gauge!(m::THROTTLE_MEMORY_PRESSURE_RATIO).set(s.memory_pressure);
+    metrics::gauge!(m::THROTTLE_LOAD_LEVEL_RATIO).set(s.load_level);
+    metrics::gauge!(m::THROTTLE_PROCESS_VARIABLE_RATIO).set(s.process_variable);
+    metrics::gauge!(m::THROTTLE_EMERGENCY).set(if s.emergency { 1.0 } else { 0.0 });
+    metrics::counter!(m::THROTTLE_EMERGENCY_ENTERED_TOTAL).absolute(s.emergency_entered_total);
+    let n = &s.signals;
+    for (name, v) in [
+        ("writer_wait", n.writer_wait),
+        ("commit", n.commit),
+        ("writer_queue", n.writer_queue),
+        ("map", n.map),
+        ("readers", n.readers),
+        ("read_latency", n.read_latency),
+    ] {
+        metrics::gauge!(m::THROTTLE_SIGNAL_RATIO, "signal" => name).set(v);
+    }
+    for (dir, d) in [("write", &s.write), ("read", &s.read)] {
+        metrics::gauge!(m::THROTTLE_SETPOINT_RATIO, "direction" => dir).set(d.setpoint);
+        metrics::gauge!(m::THROTTLE_PID_TERM, "direction" => dir, "term" => "p").set(d.pid.p);
+        metrics::gauge!(m::THROTTLE_PID_TERM, "direction" => dir, "term" => "i").set(d.pid.i);
+        metrics::gauge!(m::THROTTLE_PID_TERM, "direction" => dir, "term" => "d").set(d.pid.d);
+        metrics::gauge!(m::THROTTLE_OUTPUT_RATIO, "direction" => dir).set(d.pid.output);
+        metrics::gauge!(m::THROTTLE_DELAY_SECONDS, "direction" => dir).set(d.delay_ns as f64 / 1e9);
     }
 }

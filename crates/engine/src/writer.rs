@@ -11,7 +11,7 @@
 //! is full the submitter loses: `submit` fails with `QueueFull` (the session
 //! answers `rate-limited:`), `submit_blocking` (import) waits.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -56,7 +56,18 @@ struct Request {
     reply: oneshot::Sender<WriteResult>,
 }
 
+/// What the writer saw since the monitor last looked: the longest queue
+/// wait and the slowest commit (ns), and how many batches committed. The
+/// monitor swaps them to zero each tick.
+#[derive(Default)]
+pub(crate) struct WriterSignals {
+    pub max_wait_ns: AtomicU64,
+    pub max_commit_ns: AtomicU64,
+    pub batches: AtomicU64,
+}
+
 pub(crate) struct WriterHandle {
+    pub(crate) signals: Arc<WriterSignals>,
     tx: SyncSender<Msg>,
     queued: Arc<AtomicUsize>,
     alive: Arc<AtomicBool>,
@@ -71,7 +82,9 @@ pub(crate) fn spawn(
     let (tx, rx) = std::sync::mpsc::sync_channel(cfg.writer_queue_events);
     let queued = Arc::new(AtomicUsize::new(0));
     let alive = Arc::new(AtomicBool::new(true));
+    let signals = Arc::new(WriterSignals::default());
     let w = Writer {
+        signals: signals.clone(),
         store,
         cfg,
         live,
@@ -87,6 +100,7 @@ pub(crate) fn spawn(
         })
         .expect("spawning the writer thread");
     WriterHandle {
+        signals,
         tx,
         queued,
         alive,
@@ -148,6 +162,7 @@ impl WriterHandle {
 }
 
 struct Writer {
+    signals: Arc<WriterSignals>,
     store: Store,
     cfg: EngineConfig,
     live: broadcast::Sender<Arc<LiveEvent>>,
@@ -212,14 +227,25 @@ impl Writer {
         self.queued.fetch_sub(batch.len(), Ordering::Relaxed);
         let started = Instant::now();
         let wait = metrics::histogram!(m::WRITER_QUEUE_WAIT_SECONDS);
+        let mut max_wait = Duration::ZERO;
         for r in &batch {
-            wait.record(started.duration_since(r.enqueued).as_secs_f64());
+            let w = started.duration_since(r.enqueued);
+            max_wait = max_wait.max(w);
+            wait.record(w.as_secs_f64());
         }
+        self.signals
+            .max_wait_ns
+            .fetch_max(max_wait.as_nanos() as u64, Ordering::Relaxed);
         metrics::histogram!(m::WRITER_BATCH_EVENTS).record(batch.len() as f64);
         let result = self
             .store
             .write_batch(batch.iter().map(|r| &*r.event), unix_now());
-        metrics::histogram!(m::WRITER_COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
+        let commit = started.elapsed();
+        metrics::histogram!(m::WRITER_COMMIT_SECONDS).record(commit.as_secs_f64());
+        self.signals
+            .max_commit_ns
+            .fetch_max(commit.as_nanos() as u64, Ordering::Relaxed);
+        self.signals.batches.fetch_add(1, Ordering::Relaxed);
         metrics::gauge!(m::WRITER_QUEUE_EVENTS).set(self.queued.load(Ordering::Relaxed) as f64);
         match result {
             Ok(outcomes) => {

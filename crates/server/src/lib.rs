@@ -78,6 +78,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .route("/api/throttle", get(throttle_status))
         .with_state(state)
 }
 
@@ -116,10 +117,25 @@ async fn root(
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     if let Ok(ws) = ws {
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        let ip = st.engine.throttle().client_ip(
+            peer.ip(),
+            header("x-forwarded-for"),
+            header("x-real-ip"),
+        );
         let Ok(permit) = st.connections.clone().try_acquire_owned() else {
             metrics::counter!(m::CONNECTIONS_REFUSED_TOTAL, "reason" => "max_connections")
                 .increment(1);
             return (StatusCode::SERVICE_UNAVAILABLE, "too many connections\n").into_response();
+        };
+        let Some(per_ip) = st.engine.throttle().open_connection(ip) else {
+            metrics::counter!(m::CONNECTIONS_REFUSED_TOTAL, "reason" => "max_connections_per_ip")
+                .increment(1);
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                "too many connections from your address\n",
+            )
+                .into_response();
         };
         let hard_max = st.limits.max_message_bytes.saturating_mul(2);
         return ws
@@ -134,7 +150,7 @@ async fn root(
             .max_frame_size(hard_max)
             .on_upgrade(move |socket| {
                 let tracker = st.sessions.clone();
-                tracker.track_future(session::run(socket, st, peer, permit))
+                tracker.track_future(session::run(socket, st, ip, (permit, per_ip)))
             });
     }
     let wants_nip11 = headers
@@ -212,6 +228,34 @@ pub async fn serve_metrics_only(
     axum::serve(listener, app)
         .with_graceful_shutdown(stop.cancelled_owned())
         .await
+}
+
+/// The controller's state as JSON, for humans and scripts: the same
+/// numbers /metrics exports, in one document.
+async fn throttle_status(State(st): State<Arc<AppState>>) -> Response {
+    let t = st.engine.throttle();
+    let buckets: serde_json::Map<String, serde_json::Value> = t
+        .bucket_stats()
+        .into_iter()
+        .map(|(name, s)| {
+            (
+                name.to_string(),
+                serde_json::to_value(s).unwrap_or_default(),
+            )
+        })
+        .collect();
+    let doc = serde_json::json!({
+        "mode": t.mode().as_str(),
+        "state": t.state(),
+        "buckets": buckets,
+        "query_window": t.window_stats(),
+        "config": t.config(),
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        doc.to_string(),
+    )
+        .into_response()
 }
 
 async fn readyz(State(st): State<Arc<AppState>>) -> Response {

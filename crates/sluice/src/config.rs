@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
-use sluice_engine::EngineConfig;
+use sluice_engine::{EngineConfig, ThrottleConfig};
 use sluice_server::{LimitsConfig, RelayInfoConfig, ServerConfig};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -18,6 +18,7 @@ pub struct Config {
     pub store: StoreConfig,
     pub limits: LimitsConfig,
     pub engine: EngineConfig,
+    pub throttle: ThrottleConfig,
     pub relay: RelayInfoConfig,
     pub metrics: MetricsConfig,
     pub log: LogConfig,
@@ -51,8 +52,6 @@ pub struct MetricsConfig {
     pub on_relay_port: bool,
     /// Also serve /metrics on this separate address (empty: no).
     pub listen: String,
-    /// How often store and process gauges are sampled.
-    pub sample_interval_ms: u64,
 }
 
 impl Default for MetricsConfig {
@@ -60,7 +59,6 @@ impl Default for MetricsConfig {
         MetricsConfig {
             on_relay_port: true,
             listen: String::new(),
-            sample_interval_ms: 1000,
         }
     }
 }
@@ -105,6 +103,7 @@ impl Config {
             self.server.validate(),
             self.limits.validate(),
             self.engine.validate(),
+            self.throttle.validate(),
             self.relay.validate(),
             self.store.validate(),
             self.metrics.validate(),
@@ -141,9 +140,6 @@ impl MetricsConfig {
                 "metrics.listen: {:?} is not an address like 127.0.0.1:9100",
                 self.listen
             ));
-        }
-        if self.sample_interval_ms < 10 {
-            return Err("metrics.sample_interval_ms must be at least 10".into());
         }
         Ok(())
     }

@@ -50,7 +50,9 @@ enum ConfigCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve { config } => Config::load(config.as_deref()).and_then(serve::run),
+        Command::Serve { config } => {
+            Config::load(config.as_deref()).and_then(|cfg| serve::run(cfg, config))
+        }
         Command::Config {
             command: ConfigCommand::Check { config },
         } => Config::load(config.as_deref()).and_then(|cfg| {
@@ -69,7 +71,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// The effective configuration as TOML.
+/// The effective configuration as TOML, one table per section (nested
+/// sections as dotted tables).
 fn toml_text(cfg: &Config) -> anyhow::Result<String> {
     let value = figment::value::Value::serialize(cfg)?;
     let dict = value
@@ -77,15 +80,26 @@ fn toml_text(cfg: &Config) -> anyhow::Result<String> {
         .ok_or_else(|| anyhow::anyhow!("configuration is not a table"))?;
     let mut out = String::new();
     for (section, v) in dict {
-        out.push_str(&format!("[{section}]\n"));
-        if let Some(d) = v.into_dict() {
-            for (k, v) in d {
-                out.push_str(&format!("{k} = {}\n", toml_value(&v)));
-            }
-        }
-        out.push('\n');
+        write_table(&mut out, &section, v);
     }
     Ok(out)
+}
+
+fn write_table(out: &mut String, name: &str, v: figment::value::Value) {
+    let Some(d) = v.into_dict() else { return };
+    out.push_str(&format!("[{name}]\n"));
+    let mut nested = Vec::new();
+    for (k, v) in d {
+        if v.as_dict().is_some() {
+            nested.push((k, v));
+        } else {
+            out.push_str(&format!("{k} = {}\n", toml_value(&v)));
+        }
+    }
+    out.push('\n');
+    for (k, v) in nested {
+        write_table(out, &format!("{name}.{k}"), v);
+    }
 }
 
 fn toml_value(v: &figment::value::Value) -> String {

@@ -3,6 +3,7 @@
 //! accepting, let sessions answer pending EVENTs, let the writer commit
 //! what it has, sync and close the store.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::telemetry;
 
-pub fn run(cfg: Config) -> anyhow::Result<()> {
+pub fn run(cfg: Config, config_file: Option<PathBuf>) -> anyhow::Result<()> {
     telemetry::init_logging(&cfg.log);
     let metrics = telemetry::init_metrics()?;
     let store = Store::open(
@@ -31,8 +32,8 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         .thread_name("sluice-rt")
         .build()
         .context("starting the async runtime")?;
-    let engine = Engine::start(store.clone(), cfg.engine.clone());
-    let result = runtime.block_on(serve(cfg, engine.clone(), metrics));
+    let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone());
+    let result = runtime.block_on(serve(cfg, config_file, engine.clone(), metrics));
     // Sessions are gone: let the writer commit what is queued, then close.
     engine.shutdown();
     runtime.shutdown_timeout(Duration::from_secs(5));
@@ -44,6 +45,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
 
 async fn serve(
     cfg: Config,
+    config_file: Option<PathBuf>,
     engine: Arc<Engine>,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
 ) -> anyhow::Result<()> {
@@ -62,10 +64,8 @@ async fn serve(
         cfg.metrics.on_relay_port.then(|| render.clone()),
         shutdown.clone(),
     );
-    engine.spawn_monitor(
-        Duration::from_millis(cfg.metrics.sample_interval_ms),
-        shutdown.clone().cancelled_owned(),
-    );
+    engine.spawn_monitor(shutdown.clone().cancelled_owned());
+    tokio::spawn(reload_on_sighup(config_file, engine.clone()));
     spawn_metrics_upkeep(metrics, shutdown.clone());
     if !cfg.metrics.listen.is_empty() {
         spawn_metrics_listener(&cfg.metrics.listen, render, shutdown.clone()).await?;
@@ -92,6 +92,30 @@ async fn wait_for_signal(shutdown: CancellationToken) {
         _ = int.recv() => tracing::info!("SIGINT: shutting down"),
     }
     shutdown.cancel();
+}
+
+/// SIGHUP re-reads the configuration (file and environment) and applies
+/// the `[throttle]` section; other sections need a restart.
+async fn reload_on_sighup(config_file: Option<PathBuf>, engine: Arc<Engine>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::error!("cannot install the SIGHUP handler");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        let applied = Config::load(config_file.as_deref()).and_then(|cfg| {
+            engine
+                .throttle()
+                .reload(cfg.throttle)
+                .map_err(anyhow::Error::msg)
+        });
+        match applied {
+            Ok(()) => tracing::info!("SIGHUP: throttle settings reloaded"),
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "SIGHUP: reload refused, keeping the running settings")
+            }
+        }
+    }
 }
 
 /// Histograms need periodic upkeep to drain their buffers.
