@@ -119,7 +119,7 @@ pub fn loopback_source(class: u8, index: usize) -> IpAddr {
 
 pub async fn run(args: &ConnectionsArgs) -> anyhow::Result<ConnectionsReport> {
     let relay = RelayUrl::parse(&args.relay)?;
-    let run = RunInfo::new("connections", Some(&args.relay));
+    let mut run = RunInfo::new("connections", Some(&args.relay));
     let mem = MemorySource {
         pid: args.pid,
         metrics_url: args
@@ -142,6 +142,7 @@ pub async fn run(args: &ConnectionsArgs) -> anyhow::Result<ConnectionsReport> {
     tokio::time::sleep(settle).await;
     let after_close = mem.read().await;
     let per = |a: Option<f64>, b: Option<f64>| Some((b? - a?) / opened.max(1) as f64);
+    run.finish();
     Ok(ConnectionsReport {
         run,
         requested: args.count,
@@ -227,6 +228,7 @@ impl ConnectionsReport {
                 ""
             }
         );
+        println!("  {}", self.run.cpu_line());
         let mb = |v: Option<f64>| v.map_or("n/a".to_owned(), |v| format!("{:.1} MB", v / 1e6));
         println!("  memory from {}", self.memory_source);
         println!(

@@ -103,7 +103,7 @@ impl Deliveries {
 
 pub async fn run(args: &FanoutArgs) -> anyhow::Result<FanoutReport> {
     let relay = RelayUrl::parse(&args.relay)?;
-    let run = RunInfo::new("fanout", Some(&args.relay));
+    let mut run = RunInfo::new("fanout", Some(&args.relay));
     let tag = format!("sluice-bench-fanout-{}-{}", unix_now(), args.seed);
     let events = sign_events(args, &tag);
     if events.is_empty() {
@@ -143,6 +143,7 @@ pub async fn run(args: &FanoutArgs) -> anyhow::Result<FanoutReport> {
         .map(|l| l.saturating_duration_since(t0));
     let count = deliveries.count.load(Ordering::Relaxed);
     let summary = deliveries.latency.lock().expect("latency lock").summary();
+    run.finish();
     Ok(FanoutReport {
         run,
         subscribers: args.subscribers,
@@ -365,5 +366,6 @@ impl FanoutReport {
             self.deliveries_per_sec
         );
         println!("  publish-to-delivery latency: {}", self.delivery_latency);
+        println!("  {}", self.run.cpu_line());
     }
 }

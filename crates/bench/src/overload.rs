@@ -24,7 +24,7 @@ use crate::generate::{Spec, sign_parallel, text_of_len};
 use crate::report::{RunInfo, unix_now};
 use crate::rng::Rng;
 use crate::source::{Phase, Schedule, Source};
-use crate::timeline::{PhasedRecorder, Scrapes, SecondPoint, scrape_loop};
+use crate::timeline::{PhasedRecorder, ScrapeTarget, Scrapes, SecondPoint, scrape_loop};
 use crate::wire::{Prepared, RelayUrl};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -75,6 +75,9 @@ pub struct OverloadArgs {
     /// Do not scrape /metrics (for relays without one).
     #[arg(long)]
     pub no_metrics: bool,
+    /// Also sample the relay process's memory from /proc/<pid>/status.
+    #[arg(long)]
+    pub pid: Option<u32>,
     #[arg(long, default_value_t = 500)]
     pub scrape_ms: u64,
     /// Series to record from /metrics, by name prefix (repeatable).
@@ -179,7 +182,7 @@ struct Plan {
 
 pub async fn run(args: &OverloadArgs) -> anyhow::Result<OverloadReport> {
     let relay = RelayUrl::parse(&args.relay)?;
-    let run = RunInfo::new("overload", Some(&args.relay));
+    let mut run = RunInfo::new("overload", Some(&args.relay));
     let multipliers = parse_phases(&args.phases)?;
     let phase_secs = vec![args.phase_secs; multipliers.len()];
     let plan = Plan {
@@ -200,6 +203,7 @@ pub async fn run(args: &OverloadArgs) -> anyhow::Result<OverloadReport> {
     }
     println!("overload: capacity {capacity:.0} events/s; signing events...");
     let mut report = run_phases(args, &plan, capacity, &mut rng).await?;
+    run.finish();
     report.run = run;
     report.capacity_measured = measurement.is_some();
     report.measurement = measurement;
@@ -291,19 +295,18 @@ async fn run_phases(
     let polite_rec = Arc::new(PhasedRecorder::new(t0, &plan.phase_secs));
     let abusive_rec = Arc::new(PhasedRecorder::new(t0, &plan.phase_secs));
     let (stop_tx, stop_rx) = watch::channel(false);
-    let scraper = (!args.no_metrics).then(|| {
-        let url = args
-            .metrics_url
-            .clone()
-            .unwrap_or_else(|| format!("{}/metrics", plan.relay.http_base()));
+    let target = ScrapeTarget {
+        url: (!args.no_metrics).then(|| {
+            args.metrics_url
+                .clone()
+                .unwrap_or_else(|| format!("{}/metrics", plan.relay.http_base()))
+        }),
+        prefixes: args.series_prefix.clone(),
+        pid: args.pid,
+    };
+    let scraper = (target.url.is_some() || target.pid.is_some()).then(|| {
         let every = Duration::from_millis(args.scrape_ms.max(50));
-        tokio::spawn(scrape_loop(
-            url,
-            args.series_prefix.clone(),
-            t0,
-            every,
-            stop_rx,
-        ))
+        tokio::spawn(scrape_loop(target, t0, every, stop_rx))
     });
     let cfg = |bind| PublisherConfig {
         relay: plan.relay.clone(),
@@ -431,6 +434,7 @@ impl OverloadReport {
                 self.abusive_events_reused
             );
         }
+        println!("  {}", self.run.cpu_line());
         for p in &self.phases {
             println!(
                 "  phase {} ({}x, abusive target {:.0}/s): goodput {:.0}/s = {:.0}% of capacity",

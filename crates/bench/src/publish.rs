@@ -60,7 +60,7 @@ pub struct PublishReport {
 
 pub async fn run(args: &PublishArgs) -> anyhow::Result<PublishReport> {
     let relay = RelayUrl::parse(&args.relay)?;
-    let run = RunInfo::new("publish", Some(&args.relay));
+    let mut run = RunInfo::new("publish", Some(&args.relay));
     let source = Arc::new(Source::file(&args.events, args.limit)?);
     let schedule = match args.rate {
         Some(rate) => Schedule::Open(vec![Phase {
@@ -97,6 +97,7 @@ pub async fn run(args: &PublishArgs) -> anyhow::Result<PublishReport> {
         (Some(f), Some(l)) if l > f => l.duration_since(f).as_secs_f64(),
         _ => 0.0,
     };
+    run.finish();
     Ok(PublishReport {
         run,
         mode: if args.rate.is_some() {
@@ -127,5 +128,6 @@ impl PublishReport {
             self.elapsed_secs
         );
         self.results.print("  ");
+        println!("  {}", self.run.cpu_line());
     }
 }

@@ -299,7 +299,8 @@ pub async fn run(args: &QueryArgs) -> anyhow::Result<QueryReport> {
     Ok(build_report(args, run, &shared, elapsed))
 }
 
-fn build_report(args: &QueryArgs, run: RunInfo, shared: &Shared, elapsed: f64) -> QueryReport {
+fn build_report(args: &QueryArgs, mut run: RunInfo, shared: &Shared, elapsed: f64) -> QueryReport {
+    run.finish();
     let tallies = shared.tallies.lock().expect("tallies lock");
     let mut total = TypeTally::default();
     let mut by_type = BTreeMap::new();
@@ -425,6 +426,7 @@ impl QueryReport {
             self.elapsed_secs,
             self.connection_errors
         );
+        println!("  {}", self.run.cpu_line());
         print_type("all", &self.total);
         for (name, r) in &self.by_type {
             print_type(name, r);

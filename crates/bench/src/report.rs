@@ -15,6 +15,15 @@ pub struct RunInfo {
     pub command: String,
     pub relay: Option<String>,
     pub started_unix: u64,
+    /// Wall time of the whole command.
+    #[serde(default)]
+    pub elapsed_secs: f64,
+    /// CPU time this tool used (user + system): when it nears cores x
+    /// elapsed, the client, not the relay, was the bottleneck.
+    #[serde(default)]
+    pub client_cpu_secs: Option<f64>,
+    #[serde(skip)]
+    start: Option<(std::time::Instant, Option<f64>)>,
 }
 
 impl RunInfo {
@@ -25,8 +34,38 @@ impl RunInfo {
             command: command.into(),
             relay: relay.map(str::to_owned),
             started_unix: unix_now(),
+            elapsed_secs: 0.0,
+            client_cpu_secs: None,
+            start: Some((std::time::Instant::now(), process_cpu_secs())),
         }
     }
+
+    /// Records elapsed wall and CPU time; call when the command is done.
+    pub fn finish(&mut self) {
+        if let Some((t, cpu)) = self.start {
+            self.elapsed_secs = t.elapsed().as_secs_f64();
+            self.client_cpu_secs = process_cpu_secs().zip(cpu).map(|(end, start)| end - start);
+        }
+    }
+
+    /// `"cpu 3.1 s over 10.0 s"`, for summaries.
+    pub fn cpu_line(&self) -> String {
+        match self.client_cpu_secs {
+            Some(cpu) => format!("client CPU {cpu:.1} s over {:.1} s", self.elapsed_secs),
+            None => String::new(),
+        }
+    }
+}
+
+/// User plus system CPU seconds of this process, from /proc/self/stat
+/// (fields 14 and 15, in clock ticks of 1/100 s on Linux).
+pub fn process_cpu_secs() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i)?.parse::<f64>().ok();
+    Some((ticks(11)? + ticks(12)?) / 100.0)
 }
 
 pub fn unix_now() -> u64 {
@@ -43,4 +82,20 @@ pub fn write_json<T: Serialize>(path: Option<&Path>, value: &T) -> anyhow::Resul
     std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
     println!("wrote {}", path.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_time_is_read_and_grows() {
+        let a = process_cpu_secs().unwrap();
+        let mut x = 0u64;
+        for i in 0..30_000_000u64 {
+            x = x.wrapping_add(i * i);
+        }
+        assert!(x > 0);
+        assert!(process_cpu_secs().unwrap() >= a);
+    }
 }

@@ -147,52 +147,82 @@ pub struct Scrapes {
     pub dropped: u64,
 }
 
-/// Scrapes `url` every `every` until `stop` turns true, keeping the series
-/// whose names start with one of `prefixes`.
+/// What to sample during a run: the relay's /metrics page, its process, or both.
+#[derive(Debug, Clone, Default)]
+pub struct ScrapeTarget {
+    pub url: Option<String>,
+    /// Series kept from the page: those whose names start with one of these.
+    pub prefixes: Vec<String>,
+    /// A process whose /proc status is sampled too (for relays without /metrics).
+    pub pid: Option<u32>,
+}
+
+/// Samples `target` every `every` until `stop` turns true.
 pub async fn scrape_loop(
-    url: String,
-    prefixes: Vec<String>,
+    target: ScrapeTarget,
     t0: Instant,
     every: Duration,
     mut stop: watch::Receiver<bool>,
 ) -> Scrapes {
     let mut out = Scrapes {
-        url,
-        prefixes,
+        url: target.url.clone().unwrap_or_default(),
+        prefixes: target.prefixes.clone(),
         ..Scrapes::default()
     };
     let mut tick = tokio::time::interval(every);
     loop {
         tokio::select! {
-            _ = tick.tick() => scrape_once(&mut out, t0).await,
+            _ = tick.tick() => scrape_once(&target, &mut out, t0).await,
             _ = stop.changed() => break,
         }
     }
-    scrape_once(&mut out, t0).await;
+    scrape_once(&target, &mut out, t0).await;
     out
 }
 
-async fn scrape_once(out: &mut Scrapes, t0: Instant) {
+async fn scrape_once(target: &ScrapeTarget, out: &mut Scrapes, t0: Instant) {
     let now = Instant::now();
     let t = now.saturating_duration_since(t0).as_secs_f64()
         - t0.saturating_duration_since(now).as_secs_f64();
-    match metrics::http_get(&out.url).await {
-        Ok(text) => {
-            let values: BTreeMap<String, f64> = metrics::parse_prometheus(&text)
-                .into_iter()
-                .filter(|s| out.prefixes.iter().any(|p| s.name.starts_with(p.as_str())))
-                .map(|s| (s.series, s.value))
-                .collect();
-            if out.points.len() < MAX_SCRAPE_POINTS {
-                out.points.push(ScrapePoint { t, values });
-            } else {
-                out.dropped += 1;
+    let mut values = BTreeMap::new();
+    if let Some(url) = &target.url {
+        match metrics::http_get(url).await {
+            Ok(text) => values.extend(
+                metrics::parse_prometheus(&text)
+                    .into_iter()
+                    .filter(|s| {
+                        target
+                            .prefixes
+                            .iter()
+                            .any(|p| s.name.starts_with(p.as_str()))
+                    })
+                    .map(|s| (s.series, s.value)),
+            ),
+            Err(e) => out.fail(&e),
+        }
+    }
+    if let Some(pid) = target.pid {
+        match metrics::proc_memory(pid) {
+            Ok(m) => {
+                values.insert("proc_rss_bytes".into(), m.rss_bytes as f64);
+                if let Some(anon) = m.rss_anon_bytes {
+                    values.insert("proc_rss_anon_bytes".into(), anon as f64);
+                }
             }
+            Err(e) => out.fail(&e),
         }
-        Err(e) => {
-            out.failures += 1;
-            out.last_error = Some(format!("{e:#}"));
-        }
+    }
+    if out.points.len() < MAX_SCRAPE_POINTS {
+        out.points.push(ScrapePoint { t, values });
+    } else {
+        out.dropped += 1;
+    }
+}
+
+impl Scrapes {
+    fn fail(&mut self, e: &anyhow::Error) {
+        self.failures += 1;
+        self.last_error = Some(format!("{e:#}"));
     }
 }
 

@@ -115,7 +115,8 @@ impl Prepared {
     /// From one line of JSONL (an event object).
     pub fn from_raw(raw: &str) -> anyhow::Result<Prepared> {
         let raw = raw.trim();
-        let id = sluice_proto::message::sniff_id(raw).context("event has no readable id")?;
+        let ev: IdOnly<'_> = serde_json::from_str(raw).context("not an event object")?;
+        let id = id_of(ev.id).context("event id is not 64 hex characters")?;
         Ok(Prepared {
             id,
             message: format!("[\"EVENT\",{raw}]").into(),

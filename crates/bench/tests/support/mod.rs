@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
-use sluice_proto::{Event, Filter, RelayMessage};
+use serde_json::json;
+use sluice_proto::{Event, Filter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::broadcast;
 use tokio_tungstenite::tungstenite::Message;
@@ -71,13 +72,13 @@ async fn serve(relay: Arc<Relay>, stream: TcpStream) {
 fn deliver(subs: &HashMap<String, Vec<Filter>>, ev: &Event) -> Vec<String> {
     subs.iter()
         .filter(|(_, fs)| fs.iter().any(|f| f.matches(ev)))
-        .map(|(sub, _)| RelayMessage::event(sub, ev.raw()))
+        .map(|(sub, _)| event_message(sub, ev.raw()))
         .collect()
 }
 
 fn handle(relay: &Relay, subs: &mut HashMap<String, Vec<Filter>>, text: &str) -> Vec<String> {
     let Ok(Value::Array(parts)) = serde_json::from_str::<Value>(text) else {
-        return vec![RelayMessage::notice("invalid: not a JSON array")];
+        return vec![json!(["NOTICE", "invalid: not a JSON array"]).to_string()];
     };
     match parts.first().and_then(Value::as_str) {
         Some("EVENT") => vec![publish(relay, &parts[1].to_string())],
@@ -88,7 +89,7 @@ fn handle(relay: &Relay, subs: &mut HashMap<String, Vec<Filter>>, text: &str) ->
                 .filter_map(|f| Filter::from_value(f).ok())
                 .collect();
             let mut out = stored(relay, &sub, &filters);
-            out.push(RelayMessage::eose(&sub));
+            out.push(json!(["EOSE", sub]).to_string());
             subs.insert(sub, filters);
             out
         }
@@ -96,27 +97,37 @@ fn handle(relay: &Relay, subs: &mut HashMap<String, Vec<Filter>>, text: &str) ->
             subs.remove(parts[1].as_str().unwrap_or_default());
             vec![]
         }
-        _ => vec![RelayMessage::notice("unsupported: message type")],
+        _ => vec![json!(["NOTICE", "unsupported: message type"]).to_string()],
     }
 }
 
 fn publish(relay: &Relay, raw: &str) -> String {
     let Ok(ev) = Event::parse(raw) else {
-        return RelayMessage::notice("invalid: bad event");
+        return json!(["NOTICE", "invalid: bad event"]).to_string();
     };
     if ev.verify().is_err() {
-        return RelayMessage::ok(&ev.id, false, "invalid: bad signature");
+        return ok_message(&ev, false, "invalid: bad signature");
     }
     let ev = Arc::new(ev);
     {
         let mut store = relay.store.lock().unwrap();
         if !store.ids.insert(ev.id) {
-            return RelayMessage::ok(&ev.id, true, "duplicate: already have this event");
+            return ok_message(&ev, true, "duplicate: already have this event");
         }
         store.events.push(ev.clone());
     }
     let _ = relay.live.send(ev.clone());
-    RelayMessage::ok(&ev.id, true, "")
+    ok_message(&ev, true, "")
+}
+
+// Relay messages are built here rather than with sluice-proto's builders so
+// this stand-in relay does not follow their API changes.
+fn ok_message(ev: &Event, accepted: bool, message: &str) -> String {
+    json!(["OK", ev.id_hex(), accepted, message]).to_string()
+}
+
+fn event_message(sub: &str, raw: &str) -> String {
+    format!("[\"EVENT\",{},{raw}]", json!(sub))
 }
 
 fn stored(relay: &Relay, sub: &str, filters: &[Filter]) -> Vec<String> {
@@ -129,7 +140,7 @@ fn stored(relay: &Relay, sub: &str, filters: &[Filter]) -> Vec<String> {
         out.extend(
             hits.into_iter()
                 .take(limit)
-                .map(|e| RelayMessage::event(sub, e.raw())),
+                .map(|e| event_message(sub, e.raw())),
         );
     }
     out
