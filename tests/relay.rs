@@ -91,6 +91,29 @@ async fn uppercase_hex_is_refused() {
 }
 
 #[tokio::test]
+async fn malformed_id_gets_ok_false_with_the_id_as_sent() {
+    let relay = Relay::start();
+    let mut c = relay.client().await;
+    let e = ev(1, now() - 5, 1, &[], "x");
+    let upper = e.id_hex().to_uppercase();
+    c.send_text(&format!(
+        "[\"EVENT\",{}]",
+        e.raw().replace(&e.id_hex(), &upper)
+    ))
+    .await;
+    let (ok, msg) = c.expect_ok(&upper).await;
+    assert!(!ok && msg.starts_with("invalid:"), "{msg}");
+    let short = &e.id_hex()[..63];
+    c.send_text(&format!(
+        "[\"EVENT\",{}]",
+        e.raw().replace(&e.id_hex(), short)
+    ))
+    .await;
+    let (ok, msg) = c.expect_ok(short).await;
+    assert!(!ok && msg.starts_with("invalid:"), "{msg}");
+}
+
+#[tokio::test]
 async fn kind_out_of_range_and_non_string_tags_are_refused() {
     let relay = Relay::start();
     let mut c = relay.client().await;
@@ -424,6 +447,44 @@ async fn live_events_matching_a_subscription_are_pushed_after_eose() {
     let text = sub.recv_text().await;
     assert!(text.starts_with("[\"EVENT\",\"feed\","), "{text}");
     assert_eq!(event_object_text(&text), hit.raw());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_req_racing_writes_gets_each_event_once() {
+    let relay = Relay::start_with(&[("SLUICE_THROTTLE__MODE", "off")]);
+    for round in 0..5u64 {
+        let mut p = relay.client().await;
+        let mut sub = relay.client().await;
+        let author = 100 + round as u8;
+        let events: Vec<Event> = (0..300)
+            .map(|i| ev(author, now() - 1000 + i, 1, &[], &format!("race {i}")))
+            .collect();
+        for e in &events[..150] {
+            p.send_event(e).await;
+        }
+        sub.send(json!(["REQ", "race", {"authors": [pubkey_hex(author)], "limit": 5000}]))
+            .await;
+        for e in &events[150..] {
+            p.send_event(e).await;
+        }
+        for _ in 0..300 {
+            p.expect("OK").await;
+        }
+        let mut seen = std::collections::HashSet::new();
+        while seen.len() < 300 {
+            let m = sub.expect("EVENT").await;
+            let id = m[2]["id"].as_str().unwrap().to_string();
+            assert!(
+                seen.insert(id.clone()),
+                "event {id} delivered twice in round {round}"
+            );
+        }
+        assert!(
+            sub.try_recv(Duration::from_millis(200))
+                .await
+                .is_none_or(|m| m[0] == "EOSE")
+        );
+    }
 }
 
 #[tokio::test]

@@ -146,14 +146,43 @@ impl Event {
 
     /// Checks that the id is the hash of the content and the signature is a
     /// valid BIP-340 signature of the id by the pubkey.
+    ///
+    /// NIP-01 names seven escapes and says every other character is written
+    /// as is; the common client libraries (nostr-tools' `JSON.stringify`,
+    /// rust-nostr's serde_json) instead escape the other control characters
+    /// as `\u00XX`. When the content or tags hold such a character, an id
+    /// computed either way is accepted, so events from both camps verify.
     pub fn verify(&self) -> Result<(), EventError> {
         if self.compute_id() != self.id {
-            return Err(EventError::IdMismatch);
+            let alt = self.has_other_controls().then(|| -> [u8; 32] {
+                Sha256::digest(canonical_json_as(
+                    &self.pubkey,
+                    self.created_at,
+                    self.kind,
+                    &self.tags,
+                    &self.content,
+                    Escapes::AllControls,
+                ))
+                .into()
+            });
+            if alt != Some(self.id) {
+                return Err(EventError::IdMismatch);
+            }
         }
         let pk =
             XOnlyPublicKey::from_byte_array(self.pubkey).map_err(|_| EventError::BadSignature)?;
         let sig = schnorr::Signature::from_byte_array(self.sig);
         schnorr::verify(&sig, &self.id, &pk).map_err(|_| EventError::BadSignature)
+    }
+
+    /// True when content or tags hold a control character other than the
+    /// seven NIP-01 escapes, where serializers disagree.
+    fn has_other_controls(&self) -> bool {
+        let odd = |s: &str| {
+            s.bytes()
+                .any(|b| b < 0x20 && !matches!(b, b'\n' | b'\r' | b'\t' | 0x08 | 0x0c))
+        };
+        odd(&self.content) || self.tags.iter().flatten().any(|t| odd(t))
     }
 
     /// Checks the size limits and the created_at window against `now`
@@ -279,12 +308,32 @@ pub fn public_key_of(secret_key: &[u8; 32]) -> [u8; 32] {
     keypair.x_only_public_key().0.to_byte_array()
 }
 
+/// How strings are escaped in the id serialization.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Escapes {
+    /// NIP-01: the seven named escapes only.
+    Nip01,
+    /// JSON.stringify / serde_json: also `\u00XX` for other control characters.
+    AllControls,
+}
+
 fn canonical_json(
     pubkey: &[u8; 32],
     created_at: u64,
     kind: u16,
     tags: &[Vec<String>],
     content: &str,
+) -> Vec<u8> {
+    canonical_json_as(pubkey, created_at, kind, tags, content, Escapes::Nip01)
+}
+
+fn canonical_json_as(
+    pubkey: &[u8; 32],
+    created_at: u64,
+    kind: u16,
+    tags: &[Vec<String>],
+    content: &str,
+    escapes: Escapes,
 ) -> Vec<u8> {
     let mut out = Vec::with_capacity(128 + content.len() + tags.len() * 80);
     out.extend_from_slice(b"[0,\"");
@@ -305,19 +354,20 @@ fn canonical_json(
             if j > 0 {
                 out.push(b',');
             }
-            write_json_string(&mut out, s);
+            write_json_string(&mut out, s, escapes);
         }
         out.push(b']');
     }
     out.extend_from_slice(b"],");
-    write_json_string(&mut out, content);
+    write_json_string(&mut out, content, escapes);
     out.push(b']');
     out
 }
 
 /// Writes a JSON string with exactly the seven escapes NIP-01 names
-/// (`\n \" \\ \r \t \b \f`); every other character is written as is.
-fn write_json_string(out: &mut Vec<u8>, s: &str) {
+/// (`\n \" \\ \r \t \b \f`); every other character is written as is,
+/// unless `escapes` asks for `\u00XX` on the other control characters.
+fn write_json_string(out: &mut Vec<u8>, s: &str, escapes: Escapes) {
     out.push(b'"');
     let bytes = s.as_bytes();
     let mut start = 0;
@@ -330,6 +380,12 @@ fn write_json_string(out: &mut Vec<u8>, s: &str) {
             b'\t' => b"\\t",
             0x08 => b"\\b",
             0x0c => b"\\f",
+            c if c < 0x20 && escapes == Escapes::AllControls => {
+                out.extend_from_slice(&bytes[start..i]);
+                out.extend_from_slice(format!("\\u{c:04x}").as_bytes());
+                start = i + 1;
+                continue;
+            }
             _ => continue,
         };
         out.extend_from_slice(&bytes[start..i]);
@@ -397,8 +453,49 @@ mod tests {
     #[test]
     fn canonical_escapes_only_the_seven() {
         let mut out = Vec::new();
-        write_json_string(&mut out, "a\u{1}b\u{8}\u{c}\n\r\t\"\\/é");
+        write_json_string(&mut out, "a\u{1}b\u{8}\u{c}\n\r\t\"\\/é", Escapes::Nip01);
         assert_eq!(out, "\"a\u{1}b\\b\\f\\n\\r\\t\\\"\\\\/é\"".as_bytes());
+    }
+
+    #[test]
+    fn control_characters_verify_either_way() {
+        // Signed the NIP-01 way (raw control character in the hash input).
+        let ev = Event::sign(
+            &SK,
+            1_700_000_000,
+            1,
+            vec![vec!["t".into(), "a\u{1f}".into()]],
+            "x\u{1}y",
+        );
+        ev.verify().unwrap();
+        // Signed the JSON.stringify way: hash over \u0001 escapes.
+        let pubkey = public_key_of(&SK);
+        let tags = vec![vec!["t".to_string(), "a\u{1f}".to_string()]];
+        let alt = canonical_json_as(
+            &pubkey,
+            1_700_000_000,
+            1,
+            &tags,
+            "x\u{1}y",
+            Escapes::AllControls,
+        );
+        assert!(String::from_utf8_lossy(&alt).contains("x\\u0001y"));
+        let id: [u8; 32] = Sha256::digest(&alt).into();
+        let keypair = secp256k1::Keypair::from_secret_bytes(SK).unwrap();
+        let sig = schnorr::sign_no_aux_rand(&id, &keypair).to_byte_array();
+        let other = Event {
+            id,
+            sig,
+            ..ev.clone()
+        };
+        other.verify().unwrap();
+        // Without such characters only the NIP-01 form counts.
+        let plain = Event::sign(&SK, 1_700_000_000, 1, vec![], "plain");
+        let bad = Event {
+            id: [9; 32],
+            ..plain
+        };
+        assert_eq!(bad.verify(), Err(EventError::IdMismatch));
     }
 
     #[test]

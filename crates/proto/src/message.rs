@@ -7,7 +7,7 @@
 use serde_json::value::RawValue;
 
 use crate::event::short_serde_error;
-use crate::{Event, EventError, Filter, FilterError, hex32};
+use crate::{Event, EventError, Filter, FilterError};
 
 /// A message from a client.
 #[derive(Debug)]
@@ -51,7 +51,7 @@ pub enum MessageError {
     /// the answer can be an OK false.
     #[error("{error}")]
     BadEvent {
-        id: Option<[u8; 32]>,
+        id: Option<String>,
         error: EventError,
     },
     /// A REQ or COUNT with a bad filter: answer with CLOSED for `sub_id`.
@@ -124,13 +124,26 @@ fn sub_id(raw: Option<&&RawValue>) -> Result<String, MessageError> {
     Ok(s)
 }
 
-/// Reads `"id":"<64 hex>"` out of an event text without parsing it, so a
+/// Reads the `"id"` string out of an event text without parsing it, so a
 /// refusal of a malformed or oversized event can still name the event.
-pub fn sniff_id(raw: &str) -> Option<[u8; 32]> {
-    let at = raw.find("\"id\"")?;
-    let rest = raw[at + 4..].trim_start().strip_prefix(':')?.trim_start();
-    let rest = rest.strip_prefix('"')?;
-    hex32::decode::<32>(rest.get(..64)?)
+/// Returns the text as sent when it is 1-64 ASCII letters and digits
+/// (anything else is not worth echoing).
+pub fn sniff_id(raw: &str) -> Option<String> {
+    let mut from = 0;
+    while let Some(at) = raw[from..].find("\"id\"") {
+        let after = from + at + 4;
+        from = after;
+        let Some(rest) = raw[after..].trim_start().strip_prefix(':') else {
+            continue;
+        };
+        let rest = rest.trim_start().strip_prefix('"')?;
+        let end = rest.find('"')?;
+        let id = &rest[..end];
+        let plausible =
+            (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric());
+        return plausible.then(|| id.to_owned());
+    }
+    None
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -153,10 +166,11 @@ impl RelayMessage {
         s
     }
 
-    pub fn ok(id: &[u8; 32], accepted: bool, message: &str) -> String {
+    /// `["OK", id, accepted, message]`; `id` is the event id as text.
+    pub fn ok(id: &str, accepted: bool, message: &str) -> String {
         format!(
-            "[\"OK\",\"{}\",{},{}]",
-            hex32::encode(id),
+            "[\"OK\",{},{},{}]",
+            json_str(id),
             accepted,
             json_str(message)
         )
@@ -237,16 +251,31 @@ mod tests {
         let id = "ab".repeat(32);
         let msg = format!(r#"["EVENT",{{"id":"{id}","kind":"x"}}]"#);
         match ClientMessage::parse(&msg).unwrap_err() {
-            MessageError::BadEvent { id: Some(got), .. } => assert_eq!(hex32::encode(&got), id),
+            MessageError::BadEvent { id: Some(got), .. } => assert_eq!(got, id),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn malformed_ids_are_echoed_as_sent() {
+        let upper = "AB".repeat(32);
+        let msg = format!(r#"["EVENT",{{"content":"has \"id\" inside","id":"{upper}","kind":1}}]"#);
+        match ClientMessage::parse(&msg).unwrap_err() {
+            MessageError::BadEvent { id, .. } => assert_eq!(id.as_deref(), Some(upper.as_str())),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(sniff_id(r#"{"id":"<script>"}"#), None);
+        assert_eq!(
+            sniff_id(r#"{"tags":[["x","id"]],"id":"abc"}"#).as_deref(),
+            Some("abc")
+        );
     }
 
     #[test]
     fn relay_messages_are_valid_json() {
         for s in [
             RelayMessage::event("a\"b", "{}"),
-            RelayMessage::ok(&[1u8; 32], false, "invalid: \"x\""),
+            RelayMessage::ok(&"01".repeat(32), false, "invalid: \"x\""),
             RelayMessage::eose("s"),
             RelayMessage::closed("s", "rate-limited: slow down"),
             RelayMessage::notice("hi"),

@@ -61,6 +61,14 @@ struct Sub {
     /// Live matches held back while the stored query runs; `None` once
     /// EOSE is sent.
     pending: Option<Vec<Arc<LiveEvent>>>,
+    /// Serials below this were visible to the stored query; live events
+    /// still in flight with such serials were already sent (or cut by the
+    /// limit) and are skipped.
+    snapshot_serial: u64,
+}
+
+fn id_hex(id: &[u8; 32]) -> String {
+    sluice_proto::hex32::encode(id)
 }
 
 /// Why a connection ended (a closed set, used as a metric label).
@@ -147,6 +155,13 @@ pub(crate) async fn run(
                     let text = e.to_string();
                     if text.contains("too long") || text.contains("Space limit") {
                         let _ = out.notice("invalid: message too large, closing").await;
+                        let _ = out
+                            .sink
+                            .send(Message::Close(Some(CloseFrame {
+                                code: close_code::SIZE,
+                                reason: "message too large".into(),
+                            })))
+                            .await;
                         Err("message_too_large")
                     } else {
                         tracing::debug!(%peer, error = %text, "websocket error");
@@ -238,7 +253,7 @@ impl Session {
     async fn refuse_event(
         &mut self,
         out: &mut Out,
-        id: &[u8; 32],
+        id: &str,
         reason: Reason,
         detail: &str,
     ) -> Result<(), CloseReason> {
@@ -264,7 +279,7 @@ impl Session {
         metrics::counter!(m::EVENTS_RECEIVED_TOTAL, "kind_class" => class.as_str()).increment(1);
         if let Err(e) = ev.check_limits(&self.st.event_limits, unix_now()) {
             return self
-                .refuse_event(out, &ev.id, Reason::Invalid, &e.to_string())
+                .refuse_event(out, &ev.id_hex(), Reason::Invalid, &e.to_string())
                 .await;
         }
         // Throttle before the signature check: a flood costs a bucket
@@ -275,20 +290,20 @@ impl Session {
             Admit::Delay(d) => tokio::time::sleep(d).await,
             Admit::Refuse(r) => {
                 return self
-                    .refuse_event(out, &ev.id, Reason::RateLimited, &r.detail())
+                    .refuse_event(out, &ev.id_hex(), Reason::RateLimited, &r.detail())
                     .await;
             }
         }
         if let Err(e) = ev.verify() {
             return self
-                .refuse_event(out, &ev.id, Reason::Invalid, &e.to_string())
+                .refuse_event(out, &ev.id_hex(), Reason::Invalid, &e.to_string())
                 .await;
         }
         // The author's bucket only after the signature: an unsigned claim
         // must not spend someone else's budget.
         if let Admit::Refuse(r) = throttle.admit_author(&ev.pubkey) {
             return self
-                .refuse_event(out, &ev.id, Reason::RateLimited, &r.detail())
+                .refuse_event(out, &ev.id_hex(), Reason::RateLimited, &r.detail())
                 .await;
         }
         let id = ev.id;
@@ -296,7 +311,7 @@ impl Session {
         if class == KindClass::Ephemeral {
             self.st.engine.publish_ephemeral(ev);
             metrics::counter!(m::EVENTS_ACCEPTED_TOTAL, "outcome" => "ephemeral").increment(1);
-            return out.send(RelayMessage::ok(&id, true, "")).await;
+            return out.send(RelayMessage::ok(&id_hex(&id), true, "")).await;
         }
         match self.st.engine.submit(ev) {
             Ok(rx) => {
@@ -313,14 +328,14 @@ impl Session {
             Err(SubmitError::QueueFull) => {
                 self.refuse_event(
                     out,
-                    &id,
+                    &id_hex(&id),
                     Reason::RateLimited,
                     "relay is busy, retry in a few seconds",
                 )
                 .await
             }
             Err(SubmitError::Closed) => {
-                self.refuse_event(out, &id, Reason::Error, "relay is shutting down")
+                self.refuse_event(out, &id_hex(&id), Reason::Error, "relay is shutting down")
                     .await
             }
         }
@@ -361,7 +376,7 @@ impl Session {
             metrics::counter!(m::EVENTS_REFUSED_TOTAL, "reason" => r.as_str()).increment(1);
         }
         let message = reason.map(|r| r.message(detail)).unwrap_or_default();
-        out.send(RelayMessage::ok(&done.id, accepted, &message))
+        out.send(RelayMessage::ok(&id_hex(&done.id), accepted, &message))
             .await
     }
 
@@ -450,6 +465,7 @@ impl Session {
             filters: filters.clone(),
             generation,
             pending: Some(Vec::new()),
+            snapshot_serial: 0,
         };
         if self.subs.insert(sub_id.clone(), sub).is_none() {
             metrics::gauge!(m::SUBSCRIPTIONS_OPEN).increment(1.0);
@@ -518,11 +534,13 @@ impl Session {
             out.send(RelayMessage::event(&sub_id, raw)).await?;
         }
         out.send(RelayMessage::eose(&sub_id)).await?;
-        let held = self
-            .subs
-            .get_mut(&sub_id)
-            .and_then(|s| s.pending.take())
-            .unwrap_or_default();
+        let held = match self.subs.get_mut(&sub_id) {
+            Some(sub) => {
+                sub.snapshot_serial = output.snapshot_serial;
+                sub.pending.take().unwrap_or_default()
+            }
+            None => Vec::new(),
+        };
         // Events committed after the query's snapshot were not in it.
         for ev in held {
             if ev.serial.is_none_or(|s| s >= output.snapshot_serial) {
@@ -547,6 +565,7 @@ impl Session {
             match &mut sub.pending {
                 Some(held) if held.len() >= max_held => overflowed.push(sub_id.clone()),
                 Some(held) => held.push(ev.clone()),
+                None if ev.serial.is_some_and(|n| n < sub.snapshot_serial) => {}
                 None => {
                     out.send(RelayMessage::event(sub_id, ev.event.raw()))
                         .await?;
