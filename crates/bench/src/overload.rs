@@ -40,6 +40,9 @@ pub struct OverloadArgs {
     pub phase_secs: f64,
     #[arg(long, default_value_t = 8)]
     pub abusive_clients: usize,
+    /// Distinct authors the abusive events are signed by [default: one per abusive client].
+    #[arg(long)]
+    pub abusive_keys: Option<usize>,
     #[arg(long, default_value_t = 10)]
     pub polite_clients: usize,
     /// Events per second per polite client, constant through every phase.
@@ -57,8 +60,11 @@ pub struct OverloadArgs {
     pub measure_secs: f64,
     #[arg(long, default_value_t = 30_000)]
     pub measure_events: usize,
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 16)]
     pub measure_connections: usize,
+    /// Distinct authors of the measurement events, so per-author limits do not cap the measurement.
+    #[arg(long, default_value_t = 1000)]
+    pub measure_keys: usize,
     #[arg(long, default_value_t = 16)]
     pub measure_window: usize,
     #[arg(long, default_value_t = 5_000)]
@@ -215,7 +221,7 @@ async fn measure_capacity(
     plan: &Plan,
     rng: &mut Rng,
 ) -> anyhow::Result<(f64, Option<TallyReport>)> {
-    let keys: Vec<[u8; 32]> = (0..args.measure_connections.max(1))
+    let keys: Vec<[u8; 32]> = (0..args.measure_keys.max(1))
         .map(|_| rng.secret_key())
         .collect();
     let events = sign_pool(
@@ -234,16 +240,19 @@ async fn measure_capacity(
         recorder: totals.clone(),
         t0,
     };
-    let cfg = PublisherConfig {
+    let cfg = |bind| PublisherConfig {
         relay: plan.relay.clone(),
-        bind: None,
+        bind,
         window: args.measure_window,
         max_inflight: args.max_inflight,
         timeout: Duration::from_millis(args.timeout_ms),
         stop_at: t0 + Duration::from_secs_f64(args.measure_secs),
     };
     let tasks: Vec<_> = (0..args.measure_connections.max(1))
-        .map(|_| tokio::spawn(run_publisher(cfg.clone(), shared.clone())))
+        .map(|i| {
+            let bind = plan.distinct_ips.then(|| loopback_source(4, i));
+            tokio::spawn(run_publisher(cfg(bind), shared.clone()))
+        })
         .collect();
     for t in tasks {
         t.await?;
@@ -258,6 +267,13 @@ async fn measure_capacity(
         "measured capacity (closed loop): {:.0} accepted/s",
         report.accepted_per_sec
     );
+    if report.refused * 100 > report.offered {
+        println!(
+            "warning: the relay refused {} of {} measurement events ({}): the measured capacity is \
+             its per-client limit, not its capacity. Raise those limits for the benchmark or pass --capacity.",
+            report.refused, report.offered, report.refused_prefixes
+        );
+    }
     Ok((report.accepted_per_sec, Some(report)))
 }
 
@@ -278,9 +294,8 @@ async fn run_phases(
         .collect();
     let abusive_schedule = Schedule::Open(abusive_phases);
     let abusive_total = abusive_schedule.total_events().unwrap_or(0);
-    let abusive_keys: Vec<[u8; 32]> = (0..args.abusive_clients.max(1))
-        .map(|_| rng.secret_key())
-        .collect();
+    let n_keys = args.abusive_keys.unwrap_or(args.abusive_clients).max(1);
+    let abusive_keys: Vec<[u8; 32]> = (0..n_keys).map(|_| rng.secret_key()).collect();
     let pool_size = (abusive_total as usize).min(args.max_events);
     let abusive_pool = sign_pool(rng, &abusive_keys, pool_size, args.content_bytes, &plan.tag);
     let polite_per_client = (args.polite_rate * plan.total_secs).floor() as usize;

@@ -177,48 +177,69 @@ fn latency_panel(r: &OverloadReport) -> Panel {
     }
 }
 
+/// Series drawn first when present, by name prefix: the controller's state.
+const PREFERRED: &[&str] = &[
+    "sluice_throttle_output_ratio",
+    "sluice_throttle_process_variable_ratio",
+    "sluice_throttle_memory_pressure_ratio",
+    "sluice_throttle_load_level_ratio",
+    "sluice_throttle_delay_seconds",
+    "sluice_throttle_refusals_total",
+    "sluice_throttle_emergency",
+    "sluice_process_anonymous_memory_bytes",
+    "proc_rss_anon_bytes",
+];
+
 fn controller_panel(r: &OverloadReport, max_series: usize) -> Panel {
     let points: &[ScrapePoint] = r.metrics.as_ref().map_or(&[], |m| &m.points);
     let mut names: Vec<&String> = points.iter().flat_map(|p| p.values.keys()).collect();
     names.sort();
     names.dedup();
-    let mut series: Vec<(f64, Series)> = names
+    let mut series: Vec<(usize, f64, Series)> = names
         .into_iter()
-        .filter_map(|name| {
-            let raw: Vec<(f64, f64)> = points
-                .iter()
-                .filter_map(|p| p.values.get(name).map(|v| (p.t, *v)))
-                .collect();
-            let counter = name
-                .split('{')
-                .next()
-                .unwrap_or_default()
-                .ends_with("_total");
-            let pts = if counter { rates(&raw) } else { raw };
-            let (lo, hi) = pts.iter().fold((f64::MAX, f64::MIN), |(lo, hi), (_, v)| {
-                (lo.min(*v), hi.max(*v))
-            });
-            let spread = hi - lo;
-            (spread > 0.0 && hi > 0.0).then(|| {
-                let scaled = pts.iter().map(|(t, v)| (*t, 100.0 * v / hi)).collect();
-                let label = series_label(name, counter, hi);
-                (spread / hi, line(&label, scaled, false))
-            })
-        })
+        .filter_map(|name| scaled_series(points, name))
         .collect();
-    series.sort_by(|a, b| b.0.total_cmp(&a.0));
+    // Preferred series first (in list order), then the ones that vary most.
+    series.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)));
     Panel {
-        title: "relay series from /metrics: controller state, memory (each as % of its maximum)"
-            .into(),
-        unit: "% of max".into(),
+        title: "relay series from /metrics: ratios in %, others in % of their maximum".into(),
+        unit: "%".into(),
         log: false,
         y_max: Some(100.0),
         series: series
             .into_iter()
             .take(max_series)
-            .map(|(_, s)| s)
+            .map(|(_, _, s)| s)
             .collect(),
     }
+}
+
+/// A series as percentages, its rank in `PREFERRED` and how much it varies;
+/// `None` when it never changes. Counters become rates; ratios are shown as
+/// percent; anything else as percent of its own maximum.
+fn scaled_series(points: &[ScrapePoint], name: &str) -> Option<(usize, f64, Series)> {
+    let raw: Vec<(f64, f64)> = points
+        .iter()
+        .filter_map(|p| p.values.get(name).map(|v| (p.t, *v)))
+        .collect();
+    let base = name.split('{').next().unwrap_or_default();
+    let counter = base.ends_with("_total");
+    let pts = if counter { rates(&raw) } else { raw };
+    let (lo, hi) = pts.iter().fold((f64::MAX, f64::MIN), |(lo, hi), (_, v)| {
+        (lo.min(*v), hi.max(*v))
+    });
+    if hi - lo <= 0.0 || hi <= 0.0 {
+        return None;
+    }
+    let ratio = base.ends_with("_ratio");
+    let scale = if ratio { 100.0 } else { 100.0 / hi };
+    let scaled = pts.iter().map(|(t, v)| (*t, v * scale)).collect();
+    let rank = PREFERRED
+        .iter()
+        .position(|p| base.starts_with(p))
+        .unwrap_or(PREFERRED.len());
+    let label = series_label(name, counter, ratio, hi);
+    Some((rank, (hi - lo) / hi, line(&label, scaled, false)))
 }
 
 /// Per-second rates of a counter between consecutive scrapes (restarts read as 0).
@@ -230,15 +251,30 @@ fn rates(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// A legend label: the series without the `sluice_` prefix, shortened, with its maximum.
-fn series_label(name: &str, counter: bool, max: f64) -> String {
-    let short: String = name
-        .trim_start_matches("sluice_")
-        .chars()
-        .take(44)
+/// A short legend label: the name without `sluice_throttle_`/`sluice_`,
+/// label values without their keys (`{direction="write"}` becomes `{write}`),
+/// and the maximum.
+fn series_label(name: &str, counter: bool, ratio: bool, max: f64) -> String {
+    let (base, labels) = name.split_once('{').unwrap_or((name, ""));
+    let base = base
+        .trim_start_matches("sluice_throttle_")
+        .trim_start_matches("sluice_");
+    let values: Vec<&str> = labels
+        .trim_end_matches('}')
+        .split(',')
+        .filter_map(|kv| kv.split_once('=').map(|(_, v)| v.trim_matches('"')))
         .collect();
-    let unit = if counter { "/s" } else { "" };
-    format!("{short} (max {}{unit})", short_number(max))
+    let short = if values.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}{{{}}}", values.join(","))
+    };
+    let short: String = short.chars().take(36).collect();
+    match (counter, ratio) {
+        (true, _) => format!("{short} (max {}/s)", short_number(max)),
+        (false, true) => short,
+        (false, false) => format!("{short} (max {})", short_number(max)),
+    }
 }
 
 /// A round tick step (1, 2 or 5 times a power of ten) near `raw`.
@@ -475,6 +511,21 @@ mod tests {
         assert_eq!(nice_step(1.2), 2.0);
         assert_eq!(nice_step(3.0), 5.0);
         assert_eq!(nice_step(700.0), 1000.0);
+    }
+
+    #[test]
+    fn labels_are_compact() {
+        let l = series_label(
+            "sluice_throttle_delay_seconds{direction=\"write\"}",
+            false,
+            false,
+            0.2,
+        );
+        assert_eq!(l, "delay_seconds{write} (max 0.20)");
+        assert_eq!(
+            series_label("sluice_throttle_output_ratio", false, true, 1.0),
+            "output_ratio"
+        );
     }
 
     #[test]
