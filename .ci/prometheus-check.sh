@@ -15,7 +15,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-SLUICE=${SLUICE_BIN:-$ROOT/target/debug/sluice}
+# RELAY_BIN: another build of the relay (not SLUICE_*: the relay reads those as config).
+SLUICE=${RELAY_BIN:-$ROOT/target/debug/sluice}
 DASHBOARD=$ROOT/deploy/grafana/dashboards/sluice.json
 export LC_ALL=C
 
