@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 # RELAY_BIN: another build of the relay (not SLUICE_*: the relay reads those as config).
-SLUICE=${RELAY_BIN:-$ROOT/target/debug/sluice}
+SLUICE=${RELAY_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/debug/sluice}
 DASHBOARD=$ROOT/deploy/grafana/dashboards/sluice.json
 export LC_ALL=C
 
