@@ -2,6 +2,8 @@
 //! loads the configuration, and wires store, engine and server together.
 
 mod config;
+mod export;
+mod import;
 mod serve;
 mod telemetry;
 
@@ -31,6 +33,10 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Load JSONL events (plain, gzip or zstd) into the store.
+    Import(import::ImportArgs),
+    /// Write stored events as JSONL to standard output.
+    Export(export::ExportArgs),
     /// Configuration tools.
     Config {
         #[command(subcommand)]
@@ -53,6 +59,8 @@ fn main() -> ExitCode {
         Command::Serve { config } => {
             Config::load(config.as_deref()).and_then(|cfg| serve::run(cfg, config))
         }
+        Command::Import(args) => import::run(args),
+        Command::Export(args) => export::run(args),
         Command::Config {
             command: ConfigCommand::Check { config },
         } => Config::load(config.as_deref()).and_then(|cfg| {

@@ -1,0 +1,566 @@
+//! `sluice import`: load JSONL dumps (plain, gzip or zstd) into the store
+//! with the relay's own acceptance rules, fast and in bounded memory.
+//!
+//! Pipeline (threads, and the bounded channels between them):
+//! ```text
+//! reader ──token(in-flight ≤ max_in_flight)──► work: sync_channel(2 × workers) of Chunk
+//!    │                                              │ (shared receiver)
+//!    │                                  parse+verify workers × N (all cores)
+//!    │                                              │
+//!    └── chunks numbered in input order     results: sync_channel(max_in_flight) of Parsed
+//!                                                   ▼
+//!                       writer (this thread): reorders by number, batches,
+//!                       limiter pause, store.write_batch (one txn), counts
+//! monitor: every 100 ms ticks the import governor and draws progress
+//! ```
+//! Who waits when a bound is hit: the reader, always. It takes a token
+//! before sending a chunk and the writer returns it when it takes that
+//! chunk in order, so at most `max_in_flight` chunks (each at most
+//! [`CHUNK_LINES`] lines or [`CHUNK_BYTES`]) exist between reader and writer,
+//! including those waiting to be reordered; the writer holds at most one
+//! batch. Nothing is ever dropped.
+//!
+//! Invariants: events reach the store in input order, so the result equals
+//! publishing the lines one by one; each batch is one LMDB transaction, so a
+//! crash leaves the store consistent and a re-run completes it (what was
+//! committed comes back as duplicates); every non-blank line is counted in
+//! exactly one outcome or refusal reason.
+
+mod input;
+mod limiter;
+mod parse;
+mod report;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use sluice_engine::{Store, StoreOptions, WriteOutcome};
+use sluice_proto::Event;
+
+use crate::config::Config;
+use input::{Line, LineKind, LineSplitter, Source};
+use limiter::{Control, Limiter};
+use parse::{Checks, Item};
+use report::{Live, Progress, Reporter, Sample, Summary};
+
+/// Lines per chunk handed to a worker.
+const CHUNK_LINES: usize = 512;
+/// Bytes per chunk handed to a worker (a chunk closes at either bound).
+const CHUNK_BYTES: usize = 1 << 20;
+/// A batch that has waited this long for more events is written anyway,
+/// so a slow stream (a pipe) still commits regularly.
+const FLUSH_AFTER: Duration = Duration::from_millis(250);
+
+#[derive(clap::Args, Debug)]
+pub struct ImportArgs {
+    /// TOML configuration file (the store path and limits are those of `serve`).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Skip the id and signature checks (for trusted dumps).
+    #[arg(long)]
+    no_verify: bool,
+    /// Stop at the first refused line with a non-zero exit (what came before it is kept).
+    #[arg(long)]
+    strict: bool,
+    /// Heap the import aims to stay under, MiB: the import limiter slows
+    /// the writer when pressure passes 0.70 of it.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    target_memory_mb: u64,
+    /// Parse and verify threads [default: all cores].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
+    threads: Option<u64>,
+    /// Most events in one write transaction.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    batch_events: u64,
+    /// Most event bytes in one write transaction, MiB.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    batch_mb: u64,
+    /// Also write the summary as JSON to this file.
+    #[arg(long)]
+    summary_json: Option<PathBuf>,
+    /// JSONL files, plain, gzip or zstd; `-` or none reads standard input.
+    files: Vec<PathBuf>,
+}
+
+/// Everything the pipeline needs, fixed at start.
+struct Plan {
+    sources: Vec<Source>,
+    checks: Checks,
+    max_line_bytes: usize,
+    workers: usize,
+    max_in_flight: usize,
+    batch_events: usize,
+    batch_bytes: usize,
+    strict: bool,
+}
+
+pub fn run(args: ImportArgs) -> anyhow::Result<()> {
+    let cfg = Config::load(args.config.as_deref())?;
+    crate::telemetry::init_logging(&cfg.log);
+    let sources = sources(&args.files)?;
+    let workers = args
+        .threads
+        .map(|n| n as usize)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let plan = Plan {
+        checks: Checks {
+            limits: cfg.limits.event_limits(),
+            verify: !args.no_verify,
+        },
+        max_line_bytes: cfg.limits.max_message_bytes,
+        workers,
+        max_in_flight: 4 * workers + 4,
+        batch_events: args.batch_events as usize,
+        batch_bytes: (args.batch_mb as usize) << 20,
+        strict: args.strict,
+        sources,
+    };
+    let store = Store::open(
+        &cfg.store.path,
+        &StoreOptions {
+            map_size_bytes: cfg.store.map_size_mb * 1024 * 1024,
+            max_readers: cfg.store.max_readers,
+        },
+    )
+    .with_context(|| format!("opening the store at {}", cfg.store.path.display()))?;
+    let total_bytes = plan
+        .sources
+        .iter()
+        .map(Source::size_bytes)
+        .sum::<Option<u64>>();
+    let reporter = Reporter::new(total_bytes);
+    let limiter = Limiter::new(plan.max_in_flight as u64);
+    let mut control = Control::new(limiter.clone(), store.clone(), args.target_memory_mb)?;
+    // A first verdict before the first batch, not an optimistic default.
+    control.tick();
+    let started = Instant::now();
+    let result = pipeline(&plan, &store, &limiter, control, &reporter);
+    reporter.finish();
+    let (mut summary, outcome) = result;
+    summary.sources = plan.sources.iter().map(Source::name).collect();
+    summary.verified = plan.checks.verify;
+    summary.elapsed_secs = started.elapsed().as_secs_f64();
+    summary.lines_per_sec = summary.lines as f64 / summary.elapsed_secs.max(1e-9);
+    summary.throttled_secs = limiter.throttled().as_secs_f64();
+    summary.throttle_pauses = limiter.pauses();
+    summary.store_events = store.stats().map(|s| s.events).unwrap_or(0);
+    eprint!("{}", summary.text());
+    if let Some(path) = &args.summary_json {
+        let json = serde_json::to_string_pretty(&summary)?;
+        std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
+    }
+    store.close();
+    outcome?;
+    if let Some(at) = &summary.stopped_at {
+        bail!("--strict: stopped at {at}; the lines before it were imported");
+    }
+    let input_errors = summary
+        .refused_by_reason
+        .get(parse::Reason::InputError.as_str());
+    if let Some(n) = input_errors {
+        bail!("{n} input(s) could not be read to the end (see input-error above)");
+    }
+    Ok(())
+}
+
+/// The inputs, checked before anything starts so a typo fails at once.
+fn sources(files: &[PathBuf]) -> anyhow::Result<Vec<Source>> {
+    if files.is_empty() {
+        return Ok(vec![Source { path: None }]);
+    }
+    let mut out = Vec::with_capacity(files.len());
+    for f in files {
+        if f.as_os_str() == "-" {
+            out.push(Source { path: None });
+        } else {
+            std::fs::File::open(f).with_context(|| format!("cannot read {}", f.display()))?;
+            out.push(Source {
+                path: Some(f.clone()),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// A numbered run of lines of one source.
+struct Chunk {
+    seq: u64,
+    source: usize,
+    buf: Vec<u8>,
+    lines: Vec<Line>,
+}
+
+/// A chunk after the workers: its non-blank lines' verdicts, in order.
+struct Parsed {
+    seq: u64,
+    source: usize,
+    items: Vec<Item>,
+    blank: u64,
+}
+
+/// Runs reader, workers, monitor and writer; returns the counts even when
+/// the store failed, so the operator sees how far it got.
+fn pipeline(
+    plan: &Plan,
+    store: &Store,
+    limiter: &Arc<Limiter>,
+    mut control: Control,
+    reporter: &Reporter,
+) -> (Summary, anyhow::Result<()>) {
+    let live = Live::default();
+    // The reader blocks on `tokens` when `max_in_flight` chunks are out.
+    let (tokens_tx, tokens_rx) = sync_channel::<()>(plan.max_in_flight);
+    // Workers take chunks from a shared receiver; a full channel blocks the reader.
+    let (work_tx, work_rx) = sync_channel::<Chunk>(2 * plan.workers);
+    let work_rx = Arc::new(Mutex::new(work_rx));
+    // Sized to the in-flight bound, so workers block only if the writer is gone.
+    let (results_tx, results_rx) = sync_channel::<Parsed>(plan.max_in_flight);
+    // Dropped by the writer when it ends: the monitor's stop signal.
+    let (done_tx, done_rx) = sync_channel::<()>(1);
+    std::thread::scope(|s| {
+        let bytes_read = live.bytes_read.clone();
+        let reader = std::thread::Builder::new()
+            .name("import-read".into())
+            .spawn_scoped(s, move || {
+                read(plan, bytes_read, tokens_tx, work_tx, limiter)
+            })
+            .expect("spawn reader");
+        for i in 0..plan.workers {
+            let work_rx = work_rx.clone();
+            let results_tx = results_tx.clone();
+            std::thread::Builder::new()
+                .name(format!("import-parse-{i}"))
+                .spawn_scoped(s, move || work(plan, &work_rx, &results_tx))
+                .expect("spawn worker");
+        }
+        // Only the workers hold these now, so each side sees the other end.
+        drop(work_rx);
+        drop(results_tx);
+        let live_ref = &live;
+        let monitor = std::thread::Builder::new()
+            .name("import-monitor".into())
+            .spawn_scoped(s, move || {
+                let mut progress = Progress::new(reporter.clone());
+                let mut peak = 0u64;
+                loop {
+                    let pv = control.tick();
+                    peak = peak.max(sluice_engine::process::memory().anonymous_bytes);
+                    progress.update(live_ref, limiter.throttled(), pv);
+                    match done_rx.recv_timeout(limiter::TICK) {
+                        Err(RecvTimeoutError::Timeout) => {}
+                        _ => return peak,
+                    }
+                }
+            })
+            .expect("spawn monitor");
+        let mut writer = Writer::new(plan, store, limiter, reporter, &live);
+        let outcome = writer.run(results_rx, tokens_rx);
+        // Receivers are dropped: the reader and workers see closed channels
+        // and end (this matters when --strict or a store error stops early).
+        drop(done_tx);
+        let read_error = reader.join().unwrap_or(Ok(()));
+        let mut summary = writer.summary;
+        summary.bytes = live.bytes_read.load(Ordering::Relaxed);
+        summary.peak_anon_memory_bytes = monitor.join().unwrap_or(0);
+        (summary, outcome.and(read_error))
+    })
+}
+
+/// The reader thread: sources in order, lines into numbered chunks.
+fn read(
+    plan: &Plan,
+    bytes_read: Arc<std::sync::atomic::AtomicU64>,
+    tokens: SyncSender<()>,
+    work: SyncSender<Chunk>,
+    limiter: &Limiter,
+) -> anyhow::Result<()> {
+    // Numbers are given at sending, so they have no gaps: the writer
+    // waits for each in turn.
+    let mut seq = 0u64;
+    // False when the writer is gone (stopped early): stop quietly.
+    let mut send = |mut chunk: Chunk| -> bool {
+        if tokens.send(()).is_err() {
+            return false;
+        }
+        chunk.seq = seq;
+        seq += 1;
+        limiter.in_flight_chunks.fetch_add(1, Ordering::Relaxed);
+        work.send(chunk).is_ok()
+    };
+    for (index, source) in plan.sources.iter().enumerate() {
+        let new_chunk = || Chunk {
+            seq: 0,
+            source: index,
+            buf: Vec::with_capacity(CHUNK_BYTES.min(64 << 10)),
+            lines: Vec::with_capacity(CHUNK_LINES),
+        };
+        let mut chunk = new_chunk();
+        let stream = match input::open(source, bytes_read.clone()) {
+            Ok(s) => s,
+            Err(e) => {
+                chunk.lines.push(read_error(0, &e));
+                if !send(chunk) {
+                    return Ok(());
+                }
+                continue;
+            }
+        };
+        let mut lines = LineSplitter::new(stream, plan.max_line_bytes);
+        loop {
+            // About to wait for the source: pass on the lines read so far,
+            // so a slow stream is still written as it comes.
+            if !chunk.lines.is_empty() && lines.buffer_is_empty() {
+                let next = new_chunk();
+                if !send(std::mem::replace(&mut chunk, next)) {
+                    return Ok(());
+                }
+            }
+            match lines.next_into(&mut chunk.buf) {
+                Ok(Some(line)) => {
+                    chunk.lines.push(line);
+                    if chunk.lines.len() >= CHUNK_LINES || chunk.buf.len() >= CHUNK_BYTES {
+                        let next = new_chunk();
+                        if !send(std::mem::replace(&mut chunk, next)) {
+                            return Ok(());
+                        }
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    chunk.lines.push(read_error(lines.number() + 1, &e));
+                    break;
+                }
+            }
+        }
+        if !chunk.lines.is_empty() && !send(chunk) {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+fn read_error(number: u64, e: &std::io::Error) -> Line {
+    Line {
+        number,
+        start: 0,
+        end: 0,
+        kind: LineKind::ReadError(format!("cannot read further: {e}")),
+    }
+}
+
+/// A worker thread: parse and verify chunks until the reader is done.
+fn work(plan: &Plan, chunks: &Mutex<Receiver<Chunk>>, results: &SyncSender<Parsed>) {
+    loop {
+        let chunk = {
+            let Ok(rx) = chunks.lock() else { return };
+            match rx.recv() {
+                Ok(c) => c,
+                Err(_) => return,
+            }
+        };
+        let now = unix_now();
+        let mut items = Vec::with_capacity(chunk.lines.len());
+        let mut blank = 0;
+        for l in &chunk.lines {
+            match parse::line(&chunk.buf, l, &plan.checks, now) {
+                Some(item) => items.push(item),
+                None => blank += 1,
+            }
+        }
+        let parsed = Parsed {
+            seq: chunk.seq,
+            source: chunk.source,
+            items,
+            blank,
+        };
+        if results.send(parsed).is_err() {
+            return;
+        }
+    }
+}
+
+/// The writer: in-order consumer, batcher and counter.
+struct Writer<'a> {
+    plan: &'a Plan,
+    store: &'a Store,
+    limiter: &'a Limiter,
+    reporter: &'a Reporter,
+    live: &'a Live,
+    summary: Summary,
+    batch: Vec<Event>,
+    batch_bytes: usize,
+    batch_started: Option<Instant>,
+    /// Where the last event of the batch came from, for error messages.
+    batch_last: (usize, u64),
+}
+
+impl<'a> Writer<'a> {
+    fn new(
+        plan: &'a Plan,
+        store: &'a Store,
+        limiter: &'a Limiter,
+        reporter: &'a Reporter,
+        live: &'a Live,
+    ) -> Self {
+        Writer {
+            plan,
+            store,
+            limiter,
+            reporter,
+            live,
+            summary: Summary::default(),
+            batch: Vec::with_capacity(plan.batch_events),
+            batch_bytes: 0,
+            batch_started: None,
+            batch_last: (0, 0),
+        }
+    }
+
+    fn run(&mut self, results: Receiver<Parsed>, tokens: Receiver<()>) -> anyhow::Result<()> {
+        let mut next_seq = 0u64;
+        // Chunks that arrived ahead of their turn; bounded by the tokens.
+        let mut ahead: BTreeMap<u64, Parsed> = BTreeMap::new();
+        loop {
+            let parsed = match ahead.remove(&next_seq) {
+                Some(p) => p,
+                None => {
+                    let got = match self.batch_started {
+                        Some(t) => results.recv_timeout(FLUSH_AFTER.saturating_sub(t.elapsed())),
+                        None => results.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                    };
+                    match got {
+                        Ok(p) => {
+                            ahead.insert(p.seq, p);
+                            continue;
+                        }
+                        Err(RecvTimeoutError::Timeout) => {
+                            self.flush()?;
+                            continue;
+                        }
+                        Err(RecvTimeoutError::Disconnected) => {
+                            // Every chunk sent was numbered without gaps.
+                            if let Some(seq) = ahead.keys().next() {
+                                bail!("internal error: chunk {next_seq} missing before {seq}");
+                            }
+                            break;
+                        }
+                    }
+                }
+            };
+            next_seq += 1;
+            // Its token goes back: the reader may read one more chunk.
+            let _ = tokens.recv();
+            self.limiter
+                .in_flight_chunks
+                .fetch_sub(1, Ordering::Relaxed);
+            if !self.take(parsed)? {
+                return self.flush();
+            }
+        }
+        self.flush()
+    }
+
+    /// Counts one chunk's lines and batches its events. False when
+    /// `--strict` must stop here.
+    fn take(&mut self, parsed: Parsed) -> anyhow::Result<bool> {
+        self.summary.blank_lines += parsed.blank;
+        for item in parsed.items {
+            self.summary.lines += 1;
+            match item {
+                Item::Event { line, event } => {
+                    self.batch_bytes += event.raw().len();
+                    self.batch.push(event);
+                    self.batch_last = (parsed.source, line);
+                    self.batch_started.get_or_insert_with(Instant::now);
+                    if self.batch.len() >= self.plan.batch_events
+                        || self.batch_bytes >= self.plan.batch_bytes
+                    {
+                        self.flush()?;
+                    }
+                }
+                Item::Expired => self.summary.expired += 1,
+                Item::Bad {
+                    line,
+                    reason,
+                    detail,
+                } => {
+                    let source = self.plan.sources[parsed.source].name();
+                    let at = format!("{source}:{line}");
+                    let printed = self.summary.refuse(Sample {
+                        source,
+                        line,
+                        reason: reason.as_str(),
+                        detail: detail.clone(),
+                    });
+                    self.live.refused.fetch_add(1, Ordering::Relaxed);
+                    if printed {
+                        self.reporter
+                            .note(&format!("import: {at}: {}: {detail}", reason.as_str()));
+                    }
+                    if self.plan.strict {
+                        self.summary.stopped_at = Some(format!("{at} ({})", reason.as_str()));
+                        return Ok(false);
+                    }
+                }
+            }
+        }
+        self.live.lines.store(self.summary.lines, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// Writes the batch in one transaction (after the limiter's pause).
+    fn flush(&mut self) -> anyhow::Result<()> {
+        self.batch_started = None;
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        self.limiter.pause();
+        let started = Instant::now();
+        let outcomes = self
+            .store
+            .write_batch(self.batch.iter(), unix_now())
+            .with_context(|| {
+                let (source, line) = self.batch_last;
+                format!(
+                    "writing the batch ending at {}:{line} (re-run the same import to continue)",
+                    self.plan.sources[source].name()
+                )
+            })?;
+        self.limiter
+            .record_commit(started.elapsed(), self.batch.len());
+        let s = &mut self.summary;
+        s.batches += 1;
+        s.events += outcomes.len() as u64;
+        for o in outcomes {
+            match o {
+                WriteOutcome::Stored {
+                    replaced, deleted, ..
+                } => {
+                    s.stored += 1;
+                    s.replaced += u64::from(replaced);
+                    s.removed_by_deletions += u64::from(deleted);
+                }
+                WriteOutcome::Duplicate => s.duplicate += 1,
+                WriteOutcome::Superseded => s.superseded += 1,
+                WriteOutcome::Deleted => s.deleted += 1,
+                WriteOutcome::Expired => s.expired += 1,
+                WriteOutcome::Ephemeral => s.ephemeral += 1,
+            }
+        }
+        self.live.stored.store(s.stored, Ordering::Relaxed);
+        self.batch.clear();
+        self.batch_bytes = 0;
+        Ok(())
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

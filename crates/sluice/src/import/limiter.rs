@@ -1,0 +1,220 @@
+//! The import limiter (seed 000, "Integration with Import Loop"): a
+//! [`Governor`] with the import tuning (write setpoint 0.70, Ki 0.15) ticked
+//! every [`TICK`] by the monitor thread from the process's anonymous memory
+//! against `--target-memory-mb` and the load signals the import has: the
+//! cost of its own commits against a slow baseline, the fill of its
+//! pipeline and the fill of the LMDB map. The writer asks
+//! [`Limiter::pause`] before each batch.
+//!
+//! For an import a refusal never drops data: it means "wait longer". The
+//! wait before one batch is capped at [`MAX_PAUSE`], so an import whose
+//! target is below what it needs still progresses, one batch at a time.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use sluice_engine::Store;
+use sluice_throttle::{Direction, Governor, GovernorConfig, LoadSignals, Verdict};
+
+/// How often the governor ticks.
+pub const TICK: Duration = Duration::from_millis(100);
+/// Longest wait before one batch, whatever the verdict.
+pub const MAX_PAUSE: Duration = Duration::from_secs(2);
+/// Commit cost is compared per this many events, so batches of any size
+/// give comparable figures.
+const COST_UNIT_EVENTS: f64 = 1000.0;
+
+/// State shared by the writer (which records commits and pauses), the
+/// monitor (which ticks) and the pipeline (which reports its fill).
+pub struct Limiter {
+    /// The published write verdict ([`Verdict::to_bits`]).
+    verdict: AtomicU64,
+    /// Recent commit cost per [`COST_UNIT_EVENTS`], seconds (f64 bits).
+    commit_secs: AtomicU64,
+    /// Slow baseline of the same (f64 bits): follows drops at once and
+    /// rises slowly.
+    baseline_secs: AtomicU64,
+    /// Chunks between the reader and the writer; the reader adds, the writer
+    /// subtracts.
+    pub in_flight_chunks: AtomicU64,
+    /// Bound of `in_flight_chunks`.
+    max_in_flight_chunks: u64,
+    /// Nanoseconds the writer spent paused.
+    throttled_ns: AtomicU64,
+    /// Times the writer paused.
+    pauses: AtomicU64,
+}
+
+impl Limiter {
+    pub fn new(max_in_flight_chunks: u64) -> Arc<Limiter> {
+        Arc::new(Limiter {
+            verdict: AtomicU64::new(Verdict::Allow.to_bits()),
+            commit_secs: AtomicU64::new(0f64.to_bits()),
+            baseline_secs: AtomicU64::new(0f64.to_bits()),
+            in_flight_chunks: AtomicU64::new(0),
+            max_in_flight_chunks,
+            throttled_ns: AtomicU64::new(0),
+            pauses: AtomicU64::new(0),
+        })
+    }
+
+    /// Called by the writer (one thread) after each commit.
+    pub fn record_commit(&self, took: Duration, events: usize) {
+        if events == 0 {
+            return;
+        }
+        let cost = took.as_secs_f64() * COST_UNIT_EVENTS / events as f64;
+        let load = |a: &AtomicU64| f64::from_bits(a.load(Ordering::Relaxed));
+        let (recent, base) = (load(&self.commit_secs), load(&self.baseline_secs));
+        let recent = if recent == 0.0 {
+            cost
+        } else {
+            0.7 * recent + 0.3 * cost
+        };
+        let base = if base == 0.0 || cost < base {
+            cost
+        } else {
+            base + 0.01 * (cost - base)
+        };
+        self.commit_secs.store(recent.to_bits(), Ordering::Relaxed);
+        self.baseline_secs.store(base.to_bits(), Ordering::Relaxed);
+    }
+
+    /// Waits as the current verdict says, at most [`MAX_PAUSE`]; returns how
+    /// long. Called by the writer before each batch.
+    pub fn pause(&self) -> Duration {
+        let started = Instant::now();
+        let mut slept = false;
+        loop {
+            let waited = started.elapsed();
+            let left = MAX_PAUSE.saturating_sub(waited);
+            let wait = match Verdict::from_bits(self.verdict.load(Ordering::Relaxed)) {
+                Verdict::Allow => Duration::ZERO,
+                // A delay is served once per batch.
+                Verdict::Delay(d) if !slept => d.min(left),
+                Verdict::Delay(_) => Duration::ZERO,
+                // Refused: wait a tick and look again.
+                Verdict::Refuse { retry_after, .. } => retry_after.min(TICK).min(left),
+            };
+            if wait.is_zero() {
+                break;
+            }
+            std::thread::sleep(wait);
+            slept = true;
+        }
+        if !slept {
+            return Duration::ZERO;
+        }
+        let waited = started.elapsed();
+        self.pauses.fetch_add(1, Ordering::Relaxed);
+        self.throttled_ns
+            .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
+        waited
+    }
+
+    /// Total time the writer spent paused.
+    pub fn throttled(&self) -> Duration {
+        Duration::from_nanos(self.throttled_ns.load(Ordering::Relaxed))
+    }
+
+    pub fn pauses(&self) -> u64 {
+        self.pauses.load(Ordering::Relaxed)
+    }
+}
+
+/// The governor and what it samples; owned by the monitor thread.
+pub struct Control {
+    governor: Governor,
+    limiter: Arc<Limiter>,
+    store: Store,
+    started: Instant,
+    map_fill: f64,
+    last_map_sample: Option<Instant>,
+}
+
+impl Control {
+    pub fn new(limiter: Arc<Limiter>, store: Store, target_memory_mb: u64) -> anyhow::Result<Self> {
+        let config = GovernorConfig {
+            target_memory_mb,
+            ..GovernorConfig::import_default()
+        };
+        let governor = Governor::new(config)
+            .map_err(|e| anyhow::anyhow!("import limiter configuration: {e}"))?;
+        Ok(Control {
+            governor,
+            limiter,
+            store,
+            started: Instant::now(),
+            map_fill: 0.0,
+            last_map_sample: None,
+        })
+    }
+
+    /// One tick: sample, update the governor, publish the verdict.
+    /// Returns the process variable (for progress lines).
+    pub fn tick(&mut self) -> f64 {
+        let now = Instant::now();
+        // Map fill changes slowly and needs a read transaction: once a second.
+        if self
+            .last_map_sample
+            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
+        {
+            if let Ok(s) = self.store.stats() {
+                self.map_fill = s.map_fill_ratio();
+            }
+            self.last_map_sample = Some(now);
+        }
+        let l = &self.limiter;
+        let f = |a: &AtomicU64| f64::from_bits(a.load(Ordering::Relaxed));
+        let signals = LoadSignals {
+            commit_latency_secs: f(&l.commit_secs),
+            commit_baseline_secs: f(&l.baseline_secs),
+            writer_queue_fill: l.in_flight_chunks.load(Ordering::Relaxed) as f64
+                / l.max_in_flight_chunks.max(1) as f64,
+            map_fill: self.map_fill,
+            ..LoadSignals::default()
+        };
+        let anon = sluice_engine::process::memory().anonymous_bytes;
+        let now_ns = now.duration_since(self.started).as_nanos() as u64;
+        let pv = self.governor.tick(anon, &signals, now_ns).process_variable;
+        l.verdict.store(
+            self.governor.verdict(Direction::Write).to_bits(),
+            Ordering::Relaxed,
+        );
+        pv
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn baseline_follows_drops_and_rises_slowly() {
+        let l = Limiter::new(4);
+        l.record_commit(Duration::from_millis(10), 1000);
+        l.record_commit(Duration::from_millis(40), 1000);
+        let base = f64::from_bits(l.baseline_secs.load(Ordering::Relaxed));
+        let recent = f64::from_bits(l.commit_secs.load(Ordering::Relaxed));
+        assert!((base - 0.0103).abs() < 1e-9, "{base}");
+        assert!(recent > 0.018 && recent < 0.02, "{recent}");
+        l.record_commit(Duration::from_millis(2), 1000);
+        let base = f64::from_bits(l.baseline_secs.load(Ordering::Relaxed));
+        assert!((base - 0.002).abs() < 1e-12);
+    }
+
+    #[test]
+    fn allow_does_not_pause_and_refusal_is_capped() {
+        let l = Limiter::new(4);
+        assert_eq!(l.pause(), Duration::ZERO);
+        assert_eq!(l.pauses(), 0);
+        l.verdict.store(
+            Verdict::Delay(Duration::from_millis(5)).to_bits(),
+            Ordering::Relaxed,
+        );
+        let d = l.pause();
+        assert!(d >= Duration::from_millis(5) && d < MAX_PAUSE, "{d:?}");
+        assert_eq!(l.pauses(), 1);
+    }
+}
