@@ -102,8 +102,15 @@ impl Engine {
 
     /// Queues an event for the writer without waiting. The receiver yields
     /// the outcome once the batch holding the event has committed.
-    pub fn submit(&self, event: Arc<Event>) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
-        self.writer.submit(event, false)
+    /// `received` is when the event was admitted: the writer wait the
+    /// monitor sees runs from there, so time spent waiting for a CPU
+    /// (signature checks of a flood) counts as load, not only the queue.
+    pub fn submit(
+        &self,
+        event: Arc<Event>,
+        received: Instant,
+    ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
+        self.writer.submit(event, false, received)
     }
 
     /// Queues an event, blocking the calling (non-async) thread while the
@@ -112,7 +119,7 @@ impl Engine {
         &self,
         event: Arc<Event>,
     ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
-        self.writer.submit(event, true)
+        self.writer.submit(event, true, Instant::now())
     }
 
     /// Delivers an ephemeral event to live subscriptions; never stored.

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use sluice_throttle::{
     Acquire, AdaptiveWindow, BucketConfig, Direction, EmergencyConfig, GovernorConfig,
-    GovernorState, KeyedBuckets, KeyedStats, Mode, Outcome, PidConfig, SignalTargets, Verdict,
-    WindowConfig, WindowStats,
+    GovernorState, KeyedBuckets, KeyedStats, Mode, Outcome, PidConfig, RateMeter, SignalTargets,
+    Verdict, WindowConfig, WindowStats,
 };
 use tokio::sync::oneshot;
 
@@ -63,6 +63,10 @@ pub struct ClientsConfig {
     pub max_tracked_keys: usize,
     /// Bucket rates never fall below this fraction of their base rate.
     pub min_rate_fraction: f64,
+    /// A connection sending fewer operations per second than this (per
+    /// direction, a moving average) is never delayed or refused by the
+    /// global controller; only emergency mode refuses it.
+    pub polite_ops_per_s: f64,
     /// Peers whose X-Forwarded-For / X-Real-IP headers are believed
     /// (addresses or CIDR blocks, e.g. "127.0.0.1/32", "10.0.0.0/8").
     pub trusted_proxies: Vec<String>,
@@ -92,6 +96,7 @@ impl Default for ClientsConfig {
             max_connections_per_ip: 64,
             max_tracked_keys: 100_000,
             min_rate_fraction: 0.1,
+            polite_ops_per_s: 5.0,
             trusted_proxies: Vec::new(),
         }
     }
@@ -250,6 +255,9 @@ impl ThrottleConfig {
                 "throttle.clients.max_connections_per_ip and max_tracked_keys must be at least 1"
                     .into(),
             );
+        }
+        if !(self.clients.polite_ops_per_s >= 0.0 && self.clients.polite_ops_per_s.is_finite()) {
+            return Err("throttle.clients.polite_ops_per_s must be a non-negative number".into());
         }
         if !(0.0..=1.0).contains(&self.clients.min_rate_fraction) {
             return Err("throttle.clients.min_rate_fraction must be in 0..=1".into());
@@ -440,9 +448,14 @@ impl Throttle {
         self.config.read().expect("throttle config lock").clone()
     }
 
-    /// A new per-connection admission counter (seed 000 batching).
-    pub fn admission(&self) -> sluice_throttle::Admission {
-        sluice_throttle::Admission::new(self.check_every_ops.load(Ordering::Relaxed) as u32)
+    /// A new per-connection, per-direction admission state.
+    pub fn admission(&self) -> ConnAdmission {
+        ConnAdmission {
+            batching: sluice_throttle::Admission::new(
+                self.check_every_ops.load(Ordering::Relaxed) as u32
+            ),
+            meter: RateMeter::default(),
+        }
     }
 
     /// Applies a reloaded config (SIGHUP). Buckets keep their clients;
@@ -556,7 +569,7 @@ impl Throttle {
 
     /// Admission of one EVENT before its signature is checked: the IP's
     /// bucket and the write controller.
-    pub fn admit_event(&self, ip: IpAddr, adm: &mut sluice_throttle::Admission) -> Admit {
+    pub fn admit_event(&self, ip: IpAddr, adm: &mut ConnAdmission) -> Admit {
         let mode = self.mode();
         if mode == Mode::Off {
             return Admit::Go;
@@ -601,7 +614,7 @@ impl Throttle {
     }
 
     /// Admission of one REQ or COUNT: the IP's bucket and the read controller.
-    pub fn admit_req(&self, ip: IpAddr, adm: &mut sluice_throttle::Admission) -> Admit {
+    pub fn admit_req(&self, ip: IpAddr, adm: &mut ConnAdmission) -> Admit {
         let mode = self.mode();
         if mode == Mode::Off {
             return Admit::Go;
@@ -657,14 +670,21 @@ impl Throttle {
         })
     }
 
-    fn controller(
-        &self,
-        dir: Direction,
-        mode: Mode,
-        adm: &mut sluice_throttle::Admission,
-    ) -> Admit {
+    fn controller(&self, dir: Direction, mode: Mode, adm: &mut ConnAdmission) -> Admit {
         let published = Verdict::from_bits(self.verdicts[dir_index(dir)].load(Ordering::Relaxed));
-        let d = adm.check(mode, published);
+        let rate = adm.meter.record(self.now_ns());
+        // Aim the controller at the connections causing the load: a polite
+        // connection passes unless the relay is in emergency mode.
+        let polite = rate < self.config.read().expect("lock").clients.polite_ops_per_s;
+        let published = match published {
+            Verdict::Refuse {
+                reason: sluice_throttle::RefuseReason::Emergency,
+                ..
+            } => published,
+            _ if polite => Verdict::Allow,
+            other => other,
+        };
+        let d = adm.batching.check(mode, published);
         match d.verdict {
             Verdict::Allow => Admit::Go,
             Verdict::Delay(delay) => {
@@ -869,6 +889,14 @@ fn dir_index(d: Direction) -> usize {
         Direction::Write => 0,
         Direction::Read => 1,
     }
+}
+
+/// One connection's admission state for one direction: seed 000 batching
+/// of delays, and the connection's own rate.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnAdmission {
+    batching: sluice_throttle::Admission,
+    meter: RateMeter,
 }
 
 /// A running query's slot in the pool; released on drop.

@@ -113,11 +113,12 @@ impl WriterHandle {
         &self,
         event: Arc<Event>,
         block: bool,
+        received: Instant,
     ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
         let (reply, rx) = oneshot::channel();
         let msg = Msg::Write(Request {
             event,
-            enqueued: Instant::now(),
+            enqueued: received,
             reply,
         });
         // Count before sending so the writer's decrement never underflows.

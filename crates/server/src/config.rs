@@ -13,8 +13,8 @@ pub struct ServerConfig {
     /// Outbound messages not yet written to a slow client's socket are
     /// dropped with the client after this long.
     pub send_timeout_ms: u64,
-    /// EVENTs of one connection waiting for the writer; the connection stops
-    /// reading until one is answered.
+    /// EVENTs of one connection waiting for their OK; further EVENTs are
+    /// refused with `rate-limited:` until one is answered.
     pub max_pending_writes: usize,
     /// Live events buffered per subscription while its stored query runs.
     pub max_buffered_live_events: usize,

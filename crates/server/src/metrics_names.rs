@@ -14,3 +14,4 @@ pub const NOTICES_SENT_TOTAL: &str = "sluice_notices_sent_total";
 pub const SUBSCRIPTIONS_OPEN: &str = "sluice_subscriptions_open";
 pub const LIVE_DELIVERIES_TOTAL: &str = "sluice_live_deliveries_total";
 pub const SLOW_CONSUMER_DISCONNECTS_TOTAL: &str = "sluice_slow_consumer_disconnects_total";
+pub const EVENTS_REFUSED_IN_FLIGHT_TOTAL: &str = "sluice_events_refused_in_flight_total";

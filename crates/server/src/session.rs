@@ -3,8 +3,10 @@
 //! events, the next client message).
 //!
 //! Bounds, and who loses when they fill:
-//! - pending EVENTs (`max_pending_writes`): the connection stops reading
-//!   until the writer answers one, so a fast publisher waits on itself;
+//! - pending EVENTs (`max_pending_writes`): further EVENTs are refused at
+//!   once with `rate-limited:` (before any signature check), so a flood
+//!   waits in no hidden buffer: the relay keeps reading and answering, and
+//!   the excess costs a JSON parse, not a queue slot;
 //! - open subscriptions and running COUNTs (`max_subscriptions`): the REQ
 //!   is refused with CLOSED `rate-limited:`;
 //! - live events buffered while a subscription's query runs
@@ -22,13 +24,12 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, close_code};
 use futures_util::SinkExt;
 use futures_util::stream::{FuturesUnordered, SplitSink, StreamExt};
 use sluice_engine::QueryOutput;
-use sluice_engine::throttle::ConnectionGuard;
+use sluice_engine::throttle::{ConnAdmission, ConnectionGuard};
 use sluice_engine::{Admit, LiveEvent, QueryError, SubmitError, WriteError, WriteResult, unix_now};
 use sluice_proto::message::sniff_id;
 use sluice_proto::{ClientMessage, Event, Filter, KindClass, MessageError, Reason, RelayMessage};
-use sluice_throttle::Admission;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{OwnedSemaphorePermit, broadcast};
 
 use crate::AppState;
 use crate::metrics_names as m;
@@ -99,8 +100,8 @@ struct Session {
     /// The client's address (after trusted-proxy headers).
     ip: IpAddr,
     /// Seed 000 batching of controller delays, per direction.
-    write_adm: Admission,
-    read_adm: Admission,
+    write_adm: ConnAdmission,
+    read_adm: ConnAdmission,
     subs: HashMap<String, Sub>,
     next_generation: u64,
     writes: FuturesUnordered<WriteFut>,
@@ -123,7 +124,10 @@ pub(crate) async fn run(
         sink,
         timeout: Duration::from_millis(st.server.send_timeout_ms),
     };
-    let mut live = st.engine.subscribe();
+    // Subscribed to the live broadcast only while the connection has
+    // subscriptions: a publisher-only connection is never woken per stored
+    // event and can never fall behind it.
+    let mut live: Option<broadcast::Receiver<Arc<LiveEvent>>> = None;
     let mut s = Session {
         ip,
         write_adm: st.engine.throttle().admission(),
@@ -136,17 +140,16 @@ pub(crate) async fn run(
         counts_in_flight: 0,
     };
     let reason: CloseReason = loop {
-        let can_read = s.writes.len() < st.server.max_pending_writes;
         let step = tokio::select! {
             _ = st.shutdown.cancelled() => break s.finish_for_shutdown(&mut out).await,
             Some(done) = s.writes.next(), if !s.writes.is_empty() => s.on_write_done(&mut out, done).await,
             Some(done) = s.queries.next(), if !s.queries.is_empty() => s.on_query_done(&mut out, done).await,
-            r = live.recv() => match r {
+            r = async { live.as_mut().expect("guarded").recv().await }, if live.is_some() => match r {
                 Ok(ev) => s.on_live(&mut out, ev).await,
                 Err(RecvError::Lagged(_)) => Err("slow_consumer"),
                 Err(RecvError::Closed) => Err("shutdown"),
             },
-            msg = stream.next(), if can_read => match msg {
+            msg = stream.next() => match msg {
                 Some(Ok(Message::Text(t))) => s.on_text(&mut out, t.as_str()).await,
                 Some(Ok(Message::Binary(_))) => out.notice("invalid: binary messages are not supported").await,
                 Some(Ok(Message::Close(_))) | None => Err("client_closed"),
@@ -173,6 +176,13 @@ pub(crate) async fn run(
         if let Err(reason) = step {
             break reason;
         }
+        // Before the next poll runs a new REQ's query (and takes its
+        // snapshot), so no event between the two is missed.
+        match (s.subs.is_empty(), live.is_some()) {
+            (true, true) => live = None,
+            (false, false) => live = Some(st.engine.subscribe()),
+            _ => {}
+        }
     };
     if reason == "slow_consumer" {
         metrics::counter!(m::SLOW_CONSUMER_DISCONNECTS_TOTAL).increment(1);
@@ -185,6 +195,7 @@ pub(crate) async fn run(
 
 impl Session {
     async fn on_text(&mut self, out: &mut Out, text: &str) -> Result<(), CloseReason> {
+        let received = Instant::now();
         let max = self.st.limits.max_message_bytes;
         if text.len() > max {
             metrics::counter!(m::MESSAGES_RECEIVED_TOTAL, "type" => "too_large").increment(1);
@@ -204,7 +215,7 @@ impl Session {
         };
         metrics::counter!(m::MESSAGES_RECEIVED_TOTAL, "type" => msg.type_label()).increment(1);
         match msg {
-            ClientMessage::Event(ev) => self.on_event(out, ev).await,
+            ClientMessage::Event(ev) => self.on_event(out, ev, received).await,
             ClientMessage::Req { sub_id, filters } => {
                 self.on_req(out, sub_id, filters, false).await
             }
@@ -274,12 +285,27 @@ impl Session {
             .await
     }
 
-    async fn on_event(&mut self, out: &mut Out, ev: Box<Event>) -> Result<(), CloseReason> {
+    async fn on_event(
+        &mut self,
+        out: &mut Out,
+        ev: Box<Event>,
+        received: Instant,
+    ) -> Result<(), CloseReason> {
         let class = KindClass::of(ev.kind);
         metrics::counter!(m::EVENTS_RECEIVED_TOTAL, "kind_class" => class.as_str()).increment(1);
         if let Err(e) = ev.check_limits(&self.st.event_limits, unix_now()) {
             return self
                 .refuse_event(out, &ev.id_hex(), Reason::Invalid, &e.to_string())
+                .await;
+        }
+        if self.writes.len() >= self.st.server.max_pending_writes {
+            metrics::counter!(m::EVENTS_REFUSED_IN_FLIGHT_TOTAL).increment(1);
+            let detail = format!(
+                "too many events in flight on this connection (max {}); wait for their OKs",
+                self.st.server.max_pending_writes
+            );
+            return self
+                .refuse_event(out, &ev.id_hex(), Reason::RateLimited, &detail)
                 .await;
         }
         // Throttle before the signature check: a flood costs a bucket
@@ -294,6 +320,10 @@ impl Session {
                     .await;
             }
         }
+        // The writer wait the monitor sees starts here: after the throttle's
+        // own delay (counting it would feed the controller its own output),
+        // before the signature check (CPU saturation is load).
+        let admitted = Instant::now();
         if let Err(e) = ev.verify() {
             return self
                 .refuse_event(out, &ev.id_hex(), Reason::Invalid, &e.to_string())
@@ -313,9 +343,9 @@ impl Session {
             metrics::counter!(m::EVENTS_ACCEPTED_TOTAL, "outcome" => "ephemeral").increment(1);
             return out.send(RelayMessage::ok(&id_hex(&id), true, "")).await;
         }
-        match self.st.engine.submit(ev) {
+        match self.st.engine.submit(ev, admitted) {
             Ok(rx) => {
-                let started = Instant::now();
+                let started = received;
                 self.writes.push(Box::pin(async move {
                     WriteDone {
                         started,

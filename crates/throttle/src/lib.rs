@@ -22,6 +22,8 @@
 //! - [`bucket`]: [`TokenBucket`], [`scaled_rate`]; [`keyed`]:
 //!   [`KeyedBuckets`] per IP or pubkey, bounded.
 //! - [`window`]: [`AdaptiveWindow`] for query concurrency.
+//! - [`meter`]: [`RateMeter`], a connection's own rate, to aim the
+//!   controller at the connections that cause the load.
 //!
 //! Every constructor validates its config and returns [`ConfigError`];
 //! nothing on the hot path fails or panics: runtime inputs are clamped.
@@ -32,6 +34,7 @@ pub mod emergency;
 mod error;
 pub mod governor;
 pub mod keyed;
+pub mod meter;
 pub mod pid;
 pub mod signals;
 pub mod window;
@@ -42,6 +45,7 @@ pub use emergency::{Emergency, EmergencyConfig};
 pub use error::ConfigError;
 pub use governor::{DirectionState, Governor, GovernorConfig, GovernorState};
 pub use keyed::{KeyedBuckets, KeyedStats};
+pub use meter::RateMeter;
 pub use pid::{Pid, PidConfig, PidState};
 pub use signals::{
     LoadSignals, NormalizedSignals, SignalTargets, memory_pressure, process_variable,
