@@ -119,6 +119,16 @@ impl Config {
 }
 
 impl StoreConfig {
+    /// Opens (creating if missing) the LMDB store this section describes.
+    pub fn open(&self) -> anyhow::Result<sluice_engine::Store> {
+        let opts = sluice_engine::StoreOptions {
+            map_size_bytes: self.map_size_mb * 1024 * 1024,
+            max_readers: self.max_readers,
+        };
+        sluice_engine::Store::open(&self.path, &opts)
+            .with_context(|| format!("opening the store at {}", self.path.display()))
+    }
+
     fn validate(&self) -> Result<(), String> {
         if self.path.as_os_str().is_empty() {
             return Err("store.path must not be empty".into());

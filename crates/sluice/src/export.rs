@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use sluice_engine::{Store, StoreError, StoreOptions};
+use sluice_engine::StoreError;
 use sluice_proto::{Event, Filter};
 
 use crate::config::Config;
@@ -49,14 +49,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
     if !cfg.store.path.join("data.mdb").exists() {
         bail!("no store at {}", cfg.store.path.display());
     }
-    let store = Store::open(
-        &cfg.store.path,
-        &StoreOptions {
-            map_size_bytes: cfg.store.map_size_mb * 1024 * 1024,
-            max_readers: cfg.store.max_readers,
-        },
-    )
-    .with_context(|| format!("opening the store at {}", cfg.store.path.display()))?;
+    let store = cfg.store.open()?;
     let started = Instant::now();
     let mut out = io::BufWriter::with_capacity(1 << 20, io::stdout().lock());
     let mut written = 0u64;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use sluice_engine::{Engine, Store, StoreOptions};
+use sluice_engine::Engine;
 use sluice_server::AppState;
 use tokio_util::sync::CancellationToken;
 
@@ -18,14 +18,7 @@ use crate::telemetry;
 pub fn run(cfg: Config, config_file: Option<PathBuf>) -> anyhow::Result<()> {
     telemetry::init_logging(&cfg.log);
     let metrics = telemetry::init_metrics()?;
-    let store = Store::open(
-        &cfg.store.path,
-        &StoreOptions {
-            map_size_bytes: cfg.store.map_size_mb * 1024 * 1024,
-            max_readers: cfg.store.max_readers,
-        },
-    )
-    .with_context(|| format!("opening the store at {}", cfg.store.path.display()))?;
+    let store = cfg.store.open()?;
     tracing::info!(path = %cfg.store.path.display(), "store open");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
