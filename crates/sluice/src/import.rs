@@ -9,8 +9,9 @@
 //!    │                                              │
 //!    └── chunks numbered in input order     results: sync_channel(max_in_flight) of Parsed
 //!                                                   ▼
-//!                       writer (this thread): reorders by number, batches,
-//!                       limiter pause, store.write_batch (one txn), counts
+//!                       writer (this thread): reorders by number, batches
+//!                       (smaller under pressure), limiter pause,
+//!                       store.write_batch (one txn), counts
 //! monitor: every 100 ms ticks the import governor and draws progress
 //! ```
 //! Who waits when a bound is hit: the reader, always. It takes a token
@@ -39,7 +40,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
-use sluice_engine::{Store, StoreOptions, WriteOutcome};
+use sluice_engine::{Store, WriteOutcome};
 use sluice_proto::Event;
 
 use crate::config::Config;
@@ -68,17 +69,17 @@ pub struct ImportArgs {
     #[arg(long)]
     strict: bool,
     /// Heap the import aims to stay under, MiB: the import limiter slows
-    /// the writer when pressure passes 0.70 of it.
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
-    target_memory_mb: u64,
+    /// the writer when pressure passes 0.70 of it [default: throttle.target_memory_mb].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    target_memory_mb: Option<u64>,
     /// Parse and verify threads [default: all cores].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
     threads: Option<u64>,
     /// Most events in one write transaction.
-    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    #[arg(long, default_value_t = 16384, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     batch_events: u64,
     /// Most event bytes in one write transaction, MiB.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
     batch_mb: u64,
     /// Also write the summary as JSON to this file.
     #[arg(long)]
@@ -120,22 +121,22 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
         strict: args.strict,
         sources,
     };
-    let store = Store::open(
-        &cfg.store.path,
-        &StoreOptions {
-            map_size_bytes: cfg.store.map_size_mb * 1024 * 1024,
-            max_readers: cfg.store.max_readers,
-        },
-    )
-    .with_context(|| format!("opening the store at {}", cfg.store.path.display()))?;
+    let store = cfg.store.open()?;
     let total_bytes = plan
         .sources
         .iter()
         .map(Source::size_bytes)
         .sum::<Option<u64>>();
     let reporter = Reporter::new(total_bytes);
-    let limiter = Limiter::new(plan.max_in_flight as u64);
-    let mut control = Control::new(limiter.clone(), store.clone(), args.target_memory_mb)?;
+    let enforce = cfg.throttle.mode == sluice_engine::throttle::ModeConfig::Enforce;
+    let tick = Duration::from_millis(cfg.throttle.tick_ms);
+    let limiter = Limiter::new(plan.max_in_flight as u64, tick, enforce);
+    let mut governor = cfg.throttle.governor();
+    if let Some(mb) = args.target_memory_mb {
+        governor.target_memory_mb = mb;
+    }
+    let target_memory_mb = governor.target_memory_mb;
+    let mut control = Control::new(limiter.clone(), store.clone(), governor)?;
     // A first verdict before the first batch, not an optimistic default.
     control.tick();
     let started = Instant::now();
@@ -146,6 +147,7 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     summary.verified = plan.checks.verify;
     summary.elapsed_secs = started.elapsed().as_secs_f64();
     summary.lines_per_sec = summary.lines as f64 / summary.elapsed_secs.max(1e-9);
+    summary.target_memory_mb = target_memory_mb;
     summary.throttled_secs = limiter.throttled().as_secs_f64();
     summary.throttle_pauses = limiter.pauses();
     summary.store_events = store.stats().map(|s| s.events).unwrap_or(0);
@@ -235,7 +237,7 @@ fn pipeline(
             let results_tx = results_tx.clone();
             std::thread::Builder::new()
                 .name(format!("import-parse-{i}"))
-                .spawn_scoped(s, move || work(plan, &work_rx, &results_tx))
+                .spawn_scoped(s, move || work(plan, store, &work_rx, &results_tx))
                 .expect("spawn worker");
         }
         // Only the workers hold these now, so each side sees the other end.
@@ -251,7 +253,7 @@ fn pipeline(
                     let pv = control.tick();
                     peak = peak.max(sluice_engine::process::memory().anonymous_bytes);
                     progress.update(live_ref, limiter.throttled(), pv);
-                    match done_rx.recv_timeout(limiter::TICK) {
+                    match done_rx.recv_timeout(limiter.tick) {
                         Err(RecvTimeoutError::Timeout) => {}
                         _ => return peak,
                     }
@@ -353,8 +355,21 @@ fn read_error(number: u64, e: &std::io::Error) -> Line {
     }
 }
 
+/// True when the store already holds this (id-checked) event: its
+/// signature was checked when it was stored, and the write will count it
+/// as a duplicate, so a re-run after a crash skips the costly part for
+/// everything committed before. A line with the id of a stored event but
+/// a bad signature is therefore reported as a duplicate, not refused.
+fn is_stored(store: &Store, item: &Item) -> bool {
+    match item {
+        // `now` 0: an expired but not yet purged copy is still a duplicate.
+        Item::Event { event, .. } => matches!(store.get(&event.id, 0), Ok(Some(_))),
+        _ => false,
+    }
+}
+
 /// A worker thread: parse and verify chunks until the reader is done.
-fn work(plan: &Plan, chunks: &Mutex<Receiver<Chunk>>, results: &SyncSender<Parsed>) {
+fn work(plan: &Plan, store: &Store, chunks: &Mutex<Receiver<Chunk>>, results: &SyncSender<Parsed>) {
     loop {
         let chunk = {
             let Ok(rx) = chunks.lock() else { return };
@@ -370,6 +385,13 @@ fn work(plan: &Plan, chunks: &Mutex<Receiver<Chunk>>, results: &SyncSender<Parse
             match parse::line(&chunk.buf, l, &plan.checks, now) {
                 Some(item) => items.push(item),
                 None => blank += 1,
+            }
+        }
+        if plan.checks.verify {
+            for item in &mut items {
+                if !is_stored(store, item) {
+                    parse::check_signature(item);
+                }
             }
         }
         let parsed = Parsed {
@@ -477,7 +499,7 @@ impl<'a> Writer<'a> {
                     self.batch.push(event);
                     self.batch_last = (parsed.source, line);
                     self.batch_started.get_or_insert_with(Instant::now);
-                    if self.batch.len() >= self.plan.batch_events
+                    if self.batch.len() >= self.limiter.batch_limit(self.plan.batch_events)
                         || self.batch_bytes >= self.plan.batch_bytes
                     {
                         self.flush()?;

@@ -1,7 +1,9 @@
 //! The import limiter (seed 000, "Integration with Import Loop"): a
-//! [`Governor`] with the import tuning (write setpoint 0.70, Ki 0.15) ticked
-//! every [`TICK`] by the monitor thread from the process's anonymous memory
-//! against `--target-memory-mb` and the load signals the import has: the
+//! [`Governor`] built from the `[throttle]` section with the import tuning
+//! of the write controller (setpoint 0.70, Ki 0.15), ticked every
+//! `throttle.tick_ms` by the monitor thread from the process's anonymous
+//! memory against `throttle.target_memory_mb` (or `--target-memory-mb`)
+//! and the load signals the import has: the
 //! cost of its own commits against a slow baseline, the fill of its
 //! pipeline and the fill of the LMDB map. The writer asks
 //! [`Limiter::pause`] before each batch.
@@ -9,16 +11,20 @@
 //! For an import a refusal never drops data: it means "wait longer". The
 //! wait before one batch is capped at [`MAX_PAUSE`], so an import whose
 //! target is below what it needs still progresses, one batch at a time.
+//! With `throttle.mode` `shadow` or `off` the governor runs but the writer
+//! never pauses.
+//!
+//! Not used as signals: the writer wait (an import keeps its pipeline full
+//! on purpose, so the age of a chunk says nothing about overload), reader
+//! slots and read latency (an import does not read).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sluice_engine::Store;
-use sluice_throttle::{Direction, Governor, GovernorConfig, LoadSignals, Verdict};
+use sluice_throttle::{Direction, Governor, GovernorConfig, LoadSignals, PidConfig, Verdict};
 
-/// How often the governor ticks.
-pub const TICK: Duration = Duration::from_millis(100);
 /// Longest wait before one batch, whatever the verdict.
 pub const MAX_PAUSE: Duration = Duration::from_secs(2);
 /// Commit cost is compared per this many events, so batches of any size
@@ -44,10 +50,14 @@ pub struct Limiter {
     throttled_ns: AtomicU64,
     /// Times the writer paused.
     pauses: AtomicU64,
+    /// How often the governor ticks (and a refused writer looks again).
+    pub tick: Duration,
+    /// False in shadow and off modes: verdicts are computed, never applied.
+    enforce: bool,
 }
 
 impl Limiter {
-    pub fn new(max_in_flight_chunks: u64) -> Arc<Limiter> {
+    pub fn new(max_in_flight_chunks: u64, tick: Duration, enforce: bool) -> Arc<Limiter> {
         Arc::new(Limiter {
             verdict: AtomicU64::new(Verdict::Allow.to_bits()),
             commit_secs: AtomicU64::new(0f64.to_bits()),
@@ -56,6 +66,8 @@ impl Limiter {
             max_in_flight_chunks,
             throttled_ns: AtomicU64::new(0),
             pauses: AtomicU64::new(0),
+            tick,
+            enforce,
         })
     }
 
@@ -84,6 +96,9 @@ impl Limiter {
     /// Waits as the current verdict says, at most [`MAX_PAUSE`]; returns how
     /// long. Called by the writer before each batch.
     pub fn pause(&self) -> Duration {
+        if !self.enforce {
+            return Duration::ZERO;
+        }
         let started = Instant::now();
         let mut slept = false;
         loop {
@@ -95,7 +110,7 @@ impl Limiter {
                 Verdict::Delay(d) if !slept => d.min(left),
                 Verdict::Delay(_) => Duration::ZERO,
                 // Refused: wait a tick and look again.
-                Verdict::Refuse { retry_after, .. } => retry_after.min(TICK).min(left),
+                Verdict::Refuse { retry_after, .. } => retry_after.min(self.tick).min(left),
             };
             if wait.is_zero() {
                 break;
@@ -111,6 +126,22 @@ impl Limiter {
         self.throttled_ns
             .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
         waited
+    }
+
+    /// The batch bound to use now: the full `batch_events` when allowed,
+    /// half when delayed, a sixteenth when refused. The heap an import
+    /// controls is mostly the dirty pages of its write transaction, so a
+    /// smaller batch is what lowers the pressure; the pause spreads it.
+    pub fn batch_limit(&self, batch_events: usize) -> usize {
+        if !self.enforce {
+            return batch_events;
+        }
+        let divisor = match Verdict::from_bits(self.verdict.load(Ordering::Relaxed)) {
+            Verdict::Allow => 1,
+            Verdict::Delay(_) => 2,
+            Verdict::Refuse { .. } => 16,
+        };
+        (batch_events / divisor).max(1)
     }
 
     /// Total time the writer spent paused.
@@ -134,10 +165,16 @@ pub struct Control {
 }
 
 impl Control {
-    pub fn new(limiter: Arc<Limiter>, store: Store, target_memory_mb: u64) -> anyhow::Result<Self> {
+    /// `config` is the relay's governor config; its write controller is
+    /// replaced by the import tuning.
+    pub fn new(
+        limiter: Arc<Limiter>,
+        store: Store,
+        config: GovernorConfig,
+    ) -> anyhow::Result<Self> {
         let config = GovernorConfig {
-            target_memory_mb,
-            ..GovernorConfig::import_default()
+            write: PidConfig::import_default(),
+            ..config
         };
         let governor = Governor::new(config)
             .map_err(|e| anyhow::anyhow!("import limiter configuration: {e}"))?;
@@ -192,7 +229,7 @@ mod tests {
 
     #[test]
     fn baseline_follows_drops_and_rises_slowly() {
-        let l = Limiter::new(4);
+        let l = Limiter::new(4, Duration::from_millis(100), true);
         l.record_commit(Duration::from_millis(10), 1000);
         l.record_commit(Duration::from_millis(40), 1000);
         let base = f64::from_bits(l.baseline_secs.load(Ordering::Relaxed));
@@ -206,7 +243,7 @@ mod tests {
 
     #[test]
     fn allow_does_not_pause_and_refusal_is_capped() {
-        let l = Limiter::new(4);
+        let l = Limiter::new(4, Duration::from_millis(100), true);
         assert_eq!(l.pause(), Duration::ZERO);
         assert_eq!(l.pauses(), 0);
         l.verdict.store(
@@ -216,5 +253,33 @@ mod tests {
         let d = l.pause();
         assert!(d >= Duration::from_millis(5) && d < MAX_PAUSE, "{d:?}");
         assert_eq!(l.pauses(), 1);
+        assert_eq!(l.batch_limit(4096), 2048);
+        l.verdict.store(
+            Verdict::Refuse {
+                retry_after: Duration::from_millis(1),
+                reason: sluice_throttle::RefuseReason::Emergency,
+            }
+            .to_bits(),
+            Ordering::Relaxed,
+        );
+        assert_eq!(l.batch_limit(4096), 256);
+        assert_eq!(l.batch_limit(3), 1);
+    }
+}
+
+#[cfg(test)]
+mod shadow_tests {
+    use super::*;
+
+    #[test]
+    fn shadow_never_pauses() {
+        let l = Limiter::new(4, Duration::from_millis(100), false);
+        l.verdict.store(
+            Verdict::Delay(Duration::from_millis(50)).to_bits(),
+            Ordering::Relaxed,
+        );
+        assert_eq!(l.pause(), Duration::ZERO);
+        assert_eq!(l.pauses(), 0);
+        assert_eq!(l.batch_limit(4096), 4096);
     }
 }

@@ -2,7 +2,9 @@
 //! A line is an event object or `["EVENT", {...}]` (also the relay form
 //! `["EVENT", "sub", {...}]`); it passes the relay's own checks (limits,
 //! then id and signature unless verification is off) or is refused with a
-//! [`Reason`] from a closed set.
+//! [`Reason`] from a closed set. [`line`] does all but the signature, which
+//! [`check_signature`] does, so the caller can skip it for events the
+//! store already holds.
 //!
 //! Invariant: the event keeps the exact bytes of its object in the line, so
 //! the store holds what the dump held.
@@ -144,15 +146,28 @@ pub fn line(buf: &[u8], l: &Line, checks: &Checks, now: u64) -> Option<Item> {
         }
         return bad(reason_of(&e), e.to_string());
     }
-    if checks.verify
-        && let Err(e) = event.verify()
-    {
-        return bad(reason_of(&e), e.to_string());
+    if checks.verify && event.compute_id() != event.id {
+        return bad(Reason::BadId, EventError::IdMismatch.to_string());
     }
     Some(Item::Event {
         line: number,
         event,
     })
+}
+
+/// The signature check, the costly part (tens of µs), done after the
+/// caller has learnt whether the store already holds the event.
+pub fn check_signature(item: &mut Item) {
+    let Item::Event { line, event } = item else {
+        return;
+    };
+    if let Err(e) = event.verify() {
+        *item = Item::Bad {
+            line: *line,
+            reason: reason_of(&e),
+            detail: e.to_string(),
+        };
+    }
 }
 
 /// The event object of `["EVENT", {...}]` or `["EVENT", "sub", {...}]`.
@@ -229,7 +244,11 @@ mod tests {
             limits: EventLimits::default(),
             verify: true,
         };
-        line(text.as_bytes(), &l, &checks, 1_700_000_000)
+        let mut item = line(text.as_bytes(), &l, &checks, 1_700_000_000);
+        if let Some(item) = &mut item {
+            check_signature(item);
+        }
+        item
     }
 
     fn reason(text: &str) -> Reason {

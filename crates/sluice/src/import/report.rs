@@ -70,6 +70,8 @@ pub struct Summary {
     pub batches: u64,
     pub elapsed_secs: f64,
     pub lines_per_sec: f64,
+    /// The import limiter's memory target, MiB.
+    pub target_memory_mb: u64,
     pub throttled_secs: f64,
     pub throttle_pauses: u64,
     /// Highest anonymous memory (heap) of the process seen by the limiter.
@@ -133,7 +135,7 @@ impl Summary {
         );
         out.push_str(&s);
         out.push_str(&format!(
-            "  elapsed {:.2} s, {:.0} lines/s, {:.1} MB/s, {} batches, throttled {:.2} s ({} pauses), peak heap {:.0} MiB\n  store now holds {} events\n",
+            "  elapsed {:.2} s, {:.0} lines/s, {:.1} MB/s, {} batches\n  throttled {:.2} s ({} pauses), peak heap {:.0} MiB (target {} MiB)\n  store now holds {} events\n",
             self.elapsed_secs,
             self.lines_per_sec,
             self.bytes as f64 / 1e6 / self.elapsed_secs.max(1e-9),
@@ -141,6 +143,7 @@ impl Summary {
             self.throttled_secs,
             self.throttle_pauses,
             self.peak_anon_memory_bytes as f64 / (1 << 20) as f64,
+            self.target_memory_mb,
             self.store_events,
         ));
         out
