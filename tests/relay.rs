@@ -459,16 +459,20 @@ async fn a_req_racing_writes_gets_each_event_once() {
         let events: Vec<Event> = (0..300)
             .map(|i| ev(author, now() - 1000 + i, 1, &[], &format!("race {i}")))
             .collect();
-        for e in &events[..150] {
-            p.send_event(e).await;
-        }
-        sub.send(json!(["REQ", "race", {"authors": [pubkey_hex(author)], "limit": 5000}]))
-            .await;
-        for e in &events[150..] {
-            p.send_event(e).await;
-        }
-        for _ in 0..300 {
-            p.expect("OK").await;
+        // Pipelined in chunks under the connection's in-flight cap (64), so
+        // commits keep landing while the REQ's query runs.
+        let chunks: Vec<&[Event]> = events.chunks(50).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
+            if i == 3 {
+                sub.send(json!(["REQ", "race", {"authors": [pubkey_hex(author)], "limit": 5000}]))
+                    .await;
+            }
+            for e in chunk.iter() {
+                p.send_event(e).await;
+            }
+            for _ in 0..chunk.len() {
+                assert_eq!(p.expect("OK").await[2], true);
+            }
         }
         let mut seen = std::collections::HashSet::new();
         while seen.len() < 300 {
@@ -485,6 +489,32 @@ async fn a_req_racing_writes_gets_each_event_once() {
                 .is_none_or(|m| m[0] == "EOSE")
         );
     }
+}
+
+#[tokio::test]
+async fn events_beyond_the_in_flight_cap_are_refused_at_once() {
+    let relay = Relay::start_with(&[
+        ("SLUICE_THROTTLE__MODE", "off"),
+        ("SLUICE_SERVER__MAX_PENDING_WRITES", "4"),
+    ]);
+    let mut c = relay.client().await;
+    let events: Vec<Event> = (0..40)
+        .map(|i| ev(1, now() - 100 + i, 1, &[], &format!("burst {i}")))
+        .collect();
+    for e in &events {
+        c.send_event(e).await;
+    }
+    let (mut ok, mut limited) = (0, 0);
+    for _ in 0..40 {
+        let m = c.expect("OK").await;
+        if m[2] == true {
+            ok += 1;
+        } else {
+            assert!(m[3].as_str().unwrap().starts_with("rate-limited:"), "{m}");
+            limited += 1;
+        }
+    }
+    assert!(ok >= 4 && limited > 0, "ok {ok}, limited {limited}");
 }
 
 #[tokio::test]
