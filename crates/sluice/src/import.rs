@@ -541,7 +541,8 @@ impl<'a> Writer<'a> {
         if self.batch.is_empty() {
             return Ok(());
         }
-        self.limiter.pause();
+        self.limiter
+            .pause(self.batch.len() as f64 / self.plan.batch_events as f64);
         let started = Instant::now();
         let outcomes = self
             .store
@@ -553,8 +554,12 @@ impl<'a> Writer<'a> {
                     self.plan.sources[source].name()
                 )
             })?;
-        self.limiter
-            .record_commit(started.elapsed(), self.batch.len());
+        let took = started.elapsed();
+        let stored = outcomes
+            .iter()
+            .filter(|o| matches!(o, WriteOutcome::Stored { .. }))
+            .count();
+        self.limiter.record_commit(took, stored);
         let s = &mut self.summary;
         s.batches += 1;
         s.events += outcomes.len() as u64;

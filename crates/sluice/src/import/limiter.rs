@@ -30,13 +30,15 @@ pub const MAX_PAUSE: Duration = Duration::from_secs(2);
 /// Commit cost is compared per this many events, so batches of any size
 /// give comparable figures.
 const COST_UNIT_EVENTS: f64 = 1000.0;
+/// Fewest stored events for a commit's cost to count.
+const MIN_COST_SAMPLE: usize = 64;
 
 /// State shared by the writer (which records commits and pauses), the
 /// monitor (which ticks) and the pipeline (which reports its fill).
 pub struct Limiter {
     /// The published write verdict ([`Verdict::to_bits`]).
     verdict: AtomicU64,
-    /// Recent commit cost per [`COST_UNIT_EVENTS`], seconds (f64 bits).
+    /// Recent commit cost per [`COST_UNIT_EVENTS`] stored, seconds (f64 bits).
     commit_secs: AtomicU64,
     /// Slow baseline of the same (f64 bits): follows drops at once and
     /// rises slowly.
@@ -71,12 +73,16 @@ impl Limiter {
         })
     }
 
-    /// Called by the writer (one thread) after each commit.
-    pub fn record_commit(&self, took: Duration, events: usize) {
-        if events == 0 {
+    /// Called by the writer (one thread) after each commit with the number
+    /// of events it stored. The cost is per stored event: a batch of
+    /// duplicates (a re-run) writes almost nothing, and would set a baseline
+    /// that real writes then seem to exceed many times. Batches that store
+    /// fewer than [`MIN_COST_SAMPLE`] events say too little and are skipped.
+    pub fn record_commit(&self, took: Duration, stored: usize) {
+        if stored < MIN_COST_SAMPLE {
             return;
         }
-        let cost = took.as_secs_f64() * COST_UNIT_EVENTS / events as f64;
+        let cost = took.as_secs_f64() * COST_UNIT_EVENTS / stored as f64;
         let load = |a: &AtomicU64| f64::from_bits(a.load(Ordering::Relaxed));
         let (recent, base) = (load(&self.commit_secs), load(&self.baseline_secs));
         let recent = if recent == 0.0 {
@@ -93,23 +99,32 @@ impl Limiter {
         self.baseline_secs.store(base.to_bits(), Ordering::Relaxed);
     }
 
-    /// Waits as the current verdict says, at most [`MAX_PAUSE`]; returns how
-    /// long. Called by the writer before each batch.
-    pub fn pause(&self) -> Duration {
+    /// Waits as the current verdict says before a batch holding `fraction`
+    /// (0..=1) of a full batch; returns how long. A delay or the
+    /// [`MAX_PAUSE`] cap is per full batch, scaled by `fraction`, so the
+    /// slow-down is a rate (events per second), whatever size the batches
+    /// shrank to: pausing the full amount before each small batch would
+    /// compound the two levers. Under a refusal the writer looks again
+    /// every tick until it clears or the scaled cap is reached.
+    pub fn pause(&self, fraction: f64) -> Duration {
         if !self.enforce {
             return Duration::ZERO;
         }
+        let fraction = if fraction.is_nan() {
+            1.0
+        } else {
+            fraction.clamp(0.0, 1.0)
+        };
+        let cap = MAX_PAUSE.mul_f64(fraction);
         let started = Instant::now();
         let mut slept = false;
         loop {
-            let waited = started.elapsed();
-            let left = MAX_PAUSE.saturating_sub(waited);
+            let left = cap.saturating_sub(started.elapsed());
             let wait = match Verdict::from_bits(self.verdict.load(Ordering::Relaxed)) {
                 Verdict::Allow => Duration::ZERO,
                 // A delay is served once per batch.
-                Verdict::Delay(d) if !slept => d.min(left),
+                Verdict::Delay(d) if !slept => d.mul_f64(fraction).min(left),
                 Verdict::Delay(_) => Duration::ZERO,
-                // Refused: wait a tick and look again.
                 Verdict::Refuse { retry_after, .. } => retry_after.min(self.tick).min(left),
             };
             if wait.is_zero() {
@@ -237,6 +252,8 @@ mod tests {
         assert!((base - 0.0103).abs() < 1e-9, "{base}");
         assert!(recent > 0.018 && recent < 0.02, "{recent}");
         l.record_commit(Duration::from_millis(2), 1000);
+        // Too few stored to say anything: ignored.
+        l.record_commit(Duration::from_nanos(1), 10);
         let base = f64::from_bits(l.baseline_secs.load(Ordering::Relaxed));
         assert!((base - 0.002).abs() < 1e-12);
     }
@@ -244,15 +261,21 @@ mod tests {
     #[test]
     fn allow_does_not_pause_and_refusal_is_capped() {
         let l = Limiter::new(4, Duration::from_millis(100), true);
-        assert_eq!(l.pause(), Duration::ZERO);
+        assert_eq!(l.pause(1.0), Duration::ZERO);
         assert_eq!(l.pauses(), 0);
         l.verdict.store(
-            Verdict::Delay(Duration::from_millis(5)).to_bits(),
+            Verdict::Delay(Duration::from_millis(20)).to_bits(),
             Ordering::Relaxed,
         );
-        let d = l.pause();
-        assert!(d >= Duration::from_millis(5) && d < MAX_PAUSE, "{d:?}");
+        let d = l.pause(1.0);
+        assert!(d >= Duration::from_millis(20) && d < MAX_PAUSE, "{d:?}");
         assert_eq!(l.pauses(), 1);
+        // A quarter batch waits a quarter of the delay.
+        let d = l.pause(0.25);
+        assert!(
+            d >= Duration::from_millis(5) && d < Duration::from_millis(20),
+            "{d:?}"
+        );
         assert_eq!(l.batch_limit(4096), 2048);
         l.verdict.store(
             Verdict::Refuse {
@@ -278,7 +301,7 @@ mod shadow_tests {
             Verdict::Delay(Duration::from_millis(50)).to_bits(),
             Ordering::Relaxed,
         );
-        assert_eq!(l.pause(), Duration::ZERO);
+        assert_eq!(l.pause(1.0), Duration::ZERO);
         assert_eq!(l.pauses(), 0);
         assert_eq!(l.batch_limit(4096), 4096);
     }

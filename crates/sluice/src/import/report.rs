@@ -166,7 +166,7 @@ impl Reporter {
             Some(n) => ProgressBar::with_draw_target(Some(n), ProgressDrawTarget::stderr())
                 .with_style(
                     ProgressStyle::with_template(
-                        "{elapsed_precise} [{wide_bar}] {bytes}/{total_bytes} ETA {eta} {msg}",
+                        "{elapsed_precise} [{bar:20}] {bytes}/{total_bytes} ETA {eta} {msg}",
                     )
                     .unwrap_or_else(|_| ProgressStyle::default_bar()),
                 ),
@@ -216,6 +216,8 @@ impl Progress {
         }
     }
 
+    /// `pv` is the governor's process variable (the pressure it compares
+    /// with the 0.70 setpoint).
     pub fn update(&mut self, live: &Live, throttled: Duration, pv: f64) {
         let now = Instant::now();
         let lines = live.lines.load(Ordering::Relaxed);
@@ -234,12 +236,12 @@ impl Progress {
             Some(bar) => {
                 bar.set_position(bytes);
                 bar.set_message(format!(
-                    "{lines} lines, {stored} stored, {refused} refused, {:.0} lines/s{}",
+                    "{lines} lines {stored} stored {refused} refused {:.0}/s{}",
                     self.rate,
                     if throttled.is_zero() {
                         String::new()
                     } else {
-                        format!(", throttled {:.1} s", throttled.as_secs_f64())
+                        format!(" throttled {:.1}s", throttled.as_secs_f64())
                     }
                 ));
             }
@@ -252,7 +254,7 @@ impl Progress {
                     bytes,
                     lines_per_sec = self.rate.round(),
                     throttled_secs = throttled.as_secs_f64(),
-                    load = (pv * 100.0).round() / 100.0,
+                    pressure = (pv * 100.0).round() / 100.0,
                     "import progress"
                 );
             }
