@@ -230,7 +230,8 @@ fn scan<'t>(
                     continue;
                 };
                 let serial = keys::read_u64(sv);
-                if let Some(hit) = load_if_match(t, rtxn, f, serial, now, None)? {
+                if let Some(hit) = load_if_match(t, rtxn, f, serial, now, needs_tag_check(f, None))?
+                {
                     hits.push(hit);
                 }
             }
@@ -247,6 +248,7 @@ fn scan<'t>(
             covered_tag,
         } => {
             let table = t.index(index);
+            let check_tags = needs_tag_check(f, covered_tag);
             let bounds: Vec<(Vec<u8>, Vec<u8>)> = prefixes
                 .iter()
                 .map(|p| {
@@ -285,7 +287,7 @@ fn scan<'t>(
                     continue;
                 }
                 last_serial = Some(serial);
-                if let Some(hit) = load_if_match(t, rtxn, f, serial, now, covered_tag)?
+                if let Some(hit) = load_if_match(t, rtxn, f, serial, now, check_tags)?
                     && !visit(hit)
                 {
                     break;
@@ -304,7 +306,7 @@ fn load_if_match<'t>(
     f: &Filter,
     serial: u64,
     now: u64,
-    covered_tag: Option<u8>,
+    check_tags: bool,
 ) -> Result<Option<Hit<'t>>, StoreError> {
     let sk = keys::serial(serial);
     let Some(value) = t.events.get(rtxn, &sk)? else {
@@ -314,18 +316,7 @@ fn load_if_match<'t>(
     if !header_matches(f, &h, now) {
         return Ok(None);
     }
-    let tags_left = f
-        .tags
-        .iter()
-        .filter(|(l, _)| Some(*l) != covered_tag)
-        .count();
-    // A long tag value is indexed by its hash, so the covered tag is checked
-    // too whenever a filter value is long enough to have been hashed.
-    let hashed = f
-        .tags
-        .iter()
-        .any(|(_, v)| v.iter().any(|s| s.len() > keys::MAX_INLINE_TAG_BYTES));
-    if tags_left > 0 || hashed {
+    if check_tags {
         match Event::parse(raw) {
             Ok(ev) if f.matches(&ev) => {}
             _ => return Ok(None),
@@ -337,6 +328,18 @@ fn load_if_match<'t>(
         serial,
         raw,
     }))
+}
+
+/// Whether rows need their JSON parsed to check tags: some tag condition
+/// is not answered by the index scanned, or a filter value is long enough
+/// to have been indexed by its hash. Decided once per scan, not per row.
+fn needs_tag_check(f: &Filter, covered_tag: Option<u8>) -> bool {
+    let uncovered = f.tags.iter().any(|(l, _)| Some(*l) != covered_tag);
+    let hashed = f
+        .tags
+        .iter()
+        .any(|(_, v)| v.iter().any(|s| s.len() > keys::MAX_INLINE_TAG_BYTES));
+    uncovered || hashed
 }
 
 fn header_matches(f: &Filter, h: &Header, now: u64) -> bool {
