@@ -11,6 +11,36 @@ use sha2::{Digest, Sha256};
 
 use crate::hex32;
 
+/// Parsed x-only public keys by their 32 bytes, for [`Event::verify_cached`].
+/// Bounded: when `capacity` keys are held it starts over, so memory stays
+/// at about `capacity` × 100 bytes whatever the input.
+pub struct PubkeyCache {
+    keys: std::collections::HashMap<[u8; 32], Option<XOnlyPublicKey>>,
+    capacity: usize,
+}
+
+impl PubkeyCache {
+    pub fn new(capacity: usize) -> PubkeyCache {
+        PubkeyCache {
+            keys: std::collections::HashMap::with_capacity(capacity.min(1 << 16)),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// The parsed key, or None when the bytes are not a curve point.
+    pub fn get(&mut self, bytes: &[u8; 32]) -> Option<XOnlyPublicKey> {
+        if let Some(k) = self.keys.get(bytes) {
+            return *k;
+        }
+        if self.keys.len() >= self.capacity {
+            self.keys.clear();
+        }
+        let k = XOnlyPublicKey::from_byte_array(*bytes).ok();
+        self.keys.insert(*bytes, k);
+        k
+    }
+}
+
 /// Structural and semantic errors of a single event. Every variant maps to the
 /// `invalid:` prefix except where the caller decides otherwise.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -153,26 +183,46 @@ impl Event {
     /// as `\u00XX`. When the content or tags hold such a character, an id
     /// computed either way is accepted, so events from both camps verify.
     pub fn verify(&self) -> Result<(), EventError> {
-        if self.compute_id() != self.id {
-            let alt = self.has_other_controls().then(|| -> [u8; 32] {
-                Sha256::digest(canonical_json_as(
-                    &self.pubkey,
-                    self.created_at,
-                    self.kind,
-                    &self.tags,
-                    &self.content,
-                    Escapes::AllControls,
-                ))
-                .into()
-            });
-            if alt != Some(self.id) {
-                return Err(EventError::IdMismatch);
-            }
-        }
+        self.check_id()?;
         let pk =
             XOnlyPublicKey::from_byte_array(self.pubkey).map_err(|_| EventError::BadSignature)?;
+        self.verify_signature(&pk)
+    }
+
+    /// [`Event::verify`] with the author's parsed key taken from `keys`:
+    /// parsing an x-only key costs a field square root (about a tenth of a
+    /// verify), and bulk loads see the same authors again and again.
+    pub fn verify_cached(&self, keys: &mut PubkeyCache) -> Result<(), EventError> {
+        self.check_id()?;
+        let pk = keys.get(&self.pubkey).ok_or(EventError::BadSignature)?;
+        self.verify_signature(&pk)
+    }
+
+    fn check_id(&self) -> Result<(), EventError> {
+        if self.compute_id() == self.id {
+            return Ok(());
+        }
+        let alt = self.has_other_controls().then(|| -> [u8; 32] {
+            Sha256::digest(canonical_json_as(
+                &self.pubkey,
+                self.created_at,
+                self.kind,
+                &self.tags,
+                &self.content,
+                Escapes::AllControls,
+            ))
+            .into()
+        });
+        if alt == Some(self.id) {
+            Ok(())
+        } else {
+            Err(EventError::IdMismatch)
+        }
+    }
+
+    fn verify_signature(&self, pk: &XOnlyPublicKey) -> Result<(), EventError> {
         let sig = schnorr::Signature::from_byte_array(self.sig);
-        schnorr::verify(&sig, &self.id, &pk).map_err(|_| EventError::BadSignature)
+        schnorr::verify(&sig, &self.id, pk).map_err(|_| EventError::BadSignature)
     }
 
     /// True when content or tags hold a control character other than the
@@ -448,6 +498,38 @@ mod tests {
             Event::parse(&raw).unwrap().verify(),
             Err(EventError::BadSignature)
         );
+    }
+
+    #[test]
+    fn verify_cached_agrees_with_verify() {
+        let mut keys = PubkeyCache::new(2);
+        let ev = Event::sign(&SK, 1_700_000_000, 1, vec![], "hello");
+        for _ in 0..3 {
+            ev.verify_cached(&mut keys).unwrap();
+        }
+        let sig = hex32::encode(&ev.sig);
+        let mut bad = sig.clone().into_bytes();
+        bad[10] = if bad[10] == b'0' { b'1' } else { b'0' };
+        let forged =
+            Event::parse(&ev.raw().replace(&sig, std::str::from_utf8(&bad).unwrap())).unwrap();
+        assert_eq!(
+            forged.verify_cached(&mut keys),
+            Err(EventError::BadSignature)
+        );
+        let tampered = Event::parse(&ev.raw().replace("hello", "hellp")).unwrap();
+        assert_eq!(
+            tampered.verify_cached(&mut keys),
+            Err(EventError::IdMismatch)
+        );
+        // x = 5 is not on the curve: the key itself is refused, and cached so.
+        let mut off_curve = [0u8; 32];
+        off_curve[31] = 5;
+        assert!(keys.get(&off_curve).is_none());
+        assert!(keys.get(&off_curve).is_none());
+        // Bounded: a third key starts the cache over.
+        assert!(keys.get(&public_key_of(&[9u8; 32])).is_some());
+        assert!(keys.keys.len() <= 2);
+        ev.verify_cached(&mut keys).unwrap();
     }
 
     #[test]

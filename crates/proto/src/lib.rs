@@ -13,7 +13,7 @@ pub mod kind;
 pub mod message;
 pub mod reason;
 
-pub use event::{Event, EventError, Limits as EventLimits};
+pub use event::{Event, EventError, Limits as EventLimits, PubkeyCache};
 pub use filter::{Filter, FilterError, TagValue};
 pub use kind::KindClass;
 pub use message::{ClientMessage, MessageError, RelayMessage};

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
 use sluice_engine::{Store, WriteOutcome};
-use sluice_proto::Event;
+use sluice_proto::{Event, PubkeyCache};
 
 use crate::config::Config;
 use input::{Line, LineKind, LineSplitter, Source};
@@ -51,6 +51,8 @@ use report::{Live, Progress, Reporter, Sample, Summary};
 
 /// Lines per chunk handed to a worker.
 const CHUNK_LINES: usize = 512;
+/// Parsed author keys each worker keeps (about 100 bytes each).
+const PUBKEY_CACHE_KEYS: usize = 16_384;
 /// Bytes per chunk handed to a worker (a chunk closes at either bound).
 const CHUNK_BYTES: usize = 1 << 20;
 /// A batch that has waited this long for more events is written anyway,
@@ -355,21 +357,23 @@ fn read_error(number: u64, e: &std::io::Error) -> Line {
     }
 }
 
-/// True when the store already holds this (id-checked) event: its
-/// signature was checked when it was stored, and the write will count it
-/// as a duplicate, so a re-run after a crash skips the costly part for
-/// everything committed before. A line with the id of a stored event but
-/// a bad signature is therefore reported as a duplicate, not refused.
-fn is_stored(store: &Store, item: &Item) -> bool {
-    match item {
-        // `now` 0: an expired but not yet purged copy is still a duplicate.
-        Item::Event { event, .. } => matches!(store.get(&event.id, 0), Ok(Some(_))),
-        _ => false,
-    }
+/// For each event of `items`, in order, whether the store already holds its
+/// id: its signature was checked when it was stored, and the write will
+/// count it as a duplicate, so a re-run after a crash skips the costly part
+/// for everything committed before. A line with the id of a stored event
+/// but a bad signature is therefore reported as a duplicate, not refused.
+fn stored_flags(store: &Store, items: &[Item]) -> Vec<bool> {
+    let ids = items.iter().filter_map(|item| match item {
+        Item::Event { event, .. } => Some(&event.id),
+        _ => None,
+    });
+    // A read error only costs the shortcut: every event is then verified.
+    store.contains_ids(ids).unwrap_or_default()
 }
 
 /// A worker thread: parse and verify chunks until the reader is done.
 fn work(plan: &Plan, store: &Store, chunks: &Mutex<Receiver<Chunk>>, results: &SyncSender<Parsed>) {
+    let mut keys = PubkeyCache::new(PUBKEY_CACHE_KEYS);
     loop {
         let chunk = {
             let Ok(rx) = chunks.lock() else { return };
@@ -388,9 +392,11 @@ fn work(plan: &Plan, store: &Store, chunks: &Mutex<Receiver<Chunk>>, results: &S
             }
         }
         if plan.checks.verify {
+            let mut stored = stored_flags(store, &items).into_iter();
             for item in &mut items {
-                if !is_stored(store, item) {
-                    parse::check_signature(item);
+                let held = matches!(item, Item::Event { .. }) && stored.next() == Some(true);
+                if !held {
+                    parse::check_signature(item, &mut keys);
                 }
             }
         }

@@ -293,6 +293,18 @@ impl Store {
         Ok((!h.is_expired(now)).then(|| raw.to_owned()))
     }
 
+    /// For each id, whether the store holds an event with it (expired or
+    /// not), in one read transaction.
+    pub fn contains_ids<'a>(
+        &self,
+        ids: impl IntoIterator<Item = &'a [u8; 32]>,
+    ) -> Result<Vec<bool>, StoreError> {
+        let rtxn = self.env.read_txn()?;
+        ids.into_iter()
+            .map(|id| Ok(self.t.ids.get(&rtxn, id)?.is_some()))
+            .collect()
+    }
+
     /// Calls `f` with the raw JSON of every stored, unexpired event whose
     /// created_at is in `since..=until`, oldest first. Reads in chunks of
     /// short read transactions, so a long export never pins old pages and

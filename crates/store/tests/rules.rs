@@ -457,3 +457,17 @@ fn export_walks_everything_in_time_order() {
     assert_eq!(seen.first().unwrap(), evs[0].raw());
     assert_eq!(seen.last().unwrap(), evs[2499].raw());
 }
+
+#[test]
+fn contains_ids_answers_for_each_id_in_order() {
+    let (_dir, store) = open();
+    let a = ev(1, 1_700_000_000, 1, &[], "a");
+    let b = ev(1, 1_700_000_001, 1, &[], "b");
+    put(&store, &a);
+    let missing = [0u8; 32];
+    assert_eq!(
+        store.contains_ids([&b.id, &a.id, &missing, &a.id]).unwrap(),
+        vec![false, true, false, true]
+    );
+    assert!(store.contains_ids([]).unwrap().is_empty());
+}

@@ -10,7 +10,7 @@
 //! the store holds what the dump held.
 
 use serde_json::value::RawValue;
-use sluice_proto::{Event, EventError, EventLimits};
+use sluice_proto::{Event, EventError, EventLimits, PubkeyCache};
 
 use super::input::{Line, LineKind};
 
@@ -157,11 +157,11 @@ pub fn line(buf: &[u8], l: &Line, checks: &Checks, now: u64) -> Option<Item> {
 
 /// The signature check, the costly part (tens of µs), done after the
 /// caller has learnt whether the store already holds the event.
-pub fn check_signature(item: &mut Item) {
+pub fn check_signature(item: &mut Item, keys: &mut PubkeyCache) {
     let Item::Event { line, event } = item else {
         return;
     };
-    if let Err(e) = event.verify() {
+    if let Err(e) = event.verify_cached(keys) {
         *item = Item::Bad {
             line: *line,
             reason: reason_of(&e),
@@ -246,7 +246,7 @@ mod tests {
         };
         let mut item = line(text.as_bytes(), &l, &checks, 1_700_000_000);
         if let Some(item) = &mut item {
-            check_signature(item);
+            check_signature(item, &mut PubkeyCache::new(4));
         }
         item
     }
