@@ -63,6 +63,9 @@ pub struct Tally {
     pub sent: u64,
     pub skipped: u64,
     pub accepted: u64,
+    /// Accepted with a `duplicate:` message: the relay already had them, so
+    /// they add nothing to goodput.
+    pub duplicates: u64,
     pub refused: u64,
     pub timeouts: u64,
     pub lost: u64,
@@ -86,6 +89,9 @@ impl Tally {
                 self.accepted_latency.record(latency.as_micros() as u64);
                 if !message.is_empty() {
                     self.accepted_prefixes.add(message);
+                    if message.starts_with("duplicate:") {
+                        self.duplicates += 1;
+                    }
                 }
             }
             Outcome::Refused { latency, message } => {
@@ -103,6 +109,7 @@ impl Tally {
         self.sent += o.sent;
         self.skipped += o.skipped;
         self.accepted += o.accepted;
+        self.duplicates += o.duplicates;
         self.refused += o.refused;
         self.timeouts += o.timeouts;
         self.lost += o.lost;
@@ -124,6 +131,7 @@ impl Tally {
             sent: self.sent,
             skipped: self.skipped,
             accepted: self.accepted,
+            duplicates: self.duplicates,
             refused: self.refused,
             timeouts: self.timeouts,
             lost: self.lost,
@@ -131,6 +139,7 @@ impl Tally {
             connection_error_reasons: self.connection_error_reasons.clone(),
             offered_per_sec: per_sec(offered, secs),
             accepted_per_sec: per_sec(self.accepted, secs),
+            stored_per_sec: per_sec(self.accepted - self.duplicates, secs),
             success_ratio: if offered == 0 {
                 0.0
             } else {
@@ -151,6 +160,9 @@ pub struct TallyReport {
     pub sent: u64,
     pub skipped: u64,
     pub accepted: u64,
+    /// Accepted with a `duplicate:` message (already stored).
+    #[serde(default)]
+    pub duplicates: u64,
     pub refused: u64,
     pub timeouts: u64,
     pub lost: u64,
@@ -158,6 +170,9 @@ pub struct TallyReport {
     pub connection_error_reasons: PrefixCounts,
     pub offered_per_sec: f64,
     pub accepted_per_sec: f64,
+    /// Accepted and new: (accepted − duplicates) per second.
+    #[serde(default)]
+    pub stored_per_sec: f64,
     /// accepted / offered.
     pub success_ratio: f64,
     pub accepted_latency: LatencySummary,
@@ -495,5 +510,32 @@ impl Receiver {
         for due in lost {
             self.recorder.outcome(due, Outcome::Lost);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duplicates_are_accepted_but_not_stored() {
+        let mut t = Tally::default();
+        let latency = Duration::from_millis(1);
+        t.outcome(Outcome::Accepted {
+            latency,
+            message: "",
+        });
+        t.outcome(Outcome::Accepted {
+            latency,
+            message: "duplicate: already have this event",
+        });
+        t.outcome(Outcome::Refused {
+            latency,
+            message: "rate-limited: slow down",
+        });
+        let r = t.report(1.0);
+        assert_eq!((r.accepted, r.duplicates, r.refused), (2, 1, 1));
+        assert_eq!(r.accepted_per_sec, 2.0);
+        assert_eq!(r.stored_per_sec, 1.0);
     }
 }

@@ -200,7 +200,9 @@ async fn subscribe_all(
     let m = args.subscribers.max(1);
     // Each subscriber reports once, so the channel never holds more than `m`.
     let (ready_tx, mut ready_rx) = mpsc::channel(m);
-    let filter = json!({"kinds": [1], "#t": [tag], "limit": 0});
+    // No `limit: 0`: nostr-rs-relay 0.8.12 never sends EOSE for it. The tag
+    // is unique to this run, so the stored-events part is empty anyway.
+    let filter = json!({"kinds": [1], "#t": [tag]});
     let handles = (0..m)
         .map(|_| {
             let sub = Subscriber {

@@ -53,7 +53,7 @@ pub struct OverloadArgs {
     pub content_bytes: usize,
     /// Most abusive events signed up front; the schedule wraps over them
     /// (re-sent events are duplicates, and the report counts them).
-    #[arg(long, default_value_t = 400_000)]
+    #[arg(long, default_value_t = 1_000_000)]
     pub max_events: usize,
     /// Capacity measurement: seconds, connections and window of the closed-loop run.
     #[arg(long, default_value_t = 5.0)]
@@ -103,7 +103,7 @@ pub struct PhaseReport {
     pub secs: f64,
     pub abusive_target_rate: f64,
     pub polite_target_rate: f64,
-    /// Accepted events/s of both classes.
+    /// New events stored per second, both classes (accepted minus `duplicate:`).
     pub goodput_per_sec: f64,
     /// goodput / capacity.
     pub goodput_ratio: f64,
@@ -264,8 +264,8 @@ async fn measure_capacity(
     };
     let report = tally.report(secs);
     println!(
-        "measured capacity (closed loop): {:.0} accepted/s",
-        report.accepted_per_sec
+        "measured capacity (closed loop): {:.0} stored/s",
+        report.stored_per_sec
     );
     if report.refused * 100 > report.offered {
         println!(
@@ -274,7 +274,7 @@ async fn measure_capacity(
             report.refused, report.offered, report.refused_prefixes
         );
     }
-    Ok((report.accepted_per_sec, Some(report)))
+    Ok((report.stored_per_sec, Some(report)))
 }
 
 async fn run_phases(
@@ -404,7 +404,7 @@ fn phase_reports(
         .enumerate()
         .map(|(i, (polite, abusive))| {
             let secs = plan.phase_secs[i];
-            let goodput = polite.accepted_per_sec + abusive.accepted_per_sec;
+            let goodput = polite.stored_per_sec + abusive.stored_per_sec;
             let r = PhaseReport {
                 index: i,
                 multiplier: plan.multipliers[i],

@@ -130,10 +130,10 @@ fn throughput_panel(r: &OverloadReport) -> Panel {
         y_max: None,
         series: vec![
             line("offered (all)", sum(|s| s.offered), false),
-            line("goodput (all)", sum(|s| s.accepted), false),
+            line("goodput (all)", sum(|s| s.accepted - s.duplicates), false),
             line(
                 "goodput (polite)",
-                per_second(p, |s| Some(s.accepted as f64)),
+                per_second(p, |s| Some((s.accepted - s.duplicates) as f64)),
                 false,
             ),
             line(

@@ -28,6 +28,9 @@ struct Second {
 pub struct SecondPoint {
     pub offered: u64,
     pub accepted: u64,
+    /// Of `accepted`, those the relay already had (`duplicate:`).
+    #[serde(default)]
+    pub duplicates: u64,
     pub refused: u64,
     pub timeouts: u64,
     pub skipped: u64,
@@ -98,6 +101,7 @@ impl PhasedRecorder {
                 SecondPoint {
                     offered: t.sent + t.skipped,
                     accepted: t.accepted,
+                    duplicates: t.duplicates,
                     refused: t.refused,
                     timeouts: t.timeouts,
                     skipped: t.skipped,
