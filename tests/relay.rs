@@ -840,6 +840,20 @@ async fn metrics_health_and_readiness_endpoints_answer() {
     }
     assert_eq!(http_get(&relay.addr, "/healthz", None).await.0, 200);
     assert_eq!(http_get(&relay.addr, "/readyz", None).await.0, 200);
+    // Every series carries the meaning docs/metrics.md gives it as # HELP.
+    assert!(
+        body.contains("# HELP sluice_connections_open WebSocket connections open now."),
+        "no HELP text in /metrics"
+    );
+    for line in body.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE sluice_") {
+            let name = rest.split(' ').next().unwrap();
+            assert!(
+                body.contains(&format!("# HELP sluice_{name} ")),
+                "sluice_{name} has no HELP line"
+            );
+        }
+    }
 }
 
 // ------------------------------------------------------ lifecycle and store

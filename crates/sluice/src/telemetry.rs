@@ -39,5 +39,83 @@ pub fn init_metrics() -> anyhow::Result<PrometheusHandle> {
         .install_recorder()
         .context("installing the metrics recorder")?;
     metrics::gauge!("sluice_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    for d in described_metrics(METRICS_DOC) {
+        match d.kind {
+            "counter" => metrics::describe_counter!(d.name, d.help),
+            "gauge" => metrics::describe_gauge!(d.name, d.help),
+            "histogram" => metrics::describe_histogram!(d.name, d.help),
+            _ => {}
+        }
+    }
     Ok(handle)
+}
+
+/// The operator's reference, whose tables `tests/metrics_doc.rs` keeps equal
+/// to the names in the code: the one source of each metric's `# HELP` text.
+const METRICS_DOC: &str = include_str!("../../../docs/metrics.md");
+
+/// One row of a docs/metrics.md table.
+#[derive(Debug, PartialEq)]
+struct Described {
+    name: String,
+    kind: &'static str,
+    help: String,
+}
+
+/// The rows `| `sluice_x` | type | labels | meaning |` of the doc, with the
+/// meaning's Markdown backticks removed.
+fn described_metrics(doc: &str) -> Vec<Described> {
+    doc.lines()
+        .filter_map(|line| {
+            let row = line.trim().strip_prefix('|')?.strip_suffix('|')?;
+            let mut cells = row.splitn(4, '|').map(str::trim);
+            let name = cells.next()?.strip_prefix('`')?.strip_suffix('`')?;
+            if !name.starts_with("sluice_") {
+                return None;
+            }
+            let kind = match cells.next()? {
+                "counter" => "counter",
+                "gauge" => "gauge",
+                "histogram" => "histogram",
+                _ => return None,
+            };
+            let _labels = cells.next()?;
+            let help = cells.next()?.replace('`', "");
+            Some(Described {
+                name: name.to_owned(),
+                kind,
+                help,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_documented_metric_gets_its_meaning_as_help() {
+        let rows = described_metrics(METRICS_DOC);
+        assert!(rows.len() >= 50, "only {} rows parsed", rows.len());
+        let open = rows
+            .iter()
+            .find(|d| d.name == "sluice_connections_open")
+            .expect("documented");
+        assert_eq!(open.kind, "gauge");
+        assert_eq!(open.help, "WebSocket connections open now.");
+        assert!(
+            rows.iter()
+                .all(|d| !d.help.is_empty() && !d.help.contains('`'))
+        );
+        let refused = rows
+            .iter()
+            .find(|d| d.name == "sluice_connections_refused_total")
+            .expect("documented");
+        assert!(
+            refused.help.contains("server.max_connections"),
+            "{}",
+            refused.help
+        );
+    }
 }
