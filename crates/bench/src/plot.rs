@@ -195,6 +195,8 @@ fn controller_panel(r: &OverloadReport, max_series: usize) -> Panel {
     let mut names: Vec<&String> = points.iter().flat_map(|p| p.values.keys()).collect();
     names.sort();
     names.dedup();
+    // Series scraped from /proc/PID are named proc_*; the rest came from /metrics.
+    let names_from_metrics = names.iter().any(|n| !n.starts_with("proc_"));
     let mut series: Vec<(usize, f64, Series)> = names
         .into_iter()
         .filter_map(|name| scaled_series(points, name))
@@ -202,7 +204,10 @@ fn controller_panel(r: &OverloadReport, max_series: usize) -> Panel {
     // Preferred series first (in list order), then the ones that vary most.
     series.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)));
     Panel {
-        title: "relay series from /metrics: ratios in %, others in % of their maximum".into(),
+        title: format!(
+            "relay series from {source}: ratios in %, others in % of their maximum",
+            source = if names_from_metrics { "/metrics" } else { "/proc" }
+        ),
         unit: "%".into(),
         log: false,
         y_max: Some(100.0),
