@@ -206,7 +206,11 @@ fn controller_panel(r: &OverloadReport, max_series: usize) -> Panel {
     Panel {
         title: format!(
             "relay series from {source}: ratios in %, others in % of their maximum",
-            source = if names_from_metrics { "/metrics" } else { "/proc" }
+            source = if names_from_metrics {
+                "/metrics"
+            } else {
+                "/proc"
+            }
         ),
         unit: "%".into(),
         log: false,

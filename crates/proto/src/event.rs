@@ -22,7 +22,9 @@ pub struct PubkeyCache {
 impl PubkeyCache {
     pub fn new(capacity: usize) -> PubkeyCache {
         PubkeyCache {
-            keys: std::collections::HashMap::with_capacity(capacity.min(1 << 16)),
+            // Grows on demand: a connection's cache costs nothing until it
+            // sees an EVENT.
+            keys: std::collections::HashMap::new(),
             capacity: capacity.max(1),
         }
     }

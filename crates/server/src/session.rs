@@ -27,12 +27,17 @@ use sluice_engine::QueryOutput;
 use sluice_engine::throttle::{ConnAdmission, ConnectionGuard};
 use sluice_engine::{Admit, LiveEvent, QueryError, SubmitError, WriteError, WriteResult, unix_now};
 use sluice_proto::message::sniff_id;
-use sluice_proto::{ClientMessage, Event, Filter, KindClass, MessageError, Reason, RelayMessage};
+use sluice_proto::{
+    ClientMessage, Event, Filter, KindClass, MessageError, PubkeyCache, Reason, RelayMessage,
+};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{OwnedSemaphorePermit, broadcast};
 
 use crate::AppState;
 use crate::metrics_names as m;
+
+/// Parsed author keys one connection keeps (a few hundred bytes at most).
+const SESSION_PUBKEY_CACHE: usize = 4;
 
 type WriteFut = Pin<Box<dyn Future<Output = WriteDone> + Send>>;
 type QueryFut = Pin<Box<dyn Future<Output = QueryDone> + Send>>;
@@ -102,6 +107,8 @@ struct Session {
     /// Seed 000 batching of controller delays, per direction.
     write_adm: ConnAdmission,
     read_adm: ConnAdmission,
+    /// Parsed author keys: a client mostly publishes as one or a few.
+    keys: PubkeyCache,
     subs: HashMap<String, Sub>,
     next_generation: u64,
     writes: FuturesUnordered<WriteFut>,
@@ -131,6 +138,7 @@ pub(crate) async fn run(
     let mut s = Session {
         ip,
         write_adm: st.engine.throttle().admission(),
+        keys: PubkeyCache::new(SESSION_PUBKEY_CACHE),
         read_adm: st.engine.throttle().admission(),
         st: st.clone(),
         subs: HashMap::new(),
@@ -324,7 +332,7 @@ impl Session {
         // own delay (counting it would feed the controller its own output),
         // before the signature check (CPU saturation is load).
         let admitted = Instant::now();
-        if let Err(e) = ev.verify() {
+        if let Err(e) = ev.verify_cached(&mut self.keys) {
             return self
                 .refuse_event(out, &ev.id_hex(), Reason::Invalid, &e.to_string())
                 .await;
