@@ -25,6 +25,9 @@ use std::time::{Duration, Instant};
 use sluice_engine::Store;
 use sluice_throttle::{Direction, Governor, GovernorConfig, LoadSignals, PidConfig, Verdict};
 
+/// Memory pressure (heap / target) under which the reader may use the
+/// whole in-flight bound.
+pub const HEADROOM: f64 = 0.25;
 /// Longest wait before one batch, whatever the verdict.
 pub const MAX_PAUSE: Duration = Duration::from_secs(2);
 /// Commit cost is compared per this many events, so batches of any size
@@ -46,6 +49,8 @@ pub struct Limiter {
     /// Chunks between the reader and the writer; the reader adds, the writer
     /// subtracts.
     pub in_flight_chunks: AtomicU64,
+    /// Heap over target at the last tick (f64 bits).
+    memory_pressure: AtomicU64,
     /// Bound of `in_flight_chunks`.
     max_in_flight_chunks: u64,
     /// Nanoseconds the writer spent paused.
@@ -65,6 +70,8 @@ impl Limiter {
             commit_secs: AtomicU64::new(0f64.to_bits()),
             baseline_secs: AtomicU64::new(0f64.to_bits()),
             in_flight_chunks: AtomicU64::new(0),
+            // Unknown until the first tick: assume no headroom.
+            memory_pressure: AtomicU64::new(1f64.to_bits()),
             max_in_flight_chunks,
             throttled_ns: AtomicU64::new(0),
             pauses: AtomicU64::new(0),
@@ -141,6 +148,22 @@ impl Limiter {
         self.throttled_ns
             .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
         waited
+    }
+
+    /// How many chunks the reader may have in flight now: all of `max`
+    /// while the verdict allows and the heap is under [`HEADROOM`] of its
+    /// target, else only `base`. The extra share keeps the cores busy
+    /// through commits; near a tight target it would only make the heap
+    /// swing between the controller's verdicts, so it is not used there.
+    pub fn chunk_limit(&self, max: usize, base: usize) -> usize {
+        if !self.enforce {
+            return max;
+        }
+        let roomy = f64::from_bits(self.memory_pressure.load(Ordering::Relaxed)) < HEADROOM;
+        match Verdict::from_bits(self.verdict.load(Ordering::Relaxed)) {
+            Verdict::Allow if roomy => max,
+            _ => base.min(max),
+        }
     }
 
     /// The batch bound to use now: the full `batch_events` when allowed,
@@ -229,7 +252,10 @@ impl Control {
         };
         let anon = sluice_engine::process::memory().anonymous_bytes;
         let now_ns = now.duration_since(self.started).as_nanos() as u64;
-        let pv = self.governor.tick(anon, &signals, now_ns).process_variable;
+        let state = self.governor.tick(anon, &signals, now_ns);
+        l.memory_pressure
+            .store(state.memory_pressure.to_bits(), Ordering::Relaxed);
+        let pv = state.process_variable;
         l.verdict.store(
             self.governor.verdict(Direction::Write).to_bits(),
             Ordering::Relaxed,
@@ -277,6 +303,7 @@ mod tests {
             "{d:?}"
         );
         assert_eq!(l.batch_limit(4096), 2048);
+        assert_eq!(l.chunk_limit(40, 12), 12);
         l.verdict.store(
             Verdict::Refuse {
                 retry_after: Duration::from_millis(1),
@@ -287,6 +314,15 @@ mod tests {
         );
         assert_eq!(l.batch_limit(4096), 256);
         assert_eq!(l.batch_limit(3), 1);
+        assert_eq!(l.chunk_limit(40, 12), 12);
+        l.verdict.store(Verdict::Allow.to_bits(), Ordering::Relaxed);
+        // Before the first tick the heap is unknown: the base share.
+        assert_eq!(l.chunk_limit(40, 12), 12);
+        l.memory_pressure.store(0.1f64.to_bits(), Ordering::Relaxed);
+        assert_eq!(l.chunk_limit(40, 12), 40);
+        // Allowed, but the heap is past a quarter of its target: the base share.
+        l.memory_pressure.store(0.3f64.to_bits(), Ordering::Relaxed);
+        assert_eq!(l.chunk_limit(40, 12), 12);
     }
 }
 
@@ -304,5 +340,6 @@ mod shadow_tests {
         assert_eq!(l.pause(1.0), Duration::ZERO);
         assert_eq!(l.pauses(), 0);
         assert_eq!(l.batch_limit(4096), 4096);
+        assert_eq!(l.chunk_limit(40, 12), 40);
     }
 }
