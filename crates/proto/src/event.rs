@@ -419,11 +419,27 @@ fn canonical_json_as(
 /// Writes a JSON string with exactly the seven escapes NIP-01 names
 /// (`\n \" \\ \r \t \b \f`); every other character is written as is,
 /// unless `escapes` asks for `\u00XX` on the other control characters.
+/// Bytes that may need an escape in a JSON string: controls, `"` and backslash.
+const MAY_ESCAPE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        t[b] = true;
+        b += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
 fn write_json_string(out: &mut Vec<u8>, s: &str, escapes: Escapes) {
     out.push(b'"');
     let bytes = s.as_bytes();
     let mut start = 0;
     for (i, &b) in bytes.iter().enumerate() {
+        if !MAY_ESCAPE[b as usize] {
+            continue;
+        }
         let esc: &[u8] = match b {
             b'\n' => b"\\n",
             b'"' => b"\\\"",
