@@ -459,6 +459,48 @@ fn strict_stops_at_the_first_bad_line_and_keeps_what_came_before() {
 }
 
 #[test]
+fn strict_stops_a_long_file_without_waiting_for_the_rest() {
+    // While 2,000 signatures are checked the reader runs many chunks ahead;
+    // when the writer stops at the bad line it must notice and end, not
+    // wait for room that never comes.
+    let place = Place::new();
+    let events = notes(2000, now() - 5000);
+    let mut file = Vec::new();
+    for e in &events {
+        file.extend_from_slice(e.raw().as_bytes());
+        file.push(b'\n');
+    }
+    file.extend_from_slice(b"not json\n");
+    for i in 0..60_000 {
+        file.extend_from_slice(format!("{{\"line\":{i}}}\n").as_bytes());
+    }
+    let path = place.file("strict-long.jsonl", &file);
+    let summary = place.store().with_extension("strict-long.json");
+    let mut child = command(&place.store(), "import", &[])
+        .arg("--strict")
+        .arg("--summary-json")
+        .arg(&summary)
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn sluice import");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("import --strict did not exit within 60 s of its bad line");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    assert_eq!(export_lines(&place.store()).len(), 2000);
+}
+
+#[test]
 fn no_verify_accepts_what_only_the_signature_check_refuses() {
     let place = Place::new();
     let e = ev(1, now() - 10, 1, &[], "original");

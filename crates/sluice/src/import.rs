@@ -232,12 +232,16 @@ fn pipeline(
     let (results_tx, results_rx) = sync_channel::<Parsed>(plan.max_in_flight);
     // Dropped by the writer when it ends: the monitor's stop signal.
     let (done_tx, done_rx) = sync_channel::<()>(1);
+    // Set when the writer has returned, for a reader waiting on the
+    // in-flight count rather than on a channel.
+    let writer_done = std::sync::atomic::AtomicBool::new(false);
+    let writer_done = &writer_done;
     std::thread::scope(|s| {
         let bytes_read = live.bytes_read.clone();
         let reader = std::thread::Builder::new()
             .name("import-read".into())
             .spawn_scoped(s, move || {
-                read(plan, bytes_read, tokens_tx, work_tx, limiter)
+                read(plan, bytes_read, tokens_tx, work_tx, limiter, writer_done)
             })
             .expect("spawn reader");
         for i in 0..plan.workers {
@@ -269,7 +273,11 @@ fn pipeline(
             })
             .expect("spawn monitor");
         let mut writer = Writer::new(plan, store, limiter, reporter, &live);
-        let outcome = writer.run(results_rx, tokens_rx);
+        let outcome = {
+            // Set however run ends, a panic included.
+            let _done = SetOnDrop(writer_done);
+            writer.run(results_rx, tokens_rx)
+        };
         // Receivers are dropped: the reader and workers see closed channels
         // and end (this matters when --strict or a store error stops early).
         drop(done_tx);
@@ -281,6 +289,15 @@ fn pipeline(
     })
 }
 
+/// Sets its flag when dropped.
+struct SetOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
 /// The reader thread: sources in order, lines into numbered chunks.
 fn read(
     plan: &Plan,
@@ -288,17 +305,22 @@ fn read(
     tokens: SyncSender<()>,
     work: SyncSender<Chunk>,
     limiter: &Limiter,
+    writer_done: &std::sync::atomic::AtomicBool,
 ) -> anyhow::Result<()> {
     // Numbers are given at sending, so they have no gaps: the writer
     // waits for each in turn.
     let mut seq = 0u64;
     // False when the writer is gone (stopped early): stop quietly.
     let mut send = |mut chunk: Chunk| -> bool {
-        // Under pressure only the base share of the in-flight bound is used;
-        // the writer keeps taking chunks, so this wait always ends.
+        // Under pressure only the base share of the in-flight bound is used.
+        // The wait ends when the writer takes a chunk, or when it has stopped
+        // (--strict, a store error): then nothing will make room.
         while limiter.in_flight_chunks.load(Ordering::Relaxed)
             >= limiter.chunk_limit(plan.max_in_flight, plan.base_in_flight) as u64
         {
+            if writer_done.load(Ordering::Acquire) {
+                return false;
+            }
             std::thread::sleep(Duration::from_millis(1));
         }
         if tokens.send(()).is_err() {
