@@ -480,6 +480,14 @@ mod tests {
 
     const SK: [u8; 32] = [7u8; 32];
 
+    /// `ev` with one hex digit of its signature changed.
+    fn forged_sig(ev: &Event) -> Event {
+        let sig = hex32::encode(&ev.sig);
+        let mut bad = sig.clone().into_bytes();
+        bad[10] = if bad[10] == b'0' { b'1' } else { b'0' };
+        Event::parse(&ev.raw().replace(&sig, std::str::from_utf8(&bad).unwrap())).unwrap()
+    }
+
     #[test]
     fn signed_event_verifies_and_round_trips() {
         let ev = Event::sign(
@@ -508,14 +516,7 @@ mod tests {
     #[test]
     fn bad_signature_is_refused() {
         let ev = Event::sign(&SK, 1_700_000_000, 1, vec![], "hello");
-        let sig = hex32::encode(&ev.sig);
-        let mut bad = sig.clone().into_bytes();
-        bad[10] = if bad[10] == b'0' { b'1' } else { b'0' };
-        let raw = ev.raw().replace(&sig, std::str::from_utf8(&bad).unwrap());
-        assert_eq!(
-            Event::parse(&raw).unwrap().verify(),
-            Err(EventError::BadSignature)
-        );
+        assert_eq!(forged_sig(&ev).verify(), Err(EventError::BadSignature));
     }
 
     #[test]
@@ -525,13 +526,8 @@ mod tests {
         for _ in 0..3 {
             ev.verify_cached(&mut keys).unwrap();
         }
-        let sig = hex32::encode(&ev.sig);
-        let mut bad = sig.clone().into_bytes();
-        bad[10] = if bad[10] == b'0' { b'1' } else { b'0' };
-        let forged =
-            Event::parse(&ev.raw().replace(&sig, std::str::from_utf8(&bad).unwrap())).unwrap();
         assert_eq!(
-            forged.verify_cached(&mut keys),
+            forged_sig(&ev).verify_cached(&mut keys),
             Err(EventError::BadSignature)
         );
         let tampered = Event::parse(&ev.raw().replace("hello", "hellp")).unwrap();

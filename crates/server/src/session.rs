@@ -98,6 +98,17 @@ impl Out {
         metrics::counter!(m::NOTICES_SENT_TOTAL).increment(1);
         self.send(RelayMessage::notice(text)).await
     }
+
+    /// Sends a close frame; the connection is ending, so errors are moot.
+    async fn close(&mut self, code: u16, reason: &'static str) {
+        let _ = self
+            .sink
+            .send(Message::Close(Some(CloseFrame {
+                code,
+                reason: reason.into(),
+            })))
+            .await;
+    }
 }
 
 struct Session {
@@ -166,13 +177,7 @@ pub(crate) async fn run(
                     let text = e.to_string();
                     if text.contains("too long") || text.contains("Space limit") {
                         let _ = out.notice("invalid: message too large, closing").await;
-                        let _ = out
-                            .sink
-                            .send(Message::Close(Some(CloseFrame {
-                                code: close_code::SIZE,
-                                reason: "message too large".into(),
-                            })))
-                            .await;
+                        out.close(close_code::SIZE, "message too large").await;
                         Err("message_too_large")
                     } else {
                         tracing::debug!(%peer, error = %text, "websocket error");
@@ -637,13 +642,7 @@ impl Session {
             }
         })
         .await;
-        let _ = out
-            .sink
-            .send(Message::Close(Some(CloseFrame {
-                code: close_code::AWAY,
-                reason: "relay is shutting down".into(),
-            })))
-            .await;
+        out.close(close_code::AWAY, "relay is shutting down").await;
         "shutdown"
     }
 }
