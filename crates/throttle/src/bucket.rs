@@ -21,6 +21,12 @@
 //! idle forever), so a bucket that is full again is equivalent to a new one.
 //! A clock going backwards refills nothing. Changing the rate keeps the
 //! banked time: an operation simply costs more or fewer nanoseconds.
+//!
+//! Settling after the fact (read budgets in cost units): [`TokenBucket::charge`]
+//! takes a cost whatever the bucket holds, and what the pools cannot pay
+//! becomes *debt* (capped at `catch_up_ms` plus one active pool of time);
+//! elapsed time pays the debt before it refills anything, and a bucket in
+//! debt refuses. [`TokenBucket::refund`] gives back an overestimate.
 
 use std::time::Duration;
 
@@ -179,6 +185,8 @@ pub(crate) struct BucketState {
     pool_ns: u64,
     burst_ns: u64,
     wait_ns: u64,
+    /// Cost charged beyond what the pools held, paid back first by time.
+    debt_ns: u64,
     last_ns: u64,
 }
 
@@ -189,6 +197,7 @@ impl BucketState {
             pool_ns: params.pool_cap_ns,
             burst_ns: params.burst_cap_ns,
             wait_ns: params.wait_cap_ns,
+            debt_ns: 0,
             last_ns: now_ns,
         }
     }
@@ -201,6 +210,9 @@ impl BucketState {
         self.pool_ns = self.pool_ns.min(p.pool_cap_ns);
         self.burst_ns = self.burst_ns.min(p.burst_cap_ns);
         self.wait_ns = self.wait_ns.min(p.wait_cap_ns);
+        let pay = elapsed.min(self.debt_ns);
+        self.debt_ns -= pay;
+        let elapsed = elapsed - pay;
         if elapsed == 0 {
             return;
         }
@@ -220,6 +232,12 @@ impl BucketState {
     /// Refills, then takes `cost` operations or says how long until it could.
     pub(crate) fn try_take(&mut self, p: &Params, now_ns: u64, cost: u32) -> Result<(), Duration> {
         self.refill(p, now_ns);
+        if self.debt_ns > 0 {
+            let need_ns = p.cost_ns(cost);
+            return Err(Duration::from_nanos(self.debt_ns.saturating_add(
+                self.wait_for(p, need_ns.saturating_sub(self.pool_ns)),
+            )));
+        }
         let need_ns = p.cost_ns(cost);
         let from_pool = need_ns.min(self.pool_ns);
         let from_burst = need_ns - from_pool;
@@ -231,6 +249,32 @@ impl BucketState {
         Err(Duration::from_nanos(
             self.wait_for(p, need_ns - self.pool_ns - self.burst_ns),
         ))
+    }
+
+    /// Takes `cost` operations whatever the bucket holds: from the active
+    /// pool, then the burst pool, and the rest as debt (capped).
+    pub(crate) fn charge(&mut self, p: &Params, now_ns: u64, cost: u64) {
+        self.refill(p, now_ns);
+        let mut need_ns = p.interval_ns.saturating_mul(cost);
+        let from_pool = need_ns.min(self.pool_ns);
+        self.pool_ns -= from_pool;
+        need_ns -= from_pool;
+        let from_burst = need_ns.min(self.burst_ns);
+        self.burst_ns -= from_burst;
+        need_ns -= from_burst;
+        let debt_cap = p.wait_cap_ns.saturating_add(p.pool_cap_ns);
+        self.debt_ns = self.debt_ns.saturating_add(need_ns).min(debt_cap);
+    }
+
+    /// Gives back `cost` operations charged too much: debt first, then the
+    /// active pool, up to its cap.
+    pub(crate) fn refund(&mut self, p: &Params, now_ns: u64, cost: u64) {
+        self.refill(p, now_ns);
+        let mut back_ns = p.interval_ns.saturating_mul(cost);
+        let pay = back_ns.min(self.debt_ns);
+        self.debt_ns -= pay;
+        back_ns -= pay;
+        self.pool_ns = self.pool_ns.saturating_add(back_ns).min(p.pool_cap_ns);
     }
 
     /// Nanoseconds until `missing_ns` more tokens have arrived: the active
@@ -254,7 +298,8 @@ impl BucketState {
     pub(crate) fn is_full(&self, p: &Params, now_ns: u64) -> bool {
         let mut probe = *self;
         probe.refill(p, now_ns);
-        probe.pool_ns >= p.pool_cap_ns
+        probe.debt_ns == 0
+            && probe.pool_ns >= p.pool_cap_ns
             && probe.burst_ns >= p.burst_cap_ns
             && probe.wait_ns >= p.wait_cap_ns
     }
@@ -286,6 +331,18 @@ impl TokenBucket {
     /// the active pool is charged as a full pool.
     pub fn try_take(&mut self, now_ns: u64, cost: u32) -> Result<(), Duration> {
         self.state.try_take(&self.params, now_ns, cost)
+    }
+
+    /// Takes `cost` operations whatever the bucket holds; what it cannot
+    /// pay becomes debt that later checks wait out. For settling a cost
+    /// known only after the work.
+    pub fn charge(&mut self, now_ns: u64, cost: u64) {
+        self.state.charge(&self.params, now_ns, cost);
+    }
+
+    /// Gives back `cost` operations charged too much.
+    pub fn refund(&mut self, now_ns: u64, cost: u64) {
+        self.state.refund(&self.params, now_ns, cost);
     }
 
     /// Sets the current rate (e.g. from [`scaled_rate`]), clamped to
@@ -498,5 +555,28 @@ mod tests {
             ..BucketConfig::default()
         };
         assert_eq!(c.validate().unwrap_err().field, "burst_ratio");
+    }
+
+    #[test]
+    fn charged_debt_refuses_until_time_pays_it() {
+        // 1000 units/s, 1 s window, no catch-up.
+        let mut b = bucket(1000.0, 1.0, 1000, 0);
+        assert!(b.try_take(0, 10).is_ok());
+        // Settle a query that really cost 3000 units: 990 from the pool,
+        // the rest (2010 units = 2.01 s) as debt, capped at one pool (1 s).
+        b.charge(0, 3000);
+        let wait = b.try_take(0, 1).unwrap_err();
+        assert!(wait >= Duration::from_millis(1000), "{wait:?}");
+        // Half a second later still in debt; after the debt, admitted.
+        assert!(b.try_take(SEC / 2, 1).is_err());
+        assert!(b.try_take(SEC + SEC / 100, 1).is_ok());
+        // A refund pays debt first, then refills the pool up to its cap.
+        b.charge(2 * SEC, 1500);
+        b.refund(2 * SEC, 1500);
+        assert!(b.try_take(2 * SEC, 1).is_ok());
+        // A refund never fills the pool past its cap (1000 units).
+        b.refund(2 * SEC, 1_000_000);
+        assert!(b.try_take(2 * SEC, 1000).is_ok());
+        assert!(b.try_take(2 * SEC, 1).is_err());
     }
 }

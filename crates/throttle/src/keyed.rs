@@ -106,13 +106,7 @@ impl<K: Hash + Eq + Clone> KeyedBuckets<K> {
     /// the key is new, or returns the Retry-After hint. Counted in
     /// [`KeyedStats`].
     pub fn check(&mut self, key: &K, now_ns: u64, cost: u32) -> Result<(), Duration> {
-        let idx = match self.index.get(key) {
-            Some(&idx) => {
-                self.touch(idx);
-                idx
-            }
-            None => self.insert(key, now_ns),
-        };
+        let idx = self.slot_of(key, now_ns);
         let result = self.slots[idx as usize]
             .bucket
             .try_take(&self.params, now_ns, cost);
@@ -121,6 +115,36 @@ impl<K: Hash + Eq + Clone> KeyedBuckets<K> {
             Err(_) => self.stats.refused_total += 1,
         }
         result
+    }
+
+    /// Charges `cost` to `key`'s bucket whatever it holds (debt beyond it);
+    /// for settling a cost known only after the work. Creates the bucket
+    /// if the key is new.
+    pub fn charge(&mut self, key: &K, now_ns: u64, cost: u64) {
+        let idx = self.slot_of(key, now_ns);
+        self.slots[idx as usize]
+            .bucket
+            .charge(&self.params, now_ns, cost);
+    }
+
+    /// Gives back `cost` charged too much to `key` (nothing if the key was
+    /// evicted meanwhile: its owner already has a full bucket).
+    pub fn refund(&mut self, key: &K, now_ns: u64, cost: u64) {
+        if let Some(&idx) = self.index.get(key) {
+            self.slots[idx as usize]
+                .bucket
+                .refund(&self.params, now_ns, cost);
+        }
+    }
+
+    fn slot_of(&mut self, key: &K, now_ns: u64) -> u32 {
+        match self.index.get(key) {
+            Some(&idx) => {
+                self.touch(idx);
+                idx
+            }
+            None => self.insert(key, now_ns),
+        }
     }
 
     /// Sets the current rate of every bucket (e.g. from

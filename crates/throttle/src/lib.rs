@@ -22,6 +22,10 @@
 //! - [`bucket`]: [`TokenBucket`], [`scaled_rate`]; [`keyed`]:
 //!   [`KeyedBuckets`] per IP or pubkey, bounded.
 //! - [`window`]: [`AdaptiveWindow`] for query concurrency.
+//! - [`fair`]: [`FairQueue`], the query scheduler: per-client queues, deficit
+//!   round robin by cost, new flows first, deadlines, bounded steps.
+//! - [`cost`]: [`QueryCost`], a query's cost estimated from its plan and
+//!   settled from the rows it scanned and the bytes it sent.
 //! - [`meter`]: [`RateMeter`], a connection's own rate, to aim the
 //!   controller at the connections that cause the load.
 //!
@@ -30,8 +34,10 @@
 
 pub mod admission;
 pub mod bucket;
+pub mod cost;
 pub mod emergency;
 mod error;
+pub mod fair;
 pub mod governor;
 pub mod keyed;
 pub mod meter;
@@ -41,8 +47,12 @@ pub mod window;
 
 pub use admission::{Admission, Decision, Direction, Mode, RefuseReason, Verdict};
 pub use bucket::{BucketConfig, TokenBucket, scaled_rate};
+pub use cost::{CostConfig, FilterShape};
 pub use emergency::{Emergency, EmergencyConfig};
 pub use error::ConfigError;
+pub use fair::{
+    AfterStep, FairConfig, FairQueue, FairRefusal, FairRefused, FairStats, JobId, StepFate,
+};
 pub use governor::{DirectionState, Governor, GovernorConfig, GovernorState};
 pub use keyed::{KeyedBuckets, KeyedStats};
 pub use meter::RateMeter;

@@ -1,0 +1,218 @@
+//! What a query costs, in *cost units* (seed 003's query cost estimation).
+//!
+//! One unit is one index row read (with the event it points at), and every
+//! `bytes_per_unit` bytes of answer sent is one more. Before a query runs,
+//! its cost is estimated from the plan the store would use, described as a
+//! [`FilterShape`] per filter (the store knows plans; this crate knows
+//! nothing of Nostr): an id lookup costs a row per id; an index range costs
+//! the rows its limit lets it return, times `post_filter_rows_per_match`
+//! when the index does not answer every condition (rows read and dropped),
+//! never more than the scan budget; a COUNT is estimated at
+//! `count_estimate_rows`. The estimate is charged to the client's read
+//! budget when the query is admitted and settled as it runs with
+//! [`CostConfig::actual`] of the rows it really read and the bytes it
+//! really sent: the difference is charged or refunded, so a wrong estimate
+//! costs nobody but the client it belongs to.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ConfigError, check_range};
+
+/// The cost model's constants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CostConfig {
+    /// Units every REQ or COUNT costs on top of its rows (parsing, the
+    /// answer's framing, opening a read transaction), `0..=1e6`.
+    pub base_units: u64,
+    /// Bytes of answer that cost one unit, `1..=1e9`.
+    pub bytes_per_unit: u64,
+    /// Rows a filter is expected to read per row it returns when its index
+    /// does not answer all its conditions, `1..=1e6`.
+    pub post_filter_rows_per_match: u64,
+    /// Typical stored event, for the estimate of bytes sent, `0..=1e9`.
+    pub estimated_event_bytes: u64,
+    /// Rows a COUNT is expected to read before it has run, `0..=1e9`.
+    pub count_estimate_rows: u64,
+}
+
+impl Default for CostConfig {
+    fn default() -> Self {
+        CostConfig {
+            base_units: 10,
+            bytes_per_unit: 1024,
+            post_filter_rows_per_match: 4,
+            estimated_event_bytes: 700,
+            count_estimate_rows: 1000,
+        }
+    }
+}
+
+/// How the store would answer one filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FilterShape {
+    /// Looks up `ids` events by id.
+    Ids { ids: u64 },
+    /// Walks `prefixes` index ranges newest first, returning at most
+    /// `limit` events (`None`: no limit); `post_filter` when rows must be
+    /// checked against conditions the index does not answer.
+    Scan {
+        prefixes: u64,
+        limit: Option<u64>,
+        post_filter: bool,
+    },
+    /// Matches nothing (an empty list in the filter, `limit: 0`).
+    Empty,
+}
+
+impl CostConfig {
+    /// Checks every field against the ranges documented on it.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_range(
+            "base_units",
+            self.base_units as f64,
+            0.0,
+            1e6,
+            "in 0..=1000000",
+        )?;
+        check_range(
+            "bytes_per_unit",
+            self.bytes_per_unit as f64,
+            1.0,
+            1e9,
+            "in 1..=1000000000",
+        )?;
+        check_range(
+            "post_filter_rows_per_match",
+            self.post_filter_rows_per_match as f64,
+            1.0,
+            1e6,
+            "in 1..=1000000",
+        )?;
+        check_range(
+            "estimated_event_bytes",
+            self.estimated_event_bytes as f64,
+            0.0,
+            1e9,
+            "in 0..=1000000000",
+        )?;
+        check_range(
+            "count_estimate_rows",
+            self.count_estimate_rows as f64,
+            0.0,
+            1e9,
+            "in 0..=1000000000",
+        )?;
+        Ok(())
+    }
+
+    /// Estimated cost of a REQ whose filters have these shapes, when one
+    /// query may read at most `max_scan_rows` rows.
+    pub fn estimate_req(&self, shapes: &[FilterShape], max_scan_rows: u64) -> u64 {
+        let mut rows = 0u64;
+        let mut returned = 0u64;
+        for s in shapes {
+            let (r, n) = match *s {
+                FilterShape::Ids { ids } => (ids, ids),
+                FilterShape::Scan {
+                    prefixes,
+                    limit,
+                    post_filter,
+                } => {
+                    let n = limit.unwrap_or(max_scan_rows).min(max_scan_rows);
+                    let read = if post_filter {
+                        n.saturating_mul(self.post_filter_rows_per_match)
+                    } else {
+                        n
+                    };
+                    // A seek per prefix besides the rows.
+                    (read.min(max_scan_rows).saturating_add(prefixes), n)
+                }
+                FilterShape::Empty => (0, 0),
+            };
+            rows = rows.saturating_add(r);
+            returned = returned.saturating_add(n);
+        }
+        let rows = rows.min(max_scan_rows.saturating_add(shapes.len() as u64 * 4096));
+        let bytes = returned.saturating_mul(self.estimated_event_bytes);
+        self.actual(rows, bytes)
+    }
+
+    /// Estimated cost of a COUNT.
+    pub fn estimate_count(&self, shapes: &[FilterShape], max_count_rows: u64) -> u64 {
+        let seeks: u64 = shapes
+            .iter()
+            .map(|s| match *s {
+                FilterShape::Ids { ids } => ids,
+                FilterShape::Scan { prefixes, .. } => prefixes,
+                FilterShape::Empty => 0,
+            })
+            .sum();
+        let rows = self
+            .count_estimate_rows
+            .min(max_count_rows)
+            .saturating_add(seeks);
+        self.actual(rows, 0)
+    }
+
+    /// Cost of work done: rows read and bytes sent, plus the base.
+    pub fn actual(&self, rows: u64, bytes_sent: u64) -> u64 {
+        self.base_units
+            .saturating_add(rows)
+            .saturating_add(bytes_sent / self.bytes_per_unit.max(1))
+    }
+
+    /// Cost of one step of work, without the base (charged once per query).
+    pub fn step(&self, rows: u64, bytes_sent: u64) -> u64 {
+        rows.saturating_add(bytes_sent / self.bytes_per_unit.max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookups_are_cheap_and_big_scans_dear() {
+        let c = CostConfig::default();
+        let by_id = c.estimate_req(&[FilterShape::Ids { ids: 3 }], 200_000);
+        let author5 = c.estimate_req(
+            &[FilterShape::Scan {
+                prefixes: 1,
+                limit: Some(5),
+                post_filter: false,
+            }],
+            200_000,
+        );
+        let everything = c.estimate_req(
+            &[FilterShape::Scan {
+                prefixes: 1,
+                limit: Some(5000),
+                post_filter: false,
+            }],
+            200_000,
+        );
+        let unlimited_post = c.estimate_req(
+            &[FilterShape::Scan {
+                prefixes: 1,
+                limit: None,
+                post_filter: true,
+            }],
+            200_000,
+        );
+        assert!(by_id < 20, "{by_id}");
+        assert!(author5 < 20, "{author5}");
+        assert!(everything > 5000, "{everything}");
+        assert!(unlimited_post > 200_000, "{unlimited_post}");
+        assert!(unlimited_post < 400_000, "bounded by the scan budget");
+        assert_eq!(c.estimate_req(&[FilterShape::Empty], 100), c.base_units);
+    }
+
+    #[test]
+    fn actual_counts_rows_and_bytes() {
+        let c = CostConfig::default();
+        assert_eq!(c.actual(100, 10 * 1024), 10 + 100 + 10);
+        assert_eq!(c.step(100, 10 * 1024), 110);
+        assert!(c.estimate_count(&[FilterShape::Ids { ids: 2 }], 500) <= 10 + 502);
+    }
+}

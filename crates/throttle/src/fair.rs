@@ -1,0 +1,1049 @@
+//! The fair query scheduler (seeds 002, 003, 004): which query runs its
+//! next step on a free worker, which waits, and which is refused at once.
+//! Pure bookkeeping: the engine owns the workers, the clock and the guards
+//! that call [`FairQueue::cancel`] when a client goes away.
+//!
+//! Model. A query runs as a sequence of bounded *steps* (a few hundred index
+//! rows each), so an expensive scan never holds a worker for long. Between
+//! steps a query is *queued* (runnable), *running* (a worker has it) or
+//! *parked* (its client has not read the previous answer chunk yet; a slow
+//! reader holds no worker). Clients, not queries, take turns:
+//! - per client (an IP, or an IPv6 /64) a FIFO of runnable queries, served
+//!   round robin within the client (a big query does not block the same
+//!   client's small ones);
+//! - between clients, deficit round robin over the cost each step actually
+//!   spent (rows scanned and bytes sent): a client that ran a dear step sits
+//!   out rounds in proportion; each round adds `quantum_units × weight`;
+//! - a client with nothing queued, running or parked is a *new flow* (as in
+//!   FQ-CoDel) and its first step is served before the round robin: a
+//!   polite reader waits for at most the steps already running;
+//! - a client runs at most `max_running_per_client` steps at once while
+//!   another client has runnable work, so nobody takes every worker;
+//! - admission refuses at once what would wait past the deadline (seed
+//!   002), estimated from the client's place in the rotation and the
+//!   measured step time; a query still waiting for its first step at its
+//!   deadline is dropped (`expire`).
+//!
+//! Invariants (checked by [`FairQueue::check_invariants`] in tests): every
+//! submitted query is in exactly one state until it finishes or is
+//! cancelled; `running <= slots`; counters are recomputed from the states,
+//! so a cancel at any point leaves nothing behind; a client entry exists
+//! only while it has a query; queued queries never exceed
+//! `max_queued + max_queued` (the second half is reserved for new flows, so
+//! a flood of queued work never refuses a polite client).
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ConfigError, check_range};
+
+/// Bounds and knobs of the scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FairConfig {
+    /// Steps that may run at once (the query workers), `1..=1024`.
+    pub slots: u32,
+    /// Queries waiting for a step, all clients together, `1..=1_000_000`.
+    /// Beyond it a client that already has work queued is refused; new
+    /// flows have as many again in reserve.
+    pub max_queued: u32,
+    /// Queries one client may have waiting, `1..=100_000`.
+    pub max_queued_per_client: u32,
+    /// Steps one client may run at once while another client waits,
+    /// `1..=1024`.
+    pub max_running_per_client: u32,
+    /// Cost units added to a client's deficit per round, `1..=1e9`.
+    pub quantum_units: u64,
+    /// A query that would wait longer than this for its first step is
+    /// refused at once; one that has waited this long is dropped.
+    /// `1..=3_600_000` ms.
+    pub deadline_ms: u64,
+}
+
+impl Default for FairConfig {
+    fn default() -> Self {
+        FairConfig {
+            slots: 4,
+            max_queued: 1024,
+            max_queued_per_client: 64,
+            max_running_per_client: 1,
+            quantum_units: 1000,
+            deadline_ms: 1000,
+        }
+    }
+}
+
+impl FairConfig {
+    /// Checks every field against the ranges documented on it.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_range("slots", f64::from(self.slots), 1.0, 1024.0, "in 1..=1024")?;
+        check_range(
+            "max_queued",
+            f64::from(self.max_queued),
+            1.0,
+            1e6,
+            "in 1..=1000000",
+        )?;
+        check_range(
+            "max_queued_per_client",
+            f64::from(self.max_queued_per_client),
+            1.0,
+            1e5,
+            "in 1..=100000",
+        )?;
+        check_range(
+            "max_running_per_client",
+            f64::from(self.max_running_per_client),
+            1.0,
+            1024.0,
+            "in 1..=1024",
+        )?;
+        check_range(
+            "quantum_units",
+            self.quantum_units as f64,
+            1.0,
+            1e9,
+            "in 1..=1000000000",
+        )?;
+        check_range(
+            "deadline_ms",
+            self.deadline_ms as f64,
+            1.0,
+            3_600_000.0,
+            "in 1..=3600000",
+        )?;
+        Ok(())
+    }
+}
+
+/// A query's handle inside the scheduler.
+pub type JobId = u64;
+
+/// Why a query was refused or dropped (a closed set: metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FairRefusal {
+    /// Every queue position is taken.
+    QueueFull,
+    /// This client already has `max_queued_per_client` queries waiting.
+    ClientQueueFull,
+    /// It would wait past the deadline for its first step.
+    Deadline,
+    /// It waited past the deadline for its first step.
+    Timeout,
+}
+
+impl FairRefusal {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FairRefusal::QueueFull => "queue_full",
+            FairRefusal::ClientQueueFull => "client_queue_full",
+            FairRefusal::Deadline => "deadline",
+            FairRefusal::Timeout => "timeout",
+        }
+    }
+
+    /// Human text for the `rate-limited:` answer.
+    pub fn message(self) -> &'static str {
+        match self {
+            FairRefusal::QueueFull => "too many queries waiting",
+            FairRefusal::ClientQueueFull => "too many of your queries waiting",
+            FairRefusal::Deadline => "relay is busy, the query would wait too long",
+            FairRefusal::Timeout => "query waited too long for its turn",
+        }
+    }
+}
+
+/// A refusal with its retry hint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FairRefused {
+    pub reason: FairRefusal,
+    pub retry_after: Duration,
+}
+
+/// What became of a query after a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterStep {
+    /// It has more to do and its client can take more: queued again.
+    Continue,
+    /// It has more to do but its client has not read the last chunk: parked
+    /// until [`FairQueue::unpark`].
+    Park,
+    /// It is done: removed.
+    Finished,
+}
+
+/// Where a query went after [`FairQueue::step_done`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepFate {
+    Queued,
+    Parked,
+    /// Removed: finished, or cancelled while its step ran.
+    Removed,
+}
+
+/// Sizes and counters for /metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct FairStats {
+    /// Queries admitted and not yet finished or cancelled.
+    pub open: u32,
+    /// Queries with a step running now.
+    pub running: u32,
+    /// Queries waiting for a step (first or next).
+    pub queued: u32,
+    /// Queries waiting for their client to read.
+    pub parked: u32,
+    /// Clients with at least one query open.
+    pub clients: u32,
+    /// Clients with runnable work.
+    pub clients_waiting: u32,
+    /// Measured duration of one step (moving average), nanoseconds.
+    pub step_ns: u64,
+    pub admitted_total: u64,
+    pub refused_total: u64,
+    pub expired_total: u64,
+    pub cancelled_total: u64,
+    pub finished_total: u64,
+    pub steps_total: u64,
+    /// First steps given to new flows ahead of the rotation.
+    pub new_flow_steps_total: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Queued,
+    Running,
+    Parked,
+}
+
+#[derive(Debug, Clone)]
+struct Job<K> {
+    client: K,
+    sink: u64,
+    state: State,
+    /// Set once its first step has been dispatched.
+    started: bool,
+    /// When it was admitted (its first-step deadline runs from here).
+    admitted_ns: u64,
+    /// Cancelled while its step ran: removed when the step reports.
+    cancelled: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum List {
+    None,
+    New,
+    Old,
+}
+
+#[derive(Debug, Clone)]
+struct Client {
+    /// Runnable queries, in turn order.
+    queue: VecDeque<JobId>,
+    running: u32,
+    parked: u32,
+    /// Open queries of this client (any state).
+    open: u32,
+    deficit: i64,
+    weight: u32,
+    list: List,
+    /// Tells this entry from an earlier one of the same client.
+    gen_id: u64,
+}
+
+/// Weight of a new step-time sample in the moving average.
+const STEP_ALPHA: f64 = 0.1;
+/// Step time assumed before any step was measured.
+const INITIAL_STEP_NS: f64 = 1_000_000.0;
+
+/// The scheduler. See the module docs.
+#[derive(Debug, Clone)]
+pub struct FairQueue<K> {
+    config: FairConfig,
+    jobs: HashMap<JobId, Job<K>>,
+    clients: HashMap<K, Client>,
+    /// Clients taking turns, with the generation of the client entry they
+    /// were listed for (an entry of a client that left and came back is
+    /// stale and skipped).
+    new_flows: VecDeque<(K, u64)>,
+    old_flows: VecDeque<(K, u64)>,
+    next_gen: u64,
+    /// Queued jobs in admission order, for `expire`: (admitted_ns, id).
+    /// Entries of jobs that started or left are skipped lazily.
+    unstarted: VecDeque<(u64, JobId)>,
+    next_id: JobId,
+    step_ns: f64,
+    stats: FairStats,
+}
+
+impl<K: Hash + Eq + Clone> FairQueue<K> {
+    /// An idle scheduler. Fails on an invalid config.
+    pub fn new(config: FairConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(FairQueue {
+            config,
+            jobs: HashMap::new(),
+            clients: HashMap::new(),
+            new_flows: VecDeque::new(),
+            old_flows: VecDeque::new(),
+            unstarted: VecDeque::new(),
+            next_id: 0,
+            next_gen: 0,
+            step_ns: INITIAL_STEP_NS,
+            stats: FairStats::default(),
+        })
+    }
+
+    pub fn config(&self) -> &FairConfig {
+        &self.config
+    }
+
+    /// Replaces the config (reload). Queries in progress are kept.
+    pub fn set_config(&mut self, config: FairConfig) -> Result<(), ConfigError> {
+        config.validate()?;
+        self.config = config;
+        Ok(())
+    }
+
+    /// Admits a query of `client` (weight 1) whose answers go to `sink`, or
+    /// refuses it at once. See [`FairQueue::submit_weighted`].
+    pub fn submit(&mut self, client: K, sink: u64, now_ns: u64) -> Result<JobId, FairRefused> {
+        self.submit_weighted(client, sink, 1, now_ns)
+    }
+
+    /// Admits a query: it joins its client's queue and waits for its first
+    /// step. Refused when every queue position is taken, when its client has
+    /// too many waiting, or when its estimated wait passes the deadline.
+    /// `weight` (1..) scales the client's share of the rotation.
+    pub fn submit_weighted(
+        &mut self,
+        client: K,
+        sink: u64,
+        weight: u32,
+        now_ns: u64,
+    ) -> Result<JobId, FairRefused> {
+        let is_new_flow = self.clients.get(&client).is_none_or(|c| c.open == 0);
+        let own_queued = self
+            .clients
+            .get(&client)
+            .map_or(0, |c| c.queue.len() as u32);
+        let bound = if is_new_flow {
+            self.config.max_queued.saturating_mul(2)
+        } else {
+            self.config.max_queued
+        };
+        let wait_ns = self.estimate_wait_ns(&client, is_new_flow);
+        let deadline_ns = self.config.deadline_ms.saturating_mul(1_000_000);
+        let refusal = if self.stats.queued >= bound {
+            Some(FairRefusal::QueueFull)
+        } else if own_queued >= self.config.max_queued_per_client {
+            Some(FairRefusal::ClientQueueFull)
+        } else if wait_ns > deadline_ns {
+            Some(FairRefusal::Deadline)
+        } else {
+            None
+        };
+        if let Some(reason) = refusal {
+            self.stats.refused_total += 1;
+            return Err(FairRefused {
+                reason,
+                retry_after: Duration::from_nanos(wait_ns.max(deadline_ns)),
+            });
+        }
+        self.next_id += 1;
+        let id = self.next_id;
+        self.jobs.insert(
+            id,
+            Job {
+                client: client.clone(),
+                sink,
+                state: State::Queued,
+                started: false,
+                admitted_ns: now_ns,
+                cancelled: false,
+            },
+        );
+        let next_gen = &mut self.next_gen;
+        let c = self.clients.entry(client.clone()).or_insert_with(|| {
+            *next_gen += 1;
+            Client {
+                queue: VecDeque::new(),
+                running: 0,
+                parked: 0,
+                open: 0,
+                deficit: 0,
+                weight: 1,
+                list: List::None,
+                gen_id: *next_gen,
+            }
+        });
+        c.weight = weight.max(1);
+        c.open += 1;
+        c.queue.push_back(id);
+        if c.list == List::None {
+            if is_new_flow {
+                c.list = List::New;
+                c.deficit = 0;
+                self.new_flows.push_back((client, c.gen_id));
+            } else {
+                c.list = List::Old;
+                self.old_flows.push_back((client, c.gen_id));
+            }
+        }
+        self.unstarted.push_back((now_ns, id));
+        self.stats.admitted_total += 1;
+        self.stats.open += 1;
+        self.stats.queued += 1;
+        Ok(id)
+    }
+
+    /// Estimated wait before a new query of `client` gets its first step.
+    fn estimate_wait_ns(&self, client: &K, is_new_flow: bool) -> u64 {
+        let slots = f64::from(self.config.slots);
+        let busy = self.stats.running >= self.config.slots;
+        // Half a step for the ones running now to finish, if none is free.
+        let residual = if busy { self.step_ns / 2.0 } else { 0.0 };
+        let steps_ahead = if is_new_flow {
+            self.new_flows.len() as f64
+        } else {
+            // Its own queue first (round robin within the client), and one
+            // step of every other waiting client per turn of the rotation.
+            let own = self.clients.get(client).map_or(0, |c| c.queue.len()) as f64;
+            let others = self.waiting_clients().saturating_sub(1) as f64;
+            (own + 1.0) * (others + 1.0) - 1.0
+        };
+        (residual + steps_ahead * self.step_ns / slots) as u64
+    }
+
+    fn waiting_clients(&self) -> usize {
+        self.new_flows.len() + self.old_flows.len()
+    }
+
+    /// Drops queries that have waited past the deadline for their first
+    /// step; returns them (the caller answers them `rate-limited:`).
+    pub fn expire(&mut self, now_ns: u64) -> Vec<JobId> {
+        let deadline_ns = self.config.deadline_ms.saturating_mul(1_000_000);
+        let mut expired = Vec::new();
+        while let Some(&(admitted, id)) = self.unstarted.front() {
+            let waiting = self
+                .jobs
+                .get(&id)
+                .is_some_and(|j| !j.started && j.state == State::Queued);
+            if !waiting {
+                self.unstarted.pop_front();
+                continue;
+            }
+            if now_ns.saturating_sub(admitted) < deadline_ns {
+                break;
+            }
+            self.unstarted.pop_front();
+            self.remove_queued(id);
+            self.stats.expired_total += 1;
+            expired.push(id);
+        }
+        expired
+    }
+
+    /// Picks the query whose step runs next on a free worker, and marks it
+    /// running; `None` when every slot is busy or nothing is runnable.
+    pub fn next(&mut self) -> Option<JobId> {
+        if self.stats.running >= self.config.slots {
+            return None;
+        }
+        if let Some(id) = self.next_new_flow() {
+            self.stats.new_flow_steps_total += 1;
+            return Some(self.dispatch(id));
+        }
+        let others_waiting = self.waiting_clients() > 1;
+        let cap = if others_waiting {
+            self.config.max_running_per_client
+        } else {
+            u32::MAX
+        };
+        if let Some(id) = self.next_old_flow(cap) {
+            return Some(self.dispatch(id));
+        }
+        // Every waiting client is at its cap: let one exceed it rather than
+        // leave a worker idle.
+        if cap != u32::MAX {
+            return self.next_old_flow(u32::MAX).map(|id| self.dispatch(id));
+        }
+        None
+    }
+
+    fn next_new_flow(&mut self) -> Option<JobId> {
+        while let Some((key, gen_id)) = self.new_flows.pop_front() {
+            let Some(c) = self.clients.get_mut(&key) else {
+                continue;
+            };
+            if c.gen_id != gen_id || c.list != List::New {
+                continue;
+            }
+            let Some(id) = c.queue.pop_front() else {
+                c.list = List::None;
+                continue;
+            };
+            // Its first step is served; then it takes turns like the rest.
+            if c.queue.is_empty() {
+                c.list = List::None;
+            } else {
+                c.list = List::Old;
+                self.old_flows.push_back((key, gen_id));
+            }
+            return Some(id);
+        }
+        None
+    }
+
+    /// Deficit round robin over the clients taking turns: on its turn a
+    /// client gains a quantum (credit never exceeds one quantum) and runs
+    /// one step if its deficit is positive; the step's real cost is taken
+    /// off afterwards ([`FairQueue::step_done`]). If every client is still
+    /// in debt after a full turn, all are topped up by the rounds the
+    /// nearest one needs, so a free worker never idles beside runnable work.
+    fn next_old_flow(&mut self, cap: u32) -> Option<JobId> {
+        for _pass in 0..2 {
+            let mut min_rounds: Option<i64> = None;
+            for _ in 0..self.old_flows.len() {
+                let (key, gen_id) = self.old_flows.pop_front()?;
+                let Some(c) = self.clients.get_mut(&key) else {
+                    continue;
+                };
+                if c.gen_id != gen_id || c.list != List::Old {
+                    continue;
+                }
+                if c.queue.is_empty() {
+                    c.list = List::None;
+                    continue;
+                }
+                if c.running >= cap {
+                    self.old_flows.push_back((key, gen_id));
+                    continue;
+                }
+                let quantum = self.config.quantum_units as i64 * i64::from(c.weight);
+                c.deficit = (c.deficit + quantum).min(quantum);
+                if c.deficit <= 0 {
+                    let rounds = (-c.deficit) / quantum + 1;
+                    min_rounds = Some(min_rounds.map_or(rounds, |r: i64| r.min(rounds)));
+                    self.old_flows.push_back((key, gen_id));
+                    continue;
+                }
+                let id = c.queue.pop_front().expect("checked non-empty");
+                if c.queue.is_empty() {
+                    c.list = List::None;
+                } else {
+                    self.old_flows.push_back((key, gen_id));
+                }
+                return Some(id);
+            }
+            let rounds = min_rounds?;
+            for (key, gen_id) in &self.old_flows {
+                if let Some(c) = self.clients.get_mut(key)
+                    && c.gen_id == *gen_id
+                    && c.running < cap
+                {
+                    let quantum = self.config.quantum_units as i64 * i64::from(c.weight);
+                    c.deficit = c.deficit.saturating_add(rounds * quantum).min(quantum);
+                }
+            }
+        }
+        None
+    }
+
+    fn dispatch(&mut self, id: JobId) -> JobId {
+        let job = self.jobs.get_mut(&id).expect("queued job exists");
+        job.state = State::Running;
+        job.started = true;
+        let c = self.clients.get_mut(&job.client).expect("client of a job");
+        c.running += 1;
+        self.stats.queued -= 1;
+        self.stats.running += 1;
+        self.stats.steps_total += 1;
+        id
+    }
+
+    /// A step of `id` ended: it cost `cost_units` and took `step_ns`. The
+    /// query is queued again, parked or removed as `after` says (removed in
+    /// any case if it was cancelled meanwhile).
+    pub fn step_done(
+        &mut self,
+        id: JobId,
+        cost_units: u64,
+        step_ns: u64,
+        after: AfterStep,
+    ) -> StepFate {
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return StepFate::Removed;
+        };
+        debug_assert_eq!(job.state, State::Running, "step_done of a job not running");
+        if job.state != State::Running {
+            return StepFate::Removed;
+        }
+        self.step_ns = self.step_ns * (1.0 - STEP_ALPHA) + step_ns as f64 * STEP_ALPHA;
+        let key = job.client.clone();
+        let cancelled = job.cancelled;
+        self.stats.running -= 1;
+        let c = self.clients.get_mut(&key).expect("client of a job");
+        c.running -= 1;
+        c.deficit = c
+            .deficit
+            .saturating_sub(i64::try_from(cost_units).unwrap_or(i64::MAX));
+        if cancelled || after == AfterStep::Finished {
+            self.jobs.remove(&id);
+            if cancelled {
+                self.stats.cancelled_total += 1;
+            } else {
+                self.stats.finished_total += 1;
+            }
+            self.close_one(&key);
+            return StepFate::Removed;
+        }
+        let job = self.jobs.get_mut(&id).expect("present");
+        if after == AfterStep::Park {
+            job.state = State::Parked;
+            c.parked += 1;
+            self.stats.parked += 1;
+            return StepFate::Parked;
+        }
+        job.state = State::Queued;
+        c.queue.push_back(id);
+        self.stats.queued += 1;
+        if c.list == List::None {
+            c.list = List::Old;
+            self.old_flows.push_back((key, c.gen_id));
+        }
+        StepFate::Queued
+    }
+
+    /// The client behind `sink` read a chunk: its parked queries may run.
+    pub fn unpark(&mut self, sink: u64) {
+        let parked: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.sink == sink && j.state == State::Parked)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in parked {
+            let job = self.jobs.get_mut(&id).expect("present");
+            job.state = State::Queued;
+            let key = job.client.clone();
+            let c = self.clients.get_mut(&key).expect("client of a job");
+            c.parked -= 1;
+            c.queue.push_back(id);
+            self.stats.parked -= 1;
+            self.stats.queued += 1;
+            if c.list == List::None {
+                c.list = List::Old;
+                self.old_flows.push_back((key, c.gen_id));
+            }
+        }
+    }
+
+    /// The client gave the query up (its guard was dropped). Queued and
+    /// parked queries leave at once; a running one leaves when its step
+    /// reports. Returns true if it left now. Unknown ids are ignored.
+    pub fn cancel(&mut self, id: JobId) -> bool {
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return false;
+        };
+        match job.state {
+            State::Running => {
+                job.cancelled = true;
+                false
+            }
+            State::Queued => {
+                self.remove_queued(id);
+                self.stats.cancelled_total += 1;
+                true
+            }
+            State::Parked => {
+                let key = job.client.clone();
+                self.jobs.remove(&id);
+                let c = self.clients.get_mut(&key).expect("client of a job");
+                c.parked -= 1;
+                self.stats.parked -= 1;
+                self.stats.cancelled_total += 1;
+                self.close_one(&key);
+                true
+            }
+        }
+    }
+
+    fn remove_queued(&mut self, id: JobId) {
+        let job = self.jobs.remove(&id).expect("queued job exists");
+        let c = self.clients.get_mut(&job.client).expect("client of a job");
+        if let Some(i) = c.queue.iter().position(|j| *j == id) {
+            c.queue.remove(i);
+        }
+        self.stats.queued -= 1;
+        self.close_one(&job.client);
+    }
+
+    /// One query of `key` left: drop the client entry when it has none.
+    fn close_one(&mut self, key: &K) {
+        self.stats.open -= 1;
+        let c = self.clients.get_mut(key).expect("client of a job");
+        c.open -= 1;
+        if c.open == 0 {
+            // Its list entry (if any) is skipped when reached.
+            self.clients.remove(key);
+        }
+    }
+
+    /// The sink a query answers to.
+    pub fn sink(&self, id: JobId) -> Option<u64> {
+        self.jobs.get(&id).map(|j| j.sink)
+    }
+
+    /// True when the query has had (or is having) a step.
+    pub fn started(&self, id: JobId) -> bool {
+        self.jobs.get(&id).is_some_and(|j| j.started)
+    }
+
+    pub fn stats(&self) -> FairStats {
+        FairStats {
+            clients: self.clients.len() as u32,
+            clients_waiting: self
+                .clients
+                .values()
+                .filter(|c| !c.queue.is_empty())
+                .count() as u32,
+            step_ns: self.step_ns as u64,
+            ..self.stats
+        }
+    }
+
+    /// True when nothing is open: every count at its idle value.
+    pub fn is_idle(&self) -> bool {
+        self.jobs.is_empty()
+            && self.clients.is_empty()
+            && self.stats.open == 0
+            && self.stats.running == 0
+            && self.stats.queued == 0
+            && self.stats.parked == 0
+    }
+
+    /// Recomputes every count from the job states and compares; panics on
+    /// a mismatch. For tests and debug assertions.
+    pub fn check_invariants(&self) {
+        let count = |s: State| self.jobs.values().filter(|j| j.state == s).count() as u32;
+        assert_eq!(self.stats.running, count(State::Running), "running");
+        assert_eq!(self.stats.queued, count(State::Queued), "queued");
+        assert_eq!(self.stats.parked, count(State::Parked), "parked");
+        assert_eq!(self.stats.open, self.jobs.len() as u32, "open");
+        assert!(self.stats.running <= self.config.slots, "running <= slots");
+        for (key, c) in &self.clients {
+            let mine = self.jobs.values().filter(|j| &j.client == key);
+            let (mut q, mut r, mut p, mut o) = (0, 0, 0, 0);
+            for j in mine {
+                o += 1;
+                match j.state {
+                    State::Queued => q += 1,
+                    State::Running => r += 1,
+                    State::Parked => p += 1,
+                }
+            }
+            assert_eq!(c.queue.len(), q, "client queue");
+            assert_eq!(c.running, r, "client running");
+            assert_eq!(c.parked, p, "client parked");
+            assert_eq!(c.open, o, "client open");
+            assert!(o > 0, "client without jobs");
+            if q > 0 {
+                let entry = (key.clone(), c.gen_id);
+                let listed = match c.list {
+                    List::New => self.new_flows.contains(&entry),
+                    List::Old => self.old_flows.contains(&entry),
+                    List::None => false,
+                };
+                assert!(listed, "client with queued work is in a list");
+            }
+        }
+        for j in self.jobs.values() {
+            assert!(self.clients.contains_key(&j.client), "job without client");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn cfg(slots: u32) -> FairConfig {
+        FairConfig {
+            slots,
+            ..FairConfig::default()
+        }
+    }
+
+    #[test]
+    fn runs_at_once_when_idle_and_goes_idle_after() {
+        let mut q = FairQueue::new(cfg(2)).unwrap();
+        let a = q.submit("a", 1, 0).unwrap();
+        assert_eq!(q.next(), Some(a));
+        assert_eq!(q.next(), None);
+        assert_eq!(
+            q.step_done(a, 10, MS, AfterStep::Finished),
+            StepFate::Removed
+        );
+        q.check_invariants();
+        assert!(q.is_idle());
+    }
+
+    #[test]
+    fn a_new_flow_overtakes_a_busy_client() {
+        let mut q = FairQueue::new(cfg(1)).unwrap();
+        let heavy: Vec<_> = (0..8).map(|_| q.submit("heavy", 1, 0).unwrap()).collect();
+        let first = q.next().unwrap();
+        assert_eq!(first, heavy[0]);
+        let polite = q.submit("polite", 2, 0).unwrap();
+        q.step_done(first, 1000, MS, AfterStep::Continue);
+        assert_eq!(q.next(), Some(polite), "the new flow goes first");
+        q.check_invariants();
+    }
+
+    #[test]
+    fn clients_share_steps_by_cost_not_by_request() {
+        // Client a's steps cost 1000 units, b's 100: b gets about ten steps
+        // for each of a's.
+        let mut q = FairQueue::new(FairConfig {
+            slots: 1,
+            quantum_units: 100,
+            ..FairConfig::default()
+        })
+        .unwrap();
+        let a = q.submit("a", 1, 0).unwrap();
+        let b = q.submit("b", 2, 0).unwrap();
+        let (mut na, mut nb) = (0, 0);
+        for _ in 0..2200 {
+            let id = q.next().unwrap();
+            let cost = if id == a {
+                na += 1;
+                1000
+            } else {
+                nb += 1;
+                100
+            };
+            q.step_done(id, cost, MS, AfterStep::Continue);
+        }
+        let _ = b;
+        let ratio = nb as f64 / na as f64;
+        assert!((8.0..=12.0).contains(&ratio), "b/a steps {nb}/{na}");
+        q.check_invariants();
+    }
+
+    #[test]
+    fn one_client_takes_one_slot_while_others_wait() {
+        let mut q = FairQueue::new(cfg(4)).unwrap();
+        for _ in 0..8 {
+            q.submit("a", 1, 0).unwrap();
+        }
+        // Alone, it may use every slot.
+        let got: Vec<_> = std::iter::from_fn(|| q.next()).collect();
+        assert_eq!(got.len(), 4);
+        for id in got {
+            q.step_done(id, 10, MS, AfterStep::Continue);
+        }
+        for _ in 0..8 {
+            q.submit("b", 2, 0).unwrap();
+        }
+        let got: Vec<_> = std::iter::from_fn(|| q.next()).collect();
+        assert_eq!(got.len(), 4, "no slot idles");
+        let a_running = q.clients.get("a").unwrap().running;
+        let b_running = q.clients.get("b").unwrap().running;
+        assert_eq!(a_running + b_running, 4);
+        assert!(a_running >= 1 && b_running >= 1, "{a_running} {b_running}");
+        q.check_invariants();
+    }
+
+    #[test]
+    fn refuses_what_would_wait_past_the_deadline() {
+        let mut q = FairQueue::new(FairConfig {
+            slots: 1,
+            deadline_ms: 100,
+            max_queued_per_client: 1000,
+            ..FairConfig::default()
+        })
+        .unwrap();
+        // Teach it that a step takes 10 ms.
+        let id = q.submit("a", 1, 0).unwrap();
+        q.next();
+        for _ in 0..100 {
+            q.step_done(id, 10, 10 * MS, AfterStep::Continue);
+            q.next();
+        }
+        q.step_done(id, 10, 10 * MS, AfterStep::Finished);
+        let mut refused = None;
+        for i in 0..100 {
+            match q.submit("a", 1, 0) {
+                Ok(_) => {}
+                Err(r) => {
+                    refused = Some((i, r));
+                    break;
+                }
+            }
+        }
+        let (i, r) = refused.expect("refused before 100");
+        assert_eq!(r.reason, FairRefusal::Deadline);
+        assert!(
+            (8..=12).contains(&i),
+            "admitted {i} at 10 ms a step, deadline 100 ms"
+        );
+        assert!(r.retry_after >= Duration::from_millis(100));
+        // Another client is a new flow: admitted.
+        assert!(q.submit("b", 2, 0).is_ok());
+        q.check_invariants();
+    }
+
+    #[test]
+    fn queued_work_expires_at_its_deadline() {
+        let mut q = FairQueue::new(FairConfig {
+            slots: 1,
+            deadline_ms: 50,
+            ..FairConfig::default()
+        })
+        .unwrap();
+        let a = q.submit("a", 1, 0).unwrap();
+        let b = q.submit("a", 1, 10 * MS).unwrap();
+        assert_eq!(q.next(), Some(a));
+        assert!(q.expire(55 * MS).is_empty(), "a started; b is 45 ms old");
+        assert_eq!(q.expire(60 * MS), vec![b]);
+        q.step_done(a, 1, MS, AfterStep::Finished);
+        assert!(q.is_idle());
+        q.check_invariants();
+    }
+
+    #[test]
+    fn parked_queries_hold_no_slot_and_wake_on_unpark() {
+        let mut q = FairQueue::new(cfg(1)).unwrap();
+        let a = q.submit("a", 7, 0).unwrap();
+        assert_eq!(q.next(), Some(a));
+        assert_eq!(q.step_done(a, 10, MS, AfterStep::Park), StepFate::Parked);
+        let b = q.submit("b", 8, 0).unwrap();
+        assert_eq!(q.next(), Some(b));
+        q.unpark(7);
+        assert_eq!(q.stats().queued, 1);
+        q.check_invariants();
+        q.step_done(b, 10, MS, AfterStep::Finished);
+        assert_eq!(q.next(), Some(a));
+    }
+
+    #[test]
+    fn the_queue_bound_keeps_room_for_new_flows() {
+        let mut q = FairQueue::new(FairConfig {
+            slots: 1,
+            max_queued: 4,
+            max_queued_per_client: 100,
+            deadline_ms: 3_600_000,
+            ..FairConfig::default()
+        })
+        .unwrap();
+        for _ in 0..4 {
+            q.submit("a", 1, 0).unwrap();
+        }
+        assert_eq!(
+            q.submit("a", 1, 0).unwrap_err().reason,
+            FairRefusal::QueueFull
+        );
+        assert!(q.submit("b", 2, 0).is_ok(), "a new flow uses the reserve");
+        q.check_invariants();
+    }
+
+    #[test]
+    fn cancel_in_every_state_leaves_nothing_behind() {
+        let mut q = FairQueue::new(cfg(2)).unwrap();
+        let queued = q.submit("a", 1, 0).unwrap();
+        let running = q.submit("b", 2, 0).unwrap();
+        let parked = q.submit("c", 3, 0).unwrap();
+        // b and c run (new flows go first, in order a, b, c: a runs too).
+        let r1 = q.next().unwrap();
+        let r2 = q.next().unwrap();
+        assert_eq!((r1, r2), (queued, running));
+        q.step_done(r1, 1, MS, AfterStep::Continue);
+        let r3 = q.next().unwrap();
+        assert_eq!(r3, parked);
+        q.step_done(r3, 1, MS, AfterStep::Park);
+        assert!(q.cancel(queued));
+        assert!(q.cancel(parked));
+        assert!(!q.cancel(running), "leaves when its step reports");
+        q.check_invariants();
+        assert_eq!(
+            q.step_done(running, 1, MS, AfterStep::Continue),
+            StepFate::Removed
+        );
+        assert!(q.is_idle());
+        q.check_invariants();
+        assert!(!q.cancel(running), "unknown ids are ignored");
+    }
+
+    /// Random operations in any order, then every query cancelled or
+    /// finished: the scheduler is idle and its counts add up at every step.
+    #[test]
+    fn random_operations_keep_counts_true() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        for round in 0..50 {
+            let mut q = FairQueue::new(FairConfig {
+                slots: 1 + (round % 4),
+                max_queued: 16,
+                max_queued_per_client: 4,
+                deadline_ms: 1000,
+                ..FairConfig::default()
+            })
+            .unwrap();
+            let mut open: Vec<JobId> = Vec::new();
+            let mut running: Vec<JobId> = Vec::new();
+            let mut now = 0;
+            for _ in 0..2000 {
+                now += next(3) * MS;
+                match next(7) {
+                    0 | 1 => {
+                        if let Ok(id) = q.submit(next(5) as u8, next(5), now) {
+                            open.push(id);
+                        }
+                    }
+                    2 => {
+                        if let Some(id) = q.next() {
+                            running.push(id);
+                        }
+                    }
+                    3 if !running.is_empty() => {
+                        let id = running.swap_remove(next(running.len() as u64) as usize);
+                        let after = match next(3) {
+                            0 => AfterStep::Continue,
+                            1 => AfterStep::Park,
+                            _ => AfterStep::Finished,
+                        };
+                        q.step_done(id, next(2000), next(3) * MS, after);
+                    }
+                    4 => q.unpark(next(5)),
+                    5 if !open.is_empty() => {
+                        let id = open.swap_remove(next(open.len() as u64) as usize);
+                        q.cancel(id);
+                    }
+                    _ => {
+                        q.expire(now);
+                    }
+                }
+                q.check_invariants();
+            }
+            for id in open {
+                q.cancel(id);
+            }
+            for id in running {
+                q.step_done(id, 1, MS, AfterStep::Continue);
+            }
+            q.check_invariants();
+            assert!(q.is_idle(), "round {round}: {:?}", q.stats());
+        }
+    }
+}
