@@ -226,8 +226,6 @@ struct Job<K> {
     state: State,
     /// Set once its first step has been dispatched.
     started: bool,
-    /// When it was admitted (its first-step deadline runs from here).
-    admitted_ns: u64,
     /// Cancelled while its step ran: removed when the step reports.
     cancelled: bool,
 }
@@ -362,7 +360,6 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
                 sink,
                 state: State::Queued,
                 started: false,
-                admitted_ns: now_ns,
                 cancelled: false,
             },
         );
@@ -449,13 +446,13 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
 
     /// Picks the query whose step runs next on a free worker, and marks it
     /// running; `None` when every slot is busy or nothing is runnable.
-    pub fn next(&mut self) -> Option<JobId> {
+    pub fn dispatch_next(&mut self) -> Option<JobId> {
         if self.stats.running >= self.config.slots {
             return None;
         }
         if let Some(id) = self.next_new_flow() {
             self.stats.new_flow_steps_total += 1;
-            return Some(self.dispatch(id));
+            return Some(self.mark_running(id));
         }
         let others_waiting = self.waiting_clients() > 1;
         let cap = if others_waiting {
@@ -464,12 +461,12 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
             u32::MAX
         };
         if let Some(id) = self.next_old_flow(cap) {
-            return Some(self.dispatch(id));
+            return Some(self.mark_running(id));
         }
         // Every waiting client is at its cap: let one exceed it rather than
         // leave a worker idle.
         if cap != u32::MAX {
-            return self.next_old_flow(u32::MAX).map(|id| self.dispatch(id));
+            return self.next_old_flow(u32::MAX).map(|id| self.mark_running(id));
         }
         None
     }
@@ -553,7 +550,7 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         None
     }
 
-    fn dispatch(&mut self, id: JobId) -> JobId {
+    fn mark_running(&mut self, id: JobId) -> JobId {
         let job = self.jobs.get_mut(&id).expect("queued job exists");
         job.state = State::Running;
         job.started = true;
@@ -784,8 +781,8 @@ mod tests {
     fn runs_at_once_when_idle_and_goes_idle_after() {
         let mut q = FairQueue::new(cfg(2)).unwrap();
         let a = q.submit("a", 1, 0).unwrap();
-        assert_eq!(q.next(), Some(a));
-        assert_eq!(q.next(), None);
+        assert_eq!(q.dispatch_next(), Some(a));
+        assert_eq!(q.dispatch_next(), None);
         assert_eq!(
             q.step_done(a, 10, MS, AfterStep::Finished),
             StepFate::Removed
@@ -798,11 +795,11 @@ mod tests {
     fn a_new_flow_overtakes_a_busy_client() {
         let mut q = FairQueue::new(cfg(1)).unwrap();
         let heavy: Vec<_> = (0..8).map(|_| q.submit("heavy", 1, 0).unwrap()).collect();
-        let first = q.next().unwrap();
+        let first = q.dispatch_next().unwrap();
         assert_eq!(first, heavy[0]);
         let polite = q.submit("polite", 2, 0).unwrap();
         q.step_done(first, 1000, MS, AfterStep::Continue);
-        assert_eq!(q.next(), Some(polite), "the new flow goes first");
+        assert_eq!(q.dispatch_next(), Some(polite), "the new flow goes first");
         q.check_invariants();
     }
 
@@ -820,7 +817,7 @@ mod tests {
         let b = q.submit("b", 2, 0).unwrap();
         let (mut na, mut nb) = (0, 0);
         for _ in 0..2200 {
-            let id = q.next().unwrap();
+            let id = q.dispatch_next().unwrap();
             let cost = if id == a {
                 na += 1;
                 1000
@@ -843,7 +840,7 @@ mod tests {
             q.submit("a", 1, 0).unwrap();
         }
         // Alone, it may use every slot.
-        let got: Vec<_> = std::iter::from_fn(|| q.next()).collect();
+        let got: Vec<_> = std::iter::from_fn(|| q.dispatch_next()).collect();
         assert_eq!(got.len(), 4);
         for id in got {
             q.step_done(id, 10, MS, AfterStep::Continue);
@@ -851,7 +848,7 @@ mod tests {
         for _ in 0..8 {
             q.submit("b", 2, 0).unwrap();
         }
-        let got: Vec<_> = std::iter::from_fn(|| q.next()).collect();
+        let got: Vec<_> = std::iter::from_fn(|| q.dispatch_next()).collect();
         assert_eq!(got.len(), 4, "no slot idles");
         let a_running = q.clients.get("a").unwrap().running;
         let b_running = q.clients.get("b").unwrap().running;
@@ -871,10 +868,10 @@ mod tests {
         .unwrap();
         // Teach it that a step takes 10 ms.
         let id = q.submit("a", 1, 0).unwrap();
-        q.next();
+        q.dispatch_next();
         for _ in 0..100 {
             q.step_done(id, 10, 10 * MS, AfterStep::Continue);
-            q.next();
+            q.dispatch_next();
         }
         q.step_done(id, 10, 10 * MS, AfterStep::Finished);
         let mut refused = None;
@@ -909,7 +906,7 @@ mod tests {
         .unwrap();
         let a = q.submit("a", 1, 0).unwrap();
         let b = q.submit("a", 1, 10 * MS).unwrap();
-        assert_eq!(q.next(), Some(a));
+        assert_eq!(q.dispatch_next(), Some(a));
         assert!(q.expire(55 * MS).is_empty(), "a started; b is 45 ms old");
         assert_eq!(q.expire(60 * MS), vec![b]);
         q.step_done(a, 1, MS, AfterStep::Finished);
@@ -921,15 +918,15 @@ mod tests {
     fn parked_queries_hold_no_slot_and_wake_on_unpark() {
         let mut q = FairQueue::new(cfg(1)).unwrap();
         let a = q.submit("a", 7, 0).unwrap();
-        assert_eq!(q.next(), Some(a));
+        assert_eq!(q.dispatch_next(), Some(a));
         assert_eq!(q.step_done(a, 10, MS, AfterStep::Park), StepFate::Parked);
         let b = q.submit("b", 8, 0).unwrap();
-        assert_eq!(q.next(), Some(b));
+        assert_eq!(q.dispatch_next(), Some(b));
         q.unpark(7);
         assert_eq!(q.stats().queued, 1);
         q.check_invariants();
         q.step_done(b, 10, MS, AfterStep::Finished);
-        assert_eq!(q.next(), Some(a));
+        assert_eq!(q.dispatch_next(), Some(a));
     }
 
     #[test]
@@ -960,11 +957,11 @@ mod tests {
         let running = q.submit("b", 2, 0).unwrap();
         let parked = q.submit("c", 3, 0).unwrap();
         // b and c run (new flows go first, in order a, b, c: a runs too).
-        let r1 = q.next().unwrap();
-        let r2 = q.next().unwrap();
+        let r1 = q.dispatch_next().unwrap();
+        let r2 = q.dispatch_next().unwrap();
         assert_eq!((r1, r2), (queued, running));
         q.step_done(r1, 1, MS, AfterStep::Continue);
-        let r3 = q.next().unwrap();
+        let r3 = q.dispatch_next().unwrap();
         assert_eq!(r3, parked);
         q.step_done(r3, 1, MS, AfterStep::Park);
         assert!(q.cancel(queued));
@@ -1012,7 +1009,7 @@ mod tests {
                         }
                     }
                     2 => {
-                        if let Some(id) = q.next() {
+                        if let Some(id) = q.dispatch_next() {
                             running.push(id);
                         }
                     }
