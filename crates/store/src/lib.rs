@@ -27,7 +27,10 @@ use std::path::Path;
 use heed::types::Bytes;
 use heed::{CommitOrAbort, Database, Env, EnvOpenOptions, WithoutTls};
 
-pub use query::{QueryOptions, QueryOutput};
+pub use query::{
+    CountCursor, PlanShape, QueryCursor, QueryOptions, QueryOutput, StepLimits, StepOutput,
+    plan_shape,
+};
 pub use write::WriteOutcome;
 
 /// Names of the tables, in the order of [`Tables`]' array.

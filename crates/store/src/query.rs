@@ -3,15 +3,27 @@
 //! range and the limit pushed down.
 //!
 //! Ordering is newest first, ties broken by the lowest id. Index keys order
-//! equal timestamps by serial, so a scan that reaches its limit keeps
-//! reading the rest of the last timestamp, then sorts by id and truncates:
-//! exact, and bounded by the scan budget.
+//! equal timestamps by serial, so a filter's scan collects each timestamp
+//! whole, sorts it by id and passes on what its limit allows: exact, and
+//! bounded by the scan budget. The filters of one REQ are merged in that
+//! order, an event matched by several sent once.
+//!
+//! Queries run in bounded *steps* ([`QueryCursor`], [`CountCursor`]): each
+//! step opens its own read transaction, reads at most a given number of
+//! index rows and returns at most a given number of bytes of events, and
+//! keeps its place in owned keys, so no transaction outlives a step and a
+//! long scan never holds a worker. The first step fixes the snapshot: rows
+//! with a serial at or above it (committed after the first step) are
+//! skipped by later steps, and live delivery takes over from that serial.
+//! A row removed between steps (deleted, replaced, expired) is simply not
+//! found. [`Store::query`] and [`Store::count`] run a cursor to the end.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::{BinaryHeap, HashSet, VecDeque};
 use std::ops::Bound;
 
-use heed::RoTxn;
+use heed::types::Bytes;
+use heed::{RoRevRange, RoTxn};
 use sluice_proto::{Event, Filter};
 
 use crate::keys::{self, Header};
@@ -97,15 +109,83 @@ fn plan(f: &Filter) -> Plan {
     }
 }
 
-/// One matching event as a scan yields it.
-struct Hit<'t> {
+/// How the planner answers one filter: for cost estimates made before a
+/// query runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlanShape {
+    /// Matches nothing: no row is read.
+    Empty,
+    /// Looks up this many ids.
+    Ids(usize),
+    /// Walks this many index ranges; `post_filter` when rows are checked
+    /// against conditions the index does not answer (and may be dropped).
+    Scan { prefixes: usize, post_filter: bool },
+}
+
+/// The plan of one filter, as a [`PlanShape`].
+pub fn plan_shape(f: &Filter) -> PlanShape {
+    if f.is_empty_match() || f.limit == Some(0) {
+        return PlanShape::Empty;
+    }
+    match plan(f) {
+        Plan::Ids(ids) => PlanShape::Ids(ids.len()),
+        Plan::Scan {
+            index,
+            prefixes,
+            covered_tag,
+        } => {
+            let answered_authors = matches!(index, Index::Author | Index::AuthorKind);
+            let answered_kinds = matches!(index, Index::Kind | Index::AuthorKind);
+            let post_filter = (f.authors.is_some() && !answered_authors)
+                || (f.kinds.is_some() && !answered_kinds)
+                || needs_tag_check(f, covered_tag);
+            PlanShape::Scan {
+                prefixes: prefixes.len(),
+                post_filter,
+            }
+        }
+    }
+}
+
+/// Bounds of one step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepLimits {
+    /// Index rows (and id lookups) the step may read.
+    pub rows: u64,
+    /// Bytes of events the step may return; it stops after the event that
+    /// reaches this.
+    pub bytes: u64,
+}
+
+impl StepLimits {
+    /// No bound: the step runs the query to its end.
+    pub const UNBOUNDED: StepLimits = StepLimits {
+        rows: u64::MAX,
+        bytes: u64::MAX,
+    };
+}
+
+/// What one step did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepOutput {
+    /// Index rows read by this step.
+    pub rows: u64,
+    /// Bytes of events this step returned.
+    pub bytes: u64,
+    /// The query is complete: nothing more will be returned.
+    pub done: bool,
+}
+
+/// One matching event, owned: it outlives the step's transaction.
+struct Hit {
     created_at: u64,
     id: [u8; 32],
     serial: u64,
-    raw: &'t str,
+    raw: String,
 }
 
 /// Read budget shared by the filters of one query.
+#[derive(Debug, Clone, Copy)]
 struct Budget {
     left: u64,
     used: u64,
@@ -113,6 +193,14 @@ struct Budget {
 }
 
 impl Budget {
+    fn new(max_rows: u64) -> Budget {
+        Budget {
+            left: max_rows,
+            used: 0,
+            exhausted: false,
+        }
+    }
+
     fn take(&mut self) -> bool {
         if self.left == 0 {
             self.exhausted = true;
@@ -124,47 +212,550 @@ impl Budget {
     }
 }
 
+/// Rows a step may still read; shared by the filters the step serves.
+struct StepRows(u64);
+
+/// What a walk's visitor wants next.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    /// Go on.
+    Continue,
+    /// Stop for now (the row was taken; the walk resumes after it).
+    Pause,
+    /// The filter needs no more rows.
+    Stop,
+}
+
+/// Why a walk returned.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WalkEnd {
+    /// The visitor paused, or the step's rows ran out: resume later.
+    Paused,
+    /// The index (or the ids), the query's budget or the visitor's wants
+    /// are done: the filter is complete.
+    Done,
+}
+
+/// A resumable walk over one filter's plan.
+enum Walk {
+    /// Id lookups, all in the first step (their number is bounded by the
+    /// message size), then handed out in order.
+    Ids {
+        ids: Vec<[u8; 32]>,
+        loaded: Option<VecDeque<Hit>>,
+    },
+    /// A newest-first merge of index ranges, one per prefix, each resumed
+    /// below its last row taken.
+    Index {
+        index: Index,
+        check_tags: bool,
+        ranges: Vec<Range>,
+        started: bool,
+        /// The same event can sit under several prefixes (two tag values);
+        /// equal keys are taken one after the other.
+        last_serial: Option<u64>,
+    },
+}
+
+/// One prefix's range and the next row to take in it.
+struct Range {
+    lo: Vec<u8>,
+    hi: Vec<u8>,
+    /// The next row, `(created_at, serial)`; `None` when the range is done.
+    head: Option<(u64, u64)>,
+    prefix: Vec<u8>,
+}
+
+impl Range {
+    fn key_of(&self, at: (u64, u64)) -> Vec<u8> {
+        keys::index_key(&self.prefix, at.0, at.1)
+    }
+}
+
+impl Walk {
+    fn new(f: &Filter) -> Walk {
+        match plan(f) {
+            Plan::Ids(ids) => Walk::Ids { ids, loaded: None },
+            Plan::Scan {
+                index,
+                prefixes,
+                covered_tag,
+            } => {
+                let since = f.since.unwrap_or(0);
+                let until = f.until.unwrap_or(u64::MAX);
+                Walk::Index {
+                    index,
+                    check_tags: needs_tag_check(f, covered_tag),
+                    ranges: prefixes
+                        .into_iter()
+                        .map(|p| Range {
+                            lo: keys::index_key(&p, since, 0),
+                            hi: keys::index_key(&p, until, u64::MAX),
+                            head: None,
+                            prefix: p,
+                        })
+                        .collect(),
+                    started: false,
+                    last_serial: None,
+                }
+            }
+        }
+    }
+
+    /// Hands matching, unexpired rows with a serial below `cutoff` to
+    /// `visit`, newest first, until the visitor pauses or stops, the step's
+    /// rows or the query's budget run out, or the plan is exhausted.
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &mut self,
+        t: &Tables,
+        rtxn: &RoTxn<'_, heed::WithoutTls>,
+        f: &Filter,
+        ctx: &WalkCtx,
+        budget: &mut Budget,
+        step: &mut StepRows,
+        mut visit: impl FnMut(Hit) -> Flow,
+    ) -> Result<WalkEnd, StoreError> {
+        match self {
+            Walk::Ids { ids, loaded } => {
+                if loaded.is_none() {
+                    let mut hits = Vec::with_capacity(ids.len());
+                    for id in ids.iter() {
+                        step.0 = step.0.saturating_sub(1);
+                        if !budget.take() {
+                            break;
+                        }
+                        let Some(sv) = t.ids.get(rtxn, id)? else {
+                            continue;
+                        };
+                        let serial = read_serial(sv, "ids")?;
+                        if serial >= ctx.cutoff {
+                            continue;
+                        }
+                        if let Some(hit) =
+                            load_if_match(t, rtxn, f, serial, ctx.now, needs_tag_check(f, None))?
+                        {
+                            hits.push(hit);
+                        }
+                    }
+                    hits.sort_unstable_by_key(|a| (Reverse(a.created_at), a.id));
+                    *loaded = Some(hits.into());
+                }
+                let queue = loaded.as_mut().expect("loaded above");
+                while let Some(hit) = queue.pop_front() {
+                    match visit(hit) {
+                        Flow::Continue => {}
+                        Flow::Pause => return Ok(WalkEnd::Paused),
+                        Flow::Stop => return Ok(WalkEnd::Done),
+                    }
+                }
+                Ok(WalkEnd::Done)
+            }
+            Walk::Index {
+                index,
+                check_tags,
+                ranges,
+                started,
+                last_serial,
+            } => {
+                let table = t.index(*index);
+                if !*started {
+                    for r in ranges.iter_mut() {
+                        let mut it = table.rev_range(
+                            rtxn,
+                            &(Bound::Included(&r.lo[..]), Bound::Included(&r.hi[..])),
+                        )?;
+                        r.head = next_head(&mut it)?;
+                    }
+                    *started = true;
+                }
+                // Iterators opened in this step, lazily, for the ranges whose
+                // head is taken.
+                let mut open: Vec<Option<RoRevRange<'_, Bytes, Bytes>>> =
+                    (0..ranges.len()).map(|_| None).collect();
+                let mut heap: BinaryHeap<((u64, u64), usize)> = ranges
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, r)| r.head.map(|h| (h, i)))
+                    .collect();
+                while let Some(&(at, i)) = heap.peek() {
+                    if step.0 == 0 {
+                        return Ok(WalkEnd::Paused);
+                    }
+                    if !budget.take() {
+                        return Ok(WalkEnd::Done);
+                    }
+                    step.0 -= 1;
+                    heap.pop();
+                    let r = &mut ranges[i];
+                    if open[i].is_none() {
+                        let below = r.key_of(at);
+                        open[i] = Some(table.rev_range(
+                            rtxn,
+                            &(Bound::Included(&r.lo[..]), Bound::Excluded(&below[..])),
+                        )?);
+                    }
+                    r.head = next_head(open[i].as_mut().expect("opened above"))?;
+                    if let Some(h) = r.head {
+                        heap.push((h, i));
+                    }
+                    let serial = at.1;
+                    if *last_serial == Some(serial) || serial >= ctx.cutoff {
+                        continue;
+                    }
+                    *last_serial = Some(serial);
+                    if let Some(hit) = load_if_match(t, rtxn, f, serial, ctx.now, *check_tags)? {
+                        match visit(hit) {
+                            Flow::Continue => {}
+                            Flow::Pause => return Ok(WalkEnd::Paused),
+                            Flow::Stop => return Ok(WalkEnd::Done),
+                        }
+                    }
+                }
+                Ok(WalkEnd::Done)
+            }
+        }
+    }
+}
+
+/// Fixed for the whole query.
+struct WalkCtx {
+    now: u64,
+    /// Rows with this serial or above were committed after the first step.
+    cutoff: u64,
+}
+
+fn next_head(it: &mut RoRevRange<'_, Bytes, Bytes>) -> Result<Option<(u64, u64)>, StoreError> {
+    match it.next() {
+        None => Ok(None),
+        Some(item) => {
+            let (k, _) = item?;
+            if k.len() < keys::TIME_SERIAL_LEN {
+                return Err(StoreError::Corrupt {
+                    table: "index",
+                    key: hex_of(k),
+                });
+            }
+            Ok(Some(keys::split_index_key(k)))
+        }
+    }
+}
+
+fn read_serial(v: &[u8], table: &'static str) -> Result<u64, StoreError> {
+    if v.len() != keys::SERIAL_LEN {
+        return Err(StoreError::Corrupt {
+            table,
+            key: hex_of(v),
+        });
+    }
+    Ok(keys::read_u64(v))
+}
+
+fn hex_of(b: &[u8]) -> String {
+    b.iter().take(48).map(|x| format!("{x:02x}")).collect()
+}
+
+/// One filter of a REQ in progress.
+struct FilterCursor {
+    filter: Filter,
+    limit: u64,
+    walk: Walk,
+    /// Rows of the timestamp being collected, unsorted.
+    group: Vec<Hit>,
+    /// Rows in final order, waiting for the merge.
+    ready: VecDeque<Hit>,
+    /// Rows passed to `ready` so far (against the limit).
+    passed: u64,
+    /// Nothing more will reach `ready`.
+    complete: bool,
+}
+
+impl FilterCursor {
+    fn new(filter: Filter) -> FilterCursor {
+        let limit = filter.limit.unwrap_or(u64::MAX);
+        let complete = filter.is_empty_match() || limit == 0;
+        FilterCursor {
+            walk: Walk::new(&filter),
+            filter,
+            limit,
+            group: Vec::new(),
+            ready: VecDeque::new(),
+            passed: 0,
+            complete,
+        }
+    }
+
+    /// The current timestamp is whole: sort it by id and pass on what the
+    /// limit allows.
+    fn flush_group(&mut self) {
+        self.group.sort_unstable_by_key(|h| h.id);
+        let take = (self.limit - self.passed).min(self.group.len() as u64) as usize;
+        self.ready.extend(self.group.drain(..take));
+        self.group.clear();
+        self.passed += take as u64;
+    }
+
+    /// Walks until a row is ready, the filter is complete or the step's
+    /// rows run out.
+    fn fill(
+        &mut self,
+        t: &Tables,
+        rtxn: &RoTxn<'_, heed::WithoutTls>,
+        ctx: &WalkCtx,
+        budget: &mut Budget,
+        step: &mut StepRows,
+    ) -> Result<(), StoreError> {
+        let FilterCursor {
+            filter,
+            walk,
+            group,
+            ready,
+            passed,
+            limit,
+            ..
+        } = self;
+        let mut wants_more = true;
+        let end = {
+            let mut this = GroupSink {
+                group,
+                ready,
+                passed,
+                limit: *limit,
+            };
+            walk.run(t, rtxn, filter, ctx, budget, step, |hit| {
+                if !this.accept(hit) {
+                    wants_more = false;
+                    Flow::Stop
+                } else if this.ready.is_empty() {
+                    Flow::Continue
+                } else {
+                    Flow::Pause
+                }
+            })?
+        };
+        if end == WalkEnd::Done || !wants_more {
+            self.flush_group();
+            self.complete = true;
+        }
+        Ok(())
+    }
+}
+
+/// The grouping half of [`FilterCursor`], borrowed apart from its walk.
+struct GroupSink<'a> {
+    group: &'a mut Vec<Hit>,
+    ready: &'a mut VecDeque<Hit>,
+    passed: &'a mut u64,
+    limit: u64,
+}
+
+impl GroupSink<'_> {
+    fn accept(&mut self, hit: Hit) -> bool {
+        if self
+            .group
+            .first()
+            .is_some_and(|g| hit.created_at < g.created_at)
+        {
+            self.group.sort_unstable_by_key(|h| h.id);
+            let take = (self.limit - *self.passed).min(self.group.len() as u64) as usize;
+            self.ready.extend(self.group.drain(..take));
+            self.group.clear();
+            *self.passed += take as u64;
+            if *self.passed >= self.limit {
+                return false;
+            }
+        }
+        self.group.push(hit);
+        true
+    }
+}
+
+/// A REQ in progress: its filters' walks, their merge, and the snapshot.
+pub struct QueryCursor {
+    filters: Vec<FilterCursor>,
+    opts: QueryOptions,
+    budget: Budget,
+    snapshot_serial: Option<u64>,
+    last_sent: Option<(u64, [u8; 32])>,
+    done: bool,
+}
+
+impl QueryCursor {
+    /// A query over `filters` (each filter's `limit` caps its own newest
+    /// matches; `None` is no limit). Nothing is read until the first step.
+    pub fn new(filters: Vec<Filter>, opts: QueryOptions) -> QueryCursor {
+        QueryCursor {
+            filters: filters.into_iter().map(FilterCursor::new).collect(),
+            budget: Budget::new(opts.max_scan_rows),
+            opts,
+            snapshot_serial: None,
+            last_sent: None,
+            done: false,
+        }
+    }
+
+    /// Serials below this were visible to the query (fixed by the first
+    /// step); live delivery takes over from here.
+    pub fn snapshot_serial(&self) -> Option<u64> {
+        self.snapshot_serial
+    }
+
+    /// Index rows read so far.
+    pub fn rows_scanned(&self) -> u64 {
+        self.budget.used
+    }
+
+    /// True when the scan budget ran out before the limits were met.
+    pub fn truncated(&self) -> bool {
+        self.budget.exhausted
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+}
+
+/// A COUNT in progress.
+pub struct CountCursor {
+    filters: Vec<(Filter, Walk)>,
+    next_filter: usize,
+    /// Serials counted, to count an event matched by several filters once;
+    /// `None` with a single filter (no overlap possible).
+    seen: Option<HashSet<u64>>,
+    count: u64,
+    opts: QueryOptions,
+    budget: Budget,
+    cutoff: Option<u64>,
+    done: bool,
+}
+
+impl CountCursor {
+    /// NIP-45: counts distinct stored events matching any filter (limits
+    /// ignored), reading at most `opts.max_scan_rows` rows.
+    pub fn new(filters: Vec<Filter>, opts: QueryOptions) -> CountCursor {
+        let live: Vec<Filter> = filters
+            .into_iter()
+            .filter(|f| !f.is_empty_match())
+            .collect();
+        CountCursor {
+            seen: (live.len() > 1).then(HashSet::new),
+            filters: live
+                .into_iter()
+                .map(|f| {
+                    let w = Walk::new(&f);
+                    (f, w)
+                })
+                .collect(),
+            next_filter: 0,
+            count: 0,
+            budget: Budget::new(opts.max_scan_rows),
+            opts,
+            cutoff: None,
+            done: false,
+        }
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    pub fn rows_scanned(&self) -> u64 {
+        self.budget.used
+    }
+
+    pub fn truncated(&self) -> bool {
+        self.budget.exhausted
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+}
+
 impl Store {
-    /// Runs the filters of one REQ. Each filter's `limit` (None: no limit)
-    /// caps its own newest matches; the union is deduplicated and returned
-    /// newest first.
+    /// Runs the filters of one REQ to the end. Each filter's `limit` (None:
+    /// no limit) caps its own newest matches; the union is deduplicated and
+    /// returned newest first.
     pub fn query(
         &self,
         filters: &[Filter],
         opts: &QueryOptions,
     ) -> Result<QueryOutput, StoreError> {
+        let mut cur = QueryCursor::new(filters.to_vec(), *opts);
+        let mut events = Vec::new();
+        while !cur.is_done() {
+            self.query_step(&mut cur, StepLimits::UNBOUNDED, &mut events)?;
+        }
+        Ok(QueryOutput {
+            events,
+            rows_scanned: cur.rows_scanned(),
+            snapshot_serial: cur.snapshot_serial().unwrap_or(1),
+            truncated: cur.truncated(),
+        })
+    }
+
+    /// One step of a REQ: appends the next events, in order, to `out`.
+    pub fn query_step(
+        &self,
+        cur: &mut QueryCursor,
+        limits: StepLimits,
+        out: &mut Vec<String>,
+    ) -> Result<StepOutput, StoreError> {
+        let mut did = StepOutput::default();
+        if cur.done {
+            did.done = true;
+            return Ok(did);
+        }
         let rtxn = self.env.read_txn()?;
-        let mut budget = Budget {
-            left: opts.max_scan_rows,
-            used: 0,
-            exhausted: false,
+        let cutoff = match cur.snapshot_serial {
+            Some(s) => s,
+            None => {
+                let s = next_serial(&self.t, &rtxn)?;
+                cur.snapshot_serial = Some(s);
+                s
+            }
         };
-        let mut all: Vec<Hit<'_>> = Vec::new();
-        for f in filters.iter().filter(|f| !f.is_empty_match()) {
-            let limit = f.limit.unwrap_or(u64::MAX) as usize;
-            if limit == 0 {
+        let ctx = WalkCtx {
+            now: cur.opts.now,
+            cutoff,
+        };
+        let rows_before = cur.budget.used;
+        let mut step = StepRows(limits.rows);
+        'merge: loop {
+            for f in cur.filters.iter_mut() {
+                if f.ready.is_empty() && !f.complete {
+                    f.fill(&self.t, &rtxn, &ctx, &mut cur.budget, &mut step)?;
+                    if f.ready.is_empty() && !f.complete {
+                        // The step's rows ran out before this filter had a row.
+                        break 'merge;
+                    }
+                }
+            }
+            let best = cur
+                .filters
+                .iter()
+                .enumerate()
+                .filter_map(|(i, f)| f.ready.front().map(|h| ((Reverse(h.created_at), h.id), i)))
+                .min();
+            let Some((_, i)) = best else {
+                cur.done = true;
+                break;
+            };
+            let hit = cur.filters[i].ready.pop_front().expect("front exists");
+            let key = (hit.created_at, hit.id);
+            if cur.last_sent == Some(key) {
                 continue;
             }
-            let mut got: Vec<Hit<'_>> = Vec::new();
-            scan(&self.t, &rtxn, f, opts.now, &mut budget, |hit| {
-                if got.len() >= limit && got.last().is_some_and(|l| hit.created_at < l.created_at) {
-                    return false;
-                }
-                got.push(hit);
-                true
-            })?;
-            sort_newest_first(&mut got);
-            got.truncate(limit);
-            all.extend(got);
+            cur.last_sent = Some(key);
+            did.bytes += hit.raw.len() as u64;
+            out.push(hit.raw);
+            if did.bytes >= limits.bytes {
+                break;
+            }
         }
-        sort_newest_first(&mut all);
-        all.dedup_by_key(|h| h.serial);
-        Ok(QueryOutput {
-            events: all.iter().map(|h| h.raw.to_owned()).collect(),
-            rows_scanned: budget.used,
-            snapshot_serial: next_serial(&self.t, &rtxn)?,
-            truncated: budget.exhausted,
-        })
+        did.rows = cur.budget.used - rows_before;
+        did.done = cur.done;
+        Ok(did)
     }
 
     /// NIP-45: how many distinct stored events match any of the filters
@@ -174,140 +765,79 @@ impl Store {
         filters: &[Filter],
         opts: &QueryOptions,
     ) -> Result<(u64, u64, bool), StoreError> {
+        let mut cur = CountCursor::new(filters.to_vec(), *opts);
+        while !cur.is_done() {
+            self.count_step(&mut cur, StepLimits::UNBOUNDED)?;
+        }
+        Ok((cur.count(), cur.rows_scanned(), cur.truncated()))
+    }
+
+    /// One step of a COUNT.
+    pub fn count_step(
+        &self,
+        cur: &mut CountCursor,
+        limits: StepLimits,
+    ) -> Result<StepOutput, StoreError> {
+        let mut did = StepOutput::default();
+        if cur.done {
+            did.done = true;
+            return Ok(did);
+        }
         let rtxn = self.env.read_txn()?;
-        let mut budget = Budget {
-            left: opts.max_scan_rows,
-            used: 0,
-            exhausted: false,
+        let cutoff = match cur.cutoff {
+            Some(s) => s,
+            None => {
+                let s = next_serial(&self.t, &rtxn)?;
+                cur.cutoff = Some(s);
+                s
+            }
         };
-        let live: Vec<&Filter> = filters.iter().filter(|f| !f.is_empty_match()).collect();
-        let mut seen: HashSet<u64> = HashSet::new();
-        let mut n = 0u64;
-        for f in &live {
-            scan(&self.t, &rtxn, f, opts.now, &mut budget, |hit| {
-                if live.len() == 1 || seen.insert(hit.serial) {
-                    n += 1;
+        let ctx = WalkCtx {
+            now: cur.opts.now,
+            cutoff,
+        };
+        let rows_before = cur.budget.used;
+        let mut step = StepRows(limits.rows);
+        while let Some((f, walk)) = cur.filters.get_mut(cur.next_filter) {
+            let seen = &mut cur.seen;
+            let count = &mut cur.count;
+            let end = walk.run(&self.t, &rtxn, f, &ctx, &mut cur.budget, &mut step, |hit| {
+                if seen.as_mut().is_none_or(|s| s.insert(hit.serial)) {
+                    *count += 1;
                 }
-                true
+                Flow::Continue
             })?;
+            if end == WalkEnd::Paused {
+                break;
+            }
+            cur.next_filter += 1;
         }
-        Ok((n, budget.used, budget.exhausted))
+        if cur.next_filter >= cur.filters.len() {
+            cur.done = true;
+        }
+        did.rows = cur.budget.used - rows_before;
+        did.done = cur.done;
+        Ok(did)
     }
 }
 
-fn next_serial(t: &Tables, rtxn: &RoTxn<'_>) -> Result<u64, StoreError> {
+fn next_serial(t: &Tables, rtxn: &RoTxn<'_, heed::WithoutTls>) -> Result<u64, StoreError> {
     Ok(match t.meta.get(rtxn, META_NEXT_SERIAL)? {
-        Some(v) if v.len() == 8 => keys::read_u64(v),
-        _ => 1,
+        Some(v) => read_serial(v, "meta")?,
+        None => 1,
     })
-}
-
-fn sort_newest_first(hits: &mut [Hit<'_>]) {
-    hits.sort_unstable_by_key(|a| (Reverse(a.created_at), a.id));
-}
-
-/// Walks the filter's index newest first and calls `visit` with every
-/// matching, unexpired event (each once) until `visit` returns false, the
-/// index runs out, or the budget does.
-fn scan<'t>(
-    t: &Tables,
-    rtxn: &'t RoTxn<'_>,
-    f: &Filter,
-    now: u64,
-    budget: &mut Budget,
-    mut visit: impl FnMut(Hit<'t>) -> bool,
-) -> Result<(), StoreError> {
-    let since = f.since.unwrap_or(0);
-    let until = f.until.unwrap_or(u64::MAX);
-    match plan(f) {
-        Plan::Ids(ids) => {
-            let mut hits = Vec::with_capacity(ids.len());
-            for id in &ids {
-                if !budget.take() {
-                    break;
-                }
-                let Some(sv) = t.ids.get(rtxn, id)? else {
-                    continue;
-                };
-                let serial = keys::read_u64(sv);
-                if let Some(hit) = load_if_match(t, rtxn, f, serial, now, needs_tag_check(f, None))?
-                {
-                    hits.push(hit);
-                }
-            }
-            sort_newest_first(&mut hits);
-            for h in hits {
-                if !visit(h) {
-                    break;
-                }
-            }
-        }
-        Plan::Scan {
-            index,
-            prefixes,
-            covered_tag,
-        } => {
-            let table = t.index(index);
-            let check_tags = needs_tag_check(f, covered_tag);
-            let bounds: Vec<(Vec<u8>, Vec<u8>)> = prefixes
-                .iter()
-                .map(|p| {
-                    (
-                        keys::index_key(p, since, 0),
-                        keys::index_key(p, until, u64::MAX),
-                    )
-                })
-                .collect();
-            let mut iters = Vec::with_capacity(bounds.len());
-            for (lo, hi) in &bounds {
-                iters.push(
-                    table.rev_range(rtxn, &(Bound::Included(&lo[..]), Bound::Included(&hi[..])))?,
-                );
-            }
-            // Heads of every prefix's scan, largest (newest) first.
-            let mut heap = BinaryHeap::with_capacity(iters.len());
-            for (i, it) in iters.iter_mut().enumerate() {
-                if let Some(item) = it.next() {
-                    let (k, _) = item?;
-                    heap.push((keys::split_index_key(k), i));
-                }
-            }
-            let mut last_serial = None;
-            while let Some(((_, serial), i)) = heap.pop() {
-                if !budget.take() {
-                    break;
-                }
-                if let Some(item) = iters[i].next() {
-                    let (k, _) = item?;
-                    heap.push((keys::split_index_key(k), i));
-                }
-                // The same event can sit under several prefixes (two tag
-                // values); equal keys pop one after the other.
-                if last_serial == Some(serial) {
-                    continue;
-                }
-                last_serial = Some(serial);
-                if let Some(hit) = load_if_match(t, rtxn, f, serial, now, check_tags)?
-                    && !visit(hit)
-                {
-                    break;
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Loads an event and applies the full filter: header fields first, the
 /// tags (which need the JSON parsed) only when the index did not answer them.
-fn load_if_match<'t>(
+fn load_if_match(
     t: &Tables,
-    rtxn: &'t RoTxn<'_>,
+    rtxn: &RoTxn<'_, heed::WithoutTls>,
     f: &Filter,
     serial: u64,
     now: u64,
     check_tags: bool,
-) -> Result<Option<Hit<'t>>, StoreError> {
+) -> Result<Option<Hit>, StoreError> {
     let sk = keys::serial(serial);
     let Some(value) = t.events.get(rtxn, &sk)? else {
         return Ok(None);
@@ -326,7 +856,7 @@ fn load_if_match<'t>(
         created_at: h.created_at,
         id: h.id,
         serial,
-        raw,
+        raw: raw.to_owned(),
     }))
 }
 
