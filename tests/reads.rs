@@ -65,12 +65,25 @@ fn settings(slots: u32) -> Vec<(&'static str, String)> {
         ),
         ("SLUICE_THROTTLE__QUERIES__SLOTS", slots.to_string()),
         (
-            "SLUICE_THROTTLE__QUERIES__QUEUE_TIMEOUT_MS",
+            "SLUICE_THROTTLE__QUERIES__DEADLINE_MS",
             QUEUE_TIMEOUT_MS.to_string(),
         ),
-        ("SLUICE_THROTTLE__QUERIES__MIN_WINDOW", "2".into()),
-        ("SLUICE_THROTTLE__QUERIES__INITIAL_WINDOW", "8".into()),
-        ("SLUICE_THROTTLE__QUERIES__MAX_WINDOW", "8".into()),
+        ("SLUICE_THROTTLE__QUERIES__MAX_QUEUED", "8".into()),
+        (
+            "SLUICE_THROTTLE__QUERIES__MAX_QUEUED_PER_CLIENT",
+            "4".into(),
+        ),
+        // Small steps: a big answer is many chunks, so clients leave
+        // between them as well as during one.
+        ("SLUICE_THROTTLE__QUERIES__STEP_ROWS", "100".into()),
+        (
+            "SLUICE_THROTTLE__CLIENTS__READ_COST_PER_IP__RATE_PER_S",
+            "1000000000".into(),
+        ),
+        (
+            "SLUICE_THROTTLE__CLIENTS__READ_COST_PER_CONNECTION__RATE_PER_S",
+            "1000000000".into(),
+        ),
         (
             "SLUICE_THROTTLE__CLIENTS__REQS_PER_IP__RATE_PER_S",
             "10000".into(),
@@ -287,6 +300,10 @@ const PER_CLIENT_GAUGES: &[(&str, Idle)] = &[
     ("sluice_subscriptions_open", Idle::Is(0.0)),
     ("sluice_query_window_in_flight", Idle::Is(0.0)),
     ("sluice_query_window_queued", Idle::Is(0.0)),
+    ("sluice_query_open", Idle::Is(0.0)),
+    ("sluice_query_parked", Idle::Is(0.0)),
+    ("sluice_query_clients", Idle::Is(0.0)),
+    ("sluice_query_clients_waiting", Idle::Is(0.0)),
     ("sluice_writer_queue_events", Idle::Is(0.0)),
     // One per connection, plus listeners and the store.
     ("sluice_process_open_fds", Idle::AtMostBefore),
@@ -296,8 +313,8 @@ const PER_CLIENT_GAUGES: &[(&str, Idle)] = &[
 const NOT_PER_CLIENT: &[&str] = &[
     // Constant.
     "sluice_build_info",
-    // Adapts to how queries fared; it need not return to its initial value.
-    "sluice_query_window_size",
+    // The per-IP read budget's current rate: scaled by the read controller.
+    "sluice_query_read_budget_units_per_second",
     // The store's content and size.
     "sluice_store_map_size_bytes",
     "sluice_store_used_bytes",
@@ -332,6 +349,8 @@ const QUERY_GAUGES: &[(&str, Idle)] = &[
     ("sluice_subscriptions_open", Idle::Is(0.0)),
     ("sluice_query_window_in_flight", Idle::Is(0.0)),
     ("sluice_query_window_queued", Idle::Is(0.0)),
+    ("sluice_query_open", Idle::Is(0.0)),
+    ("sluice_query_parked", Idle::Is(0.0)),
 ];
 
 async fn scrape(relay: &Relay) -> String {
@@ -398,16 +417,16 @@ async fn wait_idle(relay: &Relay, gauges: &[(&str, Idle)], before: &str) -> Resu
                 .map(|(n, _)| format!("{n} {}", value(&body, n)))
                 .collect();
             return Err(format!(
-                "not idle {} s after every client left: {}\n  all: {}, sluice_query_window_size {}\n  \
-                 closed by reason: {}\n  query-window refusals: {}",
+                "not idle {} s after every client left: {}\n  all: {}, sluice_query_open {}\n  \
+                 closed by reason: {}\n  query-scheduler refusals: {}",
                 IDLE_DEADLINE.as_secs(),
                 busy.join(", "),
                 all.join(", "),
-                value(&body, "sluice_query_window_size"),
+                value(&body, "sluice_query_open"),
                 series(&body, "sluice_connections_closed_total"),
                 series(&body, "sluice_throttle_refusals_total")
                     .split(", ")
-                    .filter(|s| s.contains("query_window"))
+                    .filter(|s| s.contains("query_scheduler"))
                     .collect::<Vec<_>>()
                     .join(", "),
             ));

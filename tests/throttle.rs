@@ -241,7 +241,8 @@ async fn throttle_status_endpoint_reports_the_controller() {
         assert!(!state[key].is_null(), "state.{key} missing: {state}");
     }
     assert!(state["write"]["pid"]["p"].is_number(), "{state}");
-    assert!(doc["query_window"]["window"].is_u64());
+    assert!(doc["queries"]["open"].is_u64(), "{doc}");
+    assert!(doc["read_budget_units_per_second"].is_number(), "{doc}");
     assert!(
         doc["buckets"]["events_per_ip"]["max_keys"].is_u64(),
         "{doc}"
@@ -250,7 +251,9 @@ async fn throttle_status_endpoint_reports_the_controller() {
         "sluice_throttle_process_variable_ratio",
         "sluice_throttle_memory_pressure_ratio",
         "sluice_throttle_output_ratio",
-        "sluice_query_window_size",
+        "sluice_query_window_in_flight",
+        "sluice_query_open",
+        "sluice_query_read_budget_units_per_second",
     ] {
         let (_, _, body) = http_get(&relay.addr, "/metrics", None).await;
         assert!(body.contains(name), "{name} missing from /metrics");

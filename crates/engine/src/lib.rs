@@ -3,9 +3,10 @@
 //! - [`writer`]: the single writer thread. Events wait in a bounded queue;
 //!   the writer takes a batch, writes it in one LMDB transaction, commits,
 //!   then answers each sender and fans the stored events out.
-//! - [`Engine::query`]: queries run on tokio's blocking pool behind the
-//!   adaptive query window ([`throttle`]), so no LMDB call ever runs on an
-//!   async worker thread and no more than `throttle.queries.slots` run at once.
+//! - [`reads`]: REQs and COUNTs run in bounded steps on
+//!   `throttle.queries.slots` worker threads, scheduled fairly between
+//!   clients by cost, their answers streamed to each session's sink; no
+//!   LMDB call ever runs on an async worker thread.
 //! - Live fan-out: a bounded broadcast channel of stored (and ephemeral)
 //!   events; a receiver that falls behind by more than its capacity is told
 //!   so and its connection is dropped by the server.
@@ -18,17 +19,18 @@ mod config;
 pub mod metrics_names;
 mod monitor;
 pub mod process;
+pub mod reads;
 pub mod throttle;
 mod writer;
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use sluice_proto::{Event, Filter};
-use sluice_store::QueryOptions;
+use sluice_proto::Event;
 use tokio::sync::{broadcast, oneshot};
 
 pub use config::EngineConfig;
+pub use reads::{ReadEnd, ReadGuard, ReadMsg, ReadSink, Reads};
 pub use sluice_store::{QueryOutput, Store, StoreError, StoreOptions, StoreStats, WriteOutcome};
 pub use throttle::{Admit, Refusal, Throttle, ThrottleConfig};
 pub use writer::{SubmitError, WriteError, WriteResult, outcome_label};
@@ -59,9 +61,7 @@ pub struct Engine {
     writer: writer::WriterHandle,
     live: broadcast::Sender<Arc<LiveEvent>>,
     throttle: Arc<Throttle>,
-    /// Slowest query since the monitor last looked (ns); swapped to 0 each tick.
-    max_query_ns: std::sync::atomic::AtomicU64,
-    closed: std::sync::atomic::AtomicBool,
+    reads: Reads,
 }
 
 /// Current unix time in seconds.
@@ -77,10 +77,11 @@ impl Engine {
     pub fn start(store: Store, cfg: EngineConfig, throttle: ThrottleConfig) -> Arc<Engine> {
         let (live, _) = broadcast::channel(cfg.live_buffer_events);
         let writer = writer::spawn(store.clone(), cfg.clone(), live.clone());
+        let throttle = Throttle::new(throttle);
+        let reads = Reads::start(store.clone(), throttle.clone(), &cfg);
         Arc::new(Engine {
-            throttle: Throttle::new(throttle),
-            max_query_ns: Default::default(),
-            closed: Default::default(),
+            throttle,
+            reads,
             store,
             cfg,
             writer,
@@ -98,6 +99,20 @@ impl Engine {
 
     pub fn throttle(&self) -> &Arc<Throttle> {
         &self.throttle
+    }
+
+    /// The query workers and their scheduler.
+    pub fn reads(&self) -> &Reads {
+        &self.reads
+    }
+
+    /// Applies a reloaded `[throttle]` section (SIGHUP): buckets, modes,
+    /// and the query scheduler's bounds.
+    pub fn reload_throttle(&self, cfg: ThrottleConfig) -> Result<(), String> {
+        let queries = cfg.queries.clone();
+        self.throttle.reload(cfg)?;
+        self.reads.reload(queries);
+        Ok(())
     }
 
     /// Queues an event for the writer without waiting. The receiver yields
@@ -147,72 +162,10 @@ impl Engine {
         self.writer.alive()
     }
 
-    /// Runs a query on the blocking pool. Each filter's limit must already
-    /// be set (the caller applies default and max limits).
-    pub async fn query(&self, filters: Vec<Filter>) -> Result<QueryOutput, QueryError> {
-        let mut slot = self.query_slot().await?;
-        let store = self.store.clone();
-        let opts = QueryOptions {
-            now: unix_now(),
-            max_scan_rows: self.cfg.max_scan_rows,
-        };
-        let started = Instant::now();
-        let out = tokio::task::spawn_blocking(move || store.query(&filters, &opts))
-            .await
-            .map_err(|_| QueryError::Closed)??;
-        slot.finish();
-        self.record_query_time(started);
-        metrics::counter!(metrics_names::QUERY_ROWS_SCANNED_TOTAL).increment(out.rows_scanned);
-        if out.truncated {
-            metrics::counter!(metrics_names::QUERY_TRUNCATED_TOTAL).increment(1);
-        }
-        Ok(out)
-    }
-
-    /// NIP-45 count on the blocking pool.
-    pub async fn count(&self, filters: Vec<Filter>) -> Result<u64, QueryError> {
-        let mut slot = self.query_slot().await?;
-        let store = self.store.clone();
-        let opts = QueryOptions {
-            now: unix_now(),
-            max_scan_rows: self.cfg.max_count_rows,
-        };
-        let started = Instant::now();
-        let (n, rows, truncated) =
-            tokio::task::spawn_blocking(move || store.count(&filters, &opts))
-                .await
-                .map_err(|_| QueryError::Closed)??;
-        slot.finish();
-        self.record_query_time(started);
-        metrics::counter!(metrics_names::QUERY_ROWS_SCANNED_TOTAL).increment(rows);
-        if truncated {
-            metrics::counter!(metrics_names::QUERY_TRUNCATED_TOTAL).increment(1);
-        }
-        Ok(n)
-    }
-
-    async fn query_slot(&self) -> Result<throttle::QuerySlot, QueryError> {
-        if self.closed.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(QueryError::Closed);
-        }
-        self.throttle
-            .acquire_query_slot()
-            .await
-            .map_err(QueryError::Refused)
-    }
-
-    fn record_query_time(&self, started: Instant) {
-        let took = started.elapsed();
-        metrics::histogram!(metrics_names::QUERY_SECONDS).record(took.as_secs_f64());
-        self.max_query_ns
-            .fetch_max(took.as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
-    }
-
     /// Stops taking writes, lets the writer commit everything queued, and
     /// waits for it. Idempotent.
     pub fn shutdown(&self) {
-        self.closed
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.reads.shutdown();
         self.writer.shutdown();
         if let Err(e) = self.store.force_sync() {
             tracing::error!(error = %e, "final store sync failed");

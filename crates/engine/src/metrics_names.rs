@@ -40,6 +40,21 @@ pub const THROTTLE_TARGET_MEMORY_BYTES: &str = "sluice_throttle_target_memory_by
 pub const THROTTLE_BUCKET_KEYS: &str = "sluice_throttle_bucket_keys";
 pub const THROTTLE_BUCKET_EVICTIONS_TOTAL: &str = "sluice_throttle_bucket_evictions_total";
 pub const THROTTLE_RELIEF_TOTAL: &str = "sluice_throttle_relief_total";
-pub const QUERY_WINDOW_SIZE: &str = "sluice_query_window_size";
-pub const QUERY_WINDOW_QUEUED: &str = "sluice_query_window_queued";
+/// Queries with a step running now (at most `throttle.queries.slots`).
 pub const QUERY_WINDOW_IN_FLIGHT: &str = "sluice_query_window_in_flight";
+/// Queries waiting for a step (first or next).
+pub const QUERY_WINDOW_QUEUED: &str = "sluice_query_window_queued";
+pub const QUERY_OPEN: &str = "sluice_query_open";
+pub const QUERY_PARKED: &str = "sluice_query_parked";
+pub const QUERY_CLIENTS: &str = "sluice_query_clients";
+pub const QUERY_CLIENTS_WAITING: &str = "sluice_query_clients_waiting";
+pub const QUERY_STEP_SECONDS: &str = "sluice_query_step_seconds";
+pub const QUERY_WAIT_SECONDS: &str = "sluice_query_wait_seconds";
+pub const QUERY_STEPS_TOTAL: &str = "sluice_query_steps_total";
+pub const QUERY_NEW_FLOW_STEPS_TOTAL: &str = "sluice_query_new_flow_steps_total";
+pub const QUERY_ADMITTED_TOTAL: &str = "sluice_query_admitted_total";
+pub const QUERY_CANCELLED_TOTAL: &str = "sluice_query_cancelled_total";
+pub const QUERY_COST_UNITS_TOTAL: &str = "sluice_query_cost_units_total";
+pub const QUERY_SENT_BYTES_TOTAL: &str = "sluice_query_sent_bytes_total";
+pub const QUERY_ANSWERS_DROPPED_TOTAL: &str = "sluice_query_answers_dropped_total";
+pub const QUERY_READ_BUDGET_RATE: &str = "sluice_query_read_budget_units_per_second";

@@ -13,7 +13,8 @@
 //! - writer queue fill: queued events / `engine.writer_queue_events`;
 //! - map fill: LMDB used bytes / map size;
 //! - reader slots: LMDB readers in use / `store.max_readers`;
-//! - read latency: the slowest query since the last tick.
+//! - read latency: the longest wait of a query for its first step since
+//!   the last tick (queueing in the query scheduler).
 //!
 //! Memory pressure is the process's anonymous memory (`RssAnon` from
 //! /proc/self/status: heap and stacks, not the file-backed LMDB map) over
@@ -108,10 +109,7 @@ impl Monitor {
             metrics::counter!(m::THROTTLE_BUCKET_EVICTIONS_TOTAL, "bucket" => name)
                 .absolute(s.evicted_idle_total + s.evicted_active_total);
         }
-        let w = throttle.window_stats();
-        metrics::gauge!(m::QUERY_WINDOW_SIZE).set(w.window as f64);
-        metrics::gauge!(m::QUERY_WINDOW_QUEUED).set(w.queued as f64);
-        metrics::gauge!(m::QUERY_WINDOW_IN_FLIGHT).set(w.in_flight as f64);
+        metrics::gauge!(m::QUERY_READ_BUDGET_RATE).set(throttle.read_cost_rate_per_ip());
         self.relieve(&state, &cfg.relief);
     }
 
@@ -132,7 +130,8 @@ impl Monitor {
                 self.commit_baseline_secs * (1.0 - BASELINE_ALPHA) + commit_secs * BASELINE_ALPHA
             };
         }
-        let read_secs = engine.max_query_ns.swap(0, Ordering::Relaxed) as f64 / 1e9;
+        export_reads(&engine.reads.stats());
+        let read_secs = engine.reads.take_max_wait_secs();
         metrics::gauge!(m::WRITER_QUEUE_EVENTS).set(queued as f64);
         let (map_fill, readers_fill) = match engine.store.stats() {
             Ok(s) => {
@@ -198,6 +197,20 @@ fn release_free_heap() -> bool {
     {
         false
     }
+}
+
+/// The query scheduler's counts and totals.
+pub(crate) fn export_reads(s: &sluice_throttle::FairStats) {
+    metrics::gauge!(m::QUERY_WINDOW_IN_FLIGHT).set(s.running as f64);
+    metrics::gauge!(m::QUERY_WINDOW_QUEUED).set(s.queued as f64);
+    metrics::gauge!(m::QUERY_OPEN).set(s.open as f64);
+    metrics::gauge!(m::QUERY_PARKED).set(s.parked as f64);
+    metrics::gauge!(m::QUERY_CLIENTS).set(s.clients as f64);
+    metrics::gauge!(m::QUERY_CLIENTS_WAITING).set(s.clients_waiting as f64);
+    metrics::counter!(m::QUERY_STEPS_TOTAL).absolute(s.steps_total);
+    metrics::counter!(m::QUERY_NEW_FLOW_STEPS_TOTAL).absolute(s.new_flow_steps_total);
+    metrics::counter!(m::QUERY_ADMITTED_TOTAL).absolute(s.admitted_total);
+    metrics::counter!(m::QUERY_CANCELLED_TOTAL).absolute(s.cancelled_total);
 }
 
 fn export(s: &GovernorState) {

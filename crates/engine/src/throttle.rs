@@ -1,7 +1,8 @@
 //! Admission policy: the engine's side of throttling. It owns the clock,
 //! the atomics the controller's verdicts are published through, the
-//! per-client token buckets, the per-IP connection counts and the query
-//! window's waiters. The decisions themselves come from `sluice-throttle`.
+//! per-client token buckets (requests and read cost) and the per-IP
+//! connection counts. The decisions themselves come from `sluice-throttle`;
+//! the query scheduler lives in `reads.rs`.
 //!
 //! Hot path (per EVENT/REQ): one atomic load for the mode, one for the
 //! direction's verdict, and one short mutex hold per token bucket checked.
@@ -12,7 +13,7 @@
 //! in `shadow` mode every decision is computed and counted but none is
 //! applied; in `off` mode only the query pool's concurrency bound applies.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -20,11 +21,10 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use sluice_throttle::{
-    Acquire, AdaptiveWindow, BucketConfig, Direction, EmergencyConfig, GovernorConfig,
-    GovernorState, KeyedBuckets, KeyedStats, Mode, Outcome, PidConfig, RateMeter, SignalTargets,
-    Verdict, WindowConfig, WindowStats,
+    BucketConfig, CostConfig, Direction, EmergencyConfig, FairConfig, GovernorConfig,
+    GovernorState, KeyedBuckets, KeyedStats, Mode, PidConfig, RateMeter, SignalTargets,
+    TokenBucket, Verdict,
 };
-use tokio::sync::oneshot;
 
 use crate::metrics_names as m;
 
@@ -57,6 +57,11 @@ pub struct ClientsConfig {
     pub events_per_pubkey: BucketConfig,
     /// REQs and COUNTs per source IP.
     pub reqs_per_ip: BucketConfig,
+    /// Read budget per source IP, in cost units per second (see
+    /// `throttle.queries.cost`): what the IP's queries may read and send.
+    pub read_cost_per_ip: BucketConfig,
+    /// Read budget per connection, in cost units per second.
+    pub read_cost_per_connection: BucketConfig,
     /// Open WebSocket connections per source IP.
     pub max_connections_per_ip: u32,
     /// Clients tracked per bucket map; the least recently seen is evicted.
@@ -93,6 +98,18 @@ impl Default for ClientsConfig {
                 window_ms: 2000,
                 catch_up_ms: 5000,
             },
+            read_cost_per_ip: BucketConfig {
+                rate_per_s: 20_000.0,
+                burst_ratio: 2.0,
+                window_ms: 5000,
+                catch_up_ms: 10_000,
+            },
+            read_cost_per_connection: BucketConfig {
+                rate_per_s: 10_000.0,
+                burst_ratio: 2.0,
+                window_ms: 5000,
+                catch_up_ms: 10_000,
+            },
             max_connections_per_ip: 64,
             max_tracked_keys: 100_000,
             min_rate_fraction: 0.1,
@@ -102,37 +119,64 @@ impl Default for ClientsConfig {
     }
 }
 
-/// The query pool: concurrency slots and the adaptive queue (seed 002).
+/// The query scheduler and workers (seeds 002, 003, 004; see
+/// `sluice_throttle::fair` and `cost`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct QueriesConfig {
-    /// Queries running at once.
+    /// Query worker threads: steps that run at once.
     pub slots: u32,
-    /// Bounds of the adaptive queue window (REQs that may wait for a slot).
-    pub min_window: u32,
-    pub max_window: u32,
-    pub initial_window: u32,
-    /// Successes in a row that grow the window by one.
-    pub grow_every: u32,
-    /// Slack below a timed-out queue position the window shrinks to.
-    pub margin: u32,
-    /// A REQ waiting longer than this for a slot is refused (and shrinks
-    /// the window); a query whose wait plus run exceeds it counts as a
-    /// timeout too.
-    pub queue_timeout_ms: u64,
+    /// Queries that may wait for a step, all clients together (new
+    /// clients have as many again in reserve).
+    pub max_queued: u32,
+    /// Queries one client (IP, IPv6 /64) may have waiting.
+    pub max_queued_per_client: u32,
+    /// Steps one client may run at once while others wait.
+    pub max_running_per_client: u32,
+    /// Cost units a client may spend per turn of the rotation.
+    pub quantum_units: u64,
+    /// A query that would wait longer than this for its first step is
+    /// refused at once (`rate-limited:`); one that waited this long is
+    /// dropped with the same answer.
+    pub deadline_ms: u64,
+    /// Index rows one step reads at most.
+    pub step_rows: u64,
+    /// Bytes of events one step returns at most (one chunk to the client).
+    pub step_bytes: u64,
+    /// Answer chunks a connection may have unsent; a query whose client
+    /// has not read them waits (parked) without a worker.
+    pub chunks_per_connection: u32,
+    /// The cost model.
+    pub cost: CostConfig,
 }
 
 impl Default for QueriesConfig {
     fn default() -> Self {
-        let w = WindowConfig::default();
+        let f = FairConfig::default();
         QueriesConfig {
-            slots: w.slots,
-            min_window: w.min_window,
-            max_window: w.max_window,
-            initial_window: w.initial_window,
-            grow_every: w.grow_every,
-            margin: w.margin,
-            queue_timeout_ms: 2000,
+            slots: f.slots,
+            max_queued: f.max_queued,
+            max_queued_per_client: f.max_queued_per_client,
+            max_running_per_client: f.max_running_per_client,
+            quantum_units: f.quantum_units,
+            deadline_ms: f.deadline_ms,
+            step_rows: 500,
+            step_bytes: 256 * 1024,
+            chunks_per_connection: 2,
+            cost: CostConfig::default(),
+        }
+    }
+}
+
+impl QueriesConfig {
+    pub fn fair(&self) -> FairConfig {
+        FairConfig {
+            slots: self.slots,
+            max_queued: self.max_queued,
+            max_queued_per_client: self.max_queued_per_client,
+            max_running_per_client: self.max_running_per_client,
+            quantum_units: self.quantum_units,
+            deadline_ms: self.deadline_ms,
         }
     }
 }
@@ -146,19 +190,6 @@ pub struct ReliefConfig {
     pub at_delay_fraction: f64,
     /// At most one relief round per this interval.
     pub min_interval_ms: u64,
-}
-
-impl QueriesConfig {
-    pub fn window(&self) -> WindowConfig {
-        WindowConfig {
-            slots: self.slots,
-            min_window: self.min_window,
-            max_window: self.max_window,
-            initial_window: self.initial_window,
-            grow_every: self.grow_every,
-            margin: self.margin,
-        }
-    }
 }
 
 impl Default for ReliefConfig {
@@ -243,7 +274,22 @@ impl ThrottleConfig {
             self.clients.events_per_pubkey.validate(),
         )?;
         named("clients.reqs_per_ip", self.clients.reqs_per_ip.validate())?;
-        named("queries", self.queries.window().validate())?;
+        named(
+            "clients.read_cost_per_ip",
+            self.clients.read_cost_per_ip.validate(),
+        )?;
+        named(
+            "clients.read_cost_per_connection",
+            self.clients.read_cost_per_connection.validate(),
+        )?;
+        named("queries", self.queries.fair().validate())?;
+        named("queries.cost", self.queries.cost.validate())?;
+        if self.queries.step_rows == 0 || self.queries.step_bytes == 0 {
+            return Err("throttle.queries.step_rows and step_bytes must be at least 1".into());
+        }
+        if !(1..=64).contains(&self.queries.chunks_per_connection) {
+            return Err("throttle.queries.chunks_per_connection must be 1-64".into());
+        }
         if !(10..=10_000).contains(&self.tick_ms) {
             return Err("throttle.tick_ms must be 10-10000".into());
         }
@@ -261,9 +307,6 @@ impl ThrottleConfig {
         }
         if !(0.0..=1.0).contains(&self.clients.min_rate_fraction) {
             return Err("throttle.clients.min_rate_fraction must be in 0..=1".into());
-        }
-        if self.queries.queue_timeout_ms == 0 {
-            return Err("throttle.queries.queue_timeout_ms must be at least 1".into());
         }
         for p in &self.clients.trusted_proxies {
             Cidr::parse(p).ok_or_else(|| {
@@ -326,7 +369,12 @@ pub enum Layer {
     IpBucket,
     PubkeyBucket,
     Controller,
-    QueryWindow,
+    /// The query scheduler: queue bounds and deadlines.
+    QueryScheduler,
+    /// The IP's read budget (cost units).
+    ReadBudgetIp,
+    /// The connection's read budget (cost units).
+    ReadBudgetConnection,
 }
 
 impl Layer {
@@ -336,7 +384,9 @@ impl Layer {
             Layer::IpBucket => "ip_bucket",
             Layer::PubkeyBucket => "pubkey_bucket",
             Layer::Controller => "controller",
-            Layer::QueryWindow => "query_window",
+            Layer::QueryScheduler => "query_scheduler",
+            Layer::ReadBudgetIp => "read_budget_ip",
+            Layer::ReadBudgetConnection => "read_budget_connection",
         }
     }
 }
@@ -378,16 +428,12 @@ pub struct Throttle {
     events_ip: Mutex<KeyedBuckets<IpAddr>>,
     events_pubkey: Mutex<KeyedBuckets<[u8; 32]>>,
     reqs_ip: Mutex<KeyedBuckets<IpAddr>>,
+    read_cost_ip: Mutex<KeyedBuckets<IpAddr>>,
+    /// Current rate of the per-connection read budget (f64 bits), scaled
+    /// by the read controller like the keyed buckets.
+    read_cost_conn_rate: AtomicU64,
     connections: Mutex<HashMap<IpAddr, u32>>,
     trusted: RwLock<Vec<Cidr>>,
-    window: Mutex<WindowQueue>,
-}
-
-struct WindowQueue {
-    window: AdaptiveWindow,
-    /// Waiters in queue order: (id, position, wake).
-    waiters: VecDeque<(u64, u32, oneshot::Sender<bool>)>,
-    next_id: u64,
 }
 
 fn mode_to_u8(m: Mode) -> u8 {
@@ -416,6 +462,8 @@ impl Throttle {
                 KeyedBuckets::new(c.events_per_pubkey, c.max_tracked_keys).expect("validated"),
             ),
             reqs_ip: Mutex::new(keyed(c.reqs_per_ip)),
+            read_cost_ip: Mutex::new(keyed(c.read_cost_per_ip)),
+            read_cost_conn_rate: AtomicU64::new(c.read_cost_per_connection.rate_per_s.to_bits()),
             connections: Mutex::new(HashMap::new()),
             trusted: RwLock::new(
                 c.trusted_proxies
@@ -423,11 +471,6 @@ impl Throttle {
                     .filter_map(|p| Cidr::parse(p))
                     .collect(),
             ),
-            window: Mutex::new(WindowQueue {
-                window: AdaptiveWindow::new(cfg.queries.window()).expect("validated window config"),
-                waiters: VecDeque::new(),
-                next_id: 0,
-            }),
             config: RwLock::new(cfg),
         };
         t.export_mode();
@@ -479,12 +522,15 @@ impl Throttle {
             .expect("lock")
             .set_config(c.reqs_per_ip, c.max_tracked_keys)
             .map_err(fail)?;
-        self.window
+        self.read_cost_ip
             .lock()
             .expect("lock")
-            .window
-            .set_config(cfg.queries.window())
+            .set_config(c.read_cost_per_ip, c.max_tracked_keys)
             .map_err(fail)?;
+        self.read_cost_conn_rate.store(
+            c.read_cost_per_connection.rate_per_s.to_bits(),
+            Ordering::Relaxed,
+        );
         *self.trusted.write().expect("lock") = c
             .trusted_proxies
             .iter()
@@ -687,6 +733,10 @@ impl Throttle {
         let d = adm.batching.check(mode, published);
         match d.verdict {
             Verdict::Allow => Admit::Go,
+            // Reads are not delayed: the read controller acts through the
+            // read budgets' rates (see `publish`) and its refusals, and the
+            // query scheduler orders what runs.
+            Verdict::Delay(_) if dir == Direction::Read => Admit::Go,
             Verdict::Delay(delay) => {
                 self.count_decision(dir, Layer::Controller, "delay", d.enforced);
                 if d.enforced {
@@ -763,6 +813,19 @@ impl Throttle {
                 read_p,
                 floor,
             ));
+        self.read_cost_ip
+            .lock()
+            .expect("lock")
+            .set_rate(sluice_throttle::scaled_rate(
+                c.read_cost_per_ip.rate_per_s,
+                read_p,
+                floor,
+            ));
+        self.read_cost_conn_rate.store(
+            sluice_throttle::scaled_rate(c.read_cost_per_connection.rate_per_s, read_p, floor)
+                .to_bits(),
+            Ordering::Relaxed,
+        );
         drop(cfg);
         *self.state.lock().expect("lock") = Some(*state);
     }
@@ -772,7 +835,7 @@ impl Throttle {
         *self.state.lock().expect("lock")
     }
 
-    pub fn bucket_stats(&self) -> [(&'static str, KeyedStats); 3] {
+    pub fn bucket_stats(&self) -> [(&'static str, KeyedStats); 4] {
         [
             (
                 "events_per_ip",
@@ -783,103 +846,135 @@ impl Throttle {
                 self.events_pubkey.lock().expect("lock").stats(),
             ),
             ("reqs_per_ip", self.reqs_ip.lock().expect("lock").stats()),
+            (
+                "read_cost_per_ip",
+                self.read_cost_ip.lock().expect("lock").stats(),
+            ),
         ]
     }
 
-    pub fn window_stats(&self) -> WindowStats {
-        self.window.lock().expect("lock").window.stats()
+    /// Current rate of the per-IP read budget, cost units per second.
+    pub fn read_cost_rate_per_ip(&self) -> f64 {
+        self.read_cost_ip.lock().expect("lock").rate_per_s()
     }
 
-    /// Takes a query slot: at once, after waiting in the window's queue, or
-    /// not at all (`Err` with the refusal).
-    pub async fn acquire_query_slot(self: &Arc<Self>) -> Result<QuerySlot, Refusal> {
-        let started = Instant::now();
-        let timeout =
-            Duration::from_millis(self.config.read().expect("lock").queries.queue_timeout_ms);
-        let (id, position, rx) = {
-            let mut q = self.window.lock().expect("lock");
-            match q.window.try_acquire() {
-                Acquire::Admit => return Ok(self.slot(0, started, timeout)),
-                Acquire::Refuse => {
-                    drop(q);
-                    return Err(self.window_refusal(
-                        "queue_full",
-                        "too many queries queued",
-                        timeout,
-                    ));
-                }
-                Acquire::Queue { position } => {
-                    let (tx, rx) = oneshot::channel();
-                    q.next_id += 1;
-                    let id = q.next_id;
-                    q.waiters.push_back((id, position, tx));
-                    (id, position, rx)
-                }
-            }
-        };
-        match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(true)) => Ok(self.slot(position, started, timeout)),
-            Ok(Ok(false)) | Ok(Err(_)) => {
-                Err(self.window_refusal("stale", "query queue is too long", timeout))
-            }
-            Err(_) => {
-                let mut q = self.window.lock().expect("lock");
-                if let Some(i) = q.waiters.iter().position(|w| w.0 == id) {
-                    q.waiters.remove(i);
-                    q.window.abandon(position, Outcome::Timeout);
-                } else {
-                    // Woken just as the wait ran out: the slot is ours; give it back.
-                    q.window.release(position, Outcome::Timeout);
-                    q.wake_next();
-                }
-                drop(q);
-                Err(self.window_refusal("timeout", "query waited too long for a slot", timeout))
-            }
+    /// Charges a query's estimated cost to its IP's read budget, or
+    /// refuses it (`rate-limited:`). A full budget pays any estimate (the
+    /// rest becomes debt when the query settles), so a large query is
+    /// slowed, never refused forever.
+    pub fn admit_read_cost(&self, ip: IpAddr, estimate_units: u64) -> Result<(), Refusal> {
+        let mode = self.mode();
+        if mode == Mode::Off {
+            return Ok(());
+        }
+        let cost = u32::try_from(estimate_units).unwrap_or(u32::MAX);
+        let r = self
+            .read_cost_ip
+            .lock()
+            .expect("lock")
+            .check(&client_key(ip), self.now_ns(), cost);
+        match self.bucket_result(
+            r,
+            mode,
+            Direction::Read,
+            Layer::ReadBudgetIp,
+            "your address has read too much; slow down",
+        ) {
+            Some(Admit::Refuse(r)) => Err(r),
+            _ => Ok(()),
         }
     }
 
-    fn window_refusal(
+    /// Settles a query's cost with its IP's budget: a positive `delta` is
+    /// charged (debt beyond what the budget holds), a negative one refunded.
+    pub fn settle_read_cost(&self, ip: IpAddr, delta_units: i64) {
+        if self.mode() == Mode::Off || delta_units == 0 {
+            return;
+        }
+        let now = self.now_ns();
+        let key = client_key(ip);
+        let mut b = self.read_cost_ip.lock().expect("lock");
+        if delta_units > 0 {
+            b.charge(&key, now, delta_units as u64);
+        } else {
+            b.refund(&key, now, delta_units.unsigned_abs());
+        }
+    }
+
+    /// A new connection's own read budget (owned by its session).
+    pub fn connection_read_budget(&self) -> ConnReadBudget {
+        let cfg = self
+            .config
+            .read()
+            .expect("lock")
+            .clients
+            .read_cost_per_connection;
+        ConnReadBudget {
+            bucket: TokenBucket::new(cfg, self.now_ns()).expect("validated bucket config"),
+        }
+    }
+
+    /// Checks and charges a connection's read budget (see
+    /// [`Throttle::admit_read_cost`]).
+    pub fn admit_connection_read_cost(
         &self,
-        reason: &'static str,
-        message: &'static str,
+        budget: &mut ConnReadBudget,
+        estimate_units: u64,
+    ) -> Result<(), Refusal> {
+        let mode = self.mode();
+        if mode == Mode::Off {
+            return Ok(());
+        }
+        budget.bucket.set_rate(f64::from_bits(
+            self.read_cost_conn_rate.load(Ordering::Relaxed),
+        ));
+        let cost = u32::try_from(estimate_units).unwrap_or(u32::MAX);
+        let r = budget.bucket.try_take(self.now_ns(), cost);
+        match self.bucket_result(
+            r,
+            mode,
+            Direction::Read,
+            Layer::ReadBudgetConnection,
+            "this connection has read too much; slow down",
+        ) {
+            Some(Admit::Refuse(r)) => Err(r),
+            _ => Ok(()),
+        }
+    }
+
+    /// Settles a connection's budget like [`Throttle::settle_read_cost`].
+    pub fn settle_connection_read_cost(&self, budget: &mut ConnReadBudget, delta_units: i64) {
+        if self.mode() == Mode::Off || delta_units == 0 {
+            return;
+        }
+        let now = self.now_ns();
+        if delta_units > 0 {
+            budget.bucket.charge(now, delta_units as u64);
+        } else {
+            budget.bucket.refund(now, delta_units.unsigned_abs());
+        }
+    }
+
+    /// Counts a refusal that shadow mode computed and did not apply.
+    pub(crate) fn count_shadow_refusal(&self, layer: Layer) {
+        self.count_decision(Direction::Read, layer, "refuse", false);
+    }
+
+    /// A refusal of the query scheduler, counted.
+    pub(crate) fn scheduler_refusal(
+        &self,
+        reason: sluice_throttle::FairRefusal,
         retry_after: Duration,
     ) -> Refusal {
         match self.refuse(
             Direction::Read,
-            Layer::QueryWindow,
-            reason,
+            Layer::QueryScheduler,
+            reason.as_str(),
             retry_after,
-            message,
+            reason.message(),
         ) {
             Admit::Refuse(r) => r,
             _ => unreachable!("refuse always refuses"),
-        }
-    }
-
-    fn slot(self: &Arc<Self>, position: u32, started: Instant, timeout: Duration) -> QuerySlot {
-        QuerySlot {
-            throttle: self.clone(),
-            position,
-            started,
-            timeout,
-            outcome: Outcome::Cancelled,
-        }
-    }
-}
-
-impl WindowQueue {
-    /// A slot is free: start the oldest waiter that is not stale.
-    fn wake_next(&mut self) {
-        while let Some((_, position, tx)) = self.waiters.pop_front() {
-            if self.window.start_queued(position) {
-                if tx.send(true).is_ok() {
-                    return;
-                }
-                // The waiter is gone (connection closed): free its slot.
-                self.window.release(position, Outcome::Cancelled);
-            } else {
-                let _ = tx.send(false);
-            }
         }
     }
 }
@@ -899,32 +994,10 @@ pub struct ConnAdmission {
     meter: RateMeter,
 }
 
-/// A running query's slot in the pool; released on drop.
-pub struct QuerySlot {
-    throttle: Arc<Throttle>,
-    position: u32,
-    started: Instant,
-    timeout: Duration,
-    outcome: Outcome,
-}
-
-impl QuerySlot {
-    /// Marks the query answered; its total time decides success or timeout.
-    pub fn finish(&mut self) {
-        self.outcome = if self.started.elapsed() > self.timeout {
-            Outcome::Timeout
-        } else {
-            Outcome::Success
-        };
-    }
-}
-
-impl Drop for QuerySlot {
-    fn drop(&mut self) {
-        let mut q = self.throttle.window.lock().expect("lock");
-        q.window.release(self.position, self.outcome);
-        q.wake_next();
-    }
+/// A connection's read budget, in cost units; owned by its session.
+#[derive(Debug, Clone)]
+pub struct ConnReadBudget {
+    bucket: TokenBucket,
 }
 
 /// Counts one open connection of an IP; uncounts it on drop.
@@ -994,31 +1067,5 @@ mod tests {
         assert!(t.open_connection(ip).is_none());
         drop(a);
         assert!(t.open_connection(ip).is_some());
-    }
-
-    #[tokio::test]
-    async fn query_window_admits_queues_and_refuses() {
-        let mut cfg = ThrottleConfig::default();
-        cfg.queries.slots = 1;
-        cfg.queries.min_window = 1;
-        cfg.queries.max_window = 1;
-        cfg.queries.initial_window = 1;
-        cfg.queries.margin = 0;
-        cfg.queries.queue_timeout_ms = 5000;
-        let t = Throttle::new(cfg);
-        let first = t.acquire_query_slot().await.unwrap();
-        let t2 = t.clone();
-        let queued = tokio::spawn(async move { t2.acquire_query_slot().await.map(|_| ()) });
-        while t.window_stats().queued == 0 {
-            tokio::task::yield_now().await;
-        }
-        // Queue full (window 1): the third is refused at once.
-        assert_eq!(
-            t.acquire_query_slot().await.err().unwrap().layer,
-            Layer::QueryWindow
-        );
-        drop(first);
-        assert!(queued.await.unwrap().is_ok());
-        assert_eq!(t.window_stats().in_flight, 0);
     }
 }

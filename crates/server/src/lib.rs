@@ -248,7 +248,8 @@ async fn throttle_status(State(st): State<Arc<AppState>>) -> Response {
         "mode": t.mode().as_str(),
         "state": t.state(),
         "buckets": buckets,
-        "query_window": t.window_stats(),
+        "queries": st.engine.reads().stats(),
+        "read_budget_units_per_second": t.read_cost_rate_per_ip(),
         "config": t.config(),
     });
     (

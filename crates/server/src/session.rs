@@ -1,6 +1,7 @@
 //! One WebSocket connection: a single task with one `select!` loop over a
-//! fixed set of sources (shutdown, answered writes, finished queries, live
-//! events, the next client message).
+//! fixed set of sources, polled in this order (`biased`): shutdown, answered
+//! writes, query answers, live events, the next client message. Work already
+//! admitted is answered before new work is read.
 //!
 //! Bounds, and who loses when they fill:
 //! - pending EVENTs (`max_pending_writes`): further EVENTs are refused at
@@ -9,6 +10,9 @@
 //!   the excess costs a JSON parse, not a queue slot;
 //! - open subscriptions and running COUNTs (`max_subscriptions`): the REQ
 //!   is refused with CLOSED `rate-limited:`;
+//! - query answers arrive in chunks through the session's read sink, at
+//!   most `throttle.queries.chunks_per_connection` unsent; a client that
+//!   does not read holds its own queries back (parked), nobody else's;
 //! - live events buffered while a subscription's query runs
 //!   (`max_buffered_live_events`): that subscription is CLOSED;
 //! - the live broadcast (`engine.live_buffer_events`) and each send
@@ -23,9 +27,11 @@ use std::time::{Duration, Instant};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, close_code};
 use futures_util::SinkExt;
 use futures_util::stream::{FuturesUnordered, SplitSink, StreamExt};
-use sluice_engine::QueryOutput;
-use sluice_engine::throttle::{ConnAdmission, ConnectionGuard};
-use sluice_engine::{Admit, LiveEvent, QueryError, SubmitError, WriteError, WriteResult, unix_now};
+use sluice_engine::throttle::{ConnAdmission, ConnReadBudget, ConnectionGuard};
+use sluice_engine::{
+    Admit, LiveEvent, QueryError, ReadEnd, ReadGuard, ReadMsg, ReadSink, SubmitError, WriteError,
+    WriteResult, unix_now,
+};
 use sluice_proto::message::sniff_id;
 use sluice_proto::{
     ClientMessage, Event, Filter, KindClass, MessageError, PubkeyCache, Reason, RelayMessage,
@@ -40,7 +46,6 @@ use crate::metrics_names as m;
 const SESSION_PUBKEY_CACHE: usize = 4;
 
 type WriteFut = Pin<Box<dyn Future<Output = WriteDone> + Send>>;
-type QueryFut = Pin<Box<dyn Future<Output = QueryDone> + Send>>;
 
 struct WriteDone {
     started: Instant,
@@ -49,21 +54,11 @@ struct WriteDone {
     result: Option<WriteResult>,
 }
 
-struct QueryDone {
-    sub_id: String,
-    generation: u64,
-    result: QueryResult,
-}
-
-enum QueryResult {
-    Events(Result<QueryOutput, QueryError>),
-    Count(Result<u64, QueryError>),
-}
-
 struct Sub {
     filters: Vec<Filter>,
-    /// Distinguishes this REQ from an earlier one with the same id.
-    generation: u64,
+    /// The stored query while it runs; dropping it cancels the query and
+    /// gives back whatever it holds in the scheduler.
+    query: Option<ReadGuard>,
     /// Live matches held back while the stored query runs; `None` once
     /// EOSE is sent.
     pending: Option<Vec<Arc<LiveEvent>>>,
@@ -88,6 +83,23 @@ struct Out {
 impl Out {
     async fn send(&mut self, text: String) -> Result<(), CloseReason> {
         match tokio::time::timeout(self.timeout, self.sink.send(Message::Text(text.into()))).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err("io_error"),
+            Err(_) => Err("slow_consumer"),
+        }
+    }
+
+    /// Queues a message without flushing (a chunk of events is flushed once).
+    async fn feed(&mut self, text: String) -> Result<(), CloseReason> {
+        match tokio::time::timeout(self.timeout, self.sink.feed(Message::Text(text.into()))).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err("io_error"),
+            Err(_) => Err("slow_consumer"),
+        }
+    }
+
+    async fn flush(&mut self) -> Result<(), CloseReason> {
+        match tokio::time::timeout(self.timeout, self.sink.flush()).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err("io_error"),
             Err(_) => Err("slow_consumer"),
@@ -121,10 +133,18 @@ struct Session {
     /// Parsed author keys: a client mostly publishes as one or a few.
     keys: PubkeyCache,
     subs: HashMap<String, Sub>,
-    next_generation: u64,
     writes: FuturesUnordered<WriteFut>,
-    queries: FuturesUnordered<QueryFut>,
-    counts_in_flight: usize,
+    /// Where this connection's query answers arrive.
+    reads: ReadSink,
+    /// This connection's read budget (cost units).
+    read_budget: ConnReadBudget,
+    /// COUNTs running, by query id: their sub id and guard.
+    counts: HashMap<u64, (String, ReadGuard)>,
+    /// Subscribed to the live broadcast only while the connection has
+    /// subscriptions: a publisher-only connection is never woken per
+    /// stored event and can never fall behind it. Taken before a query is
+    /// submitted, so no event between the two is missed.
+    live: Option<broadcast::Receiver<Arc<LiveEvent>>>,
 }
 
 pub(crate) async fn run(
@@ -142,28 +162,26 @@ pub(crate) async fn run(
         sink,
         timeout: Duration::from_millis(st.server.send_timeout_ms),
     };
-    // Subscribed to the live broadcast only while the connection has
-    // subscriptions: a publisher-only connection is never woken per stored
-    // event and can never fall behind it.
-    let mut live: Option<broadcast::Receiver<Arc<LiveEvent>>> = None;
     let mut s = Session {
         ip,
         write_adm: st.engine.throttle().admission(),
         keys: PubkeyCache::new(SESSION_PUBKEY_CACHE),
         read_adm: st.engine.throttle().admission(),
+        reads: st.engine.reads().sink(st.limits.max_subscriptions),
+        read_budget: st.engine.throttle().connection_read_budget(),
         st: st.clone(),
         subs: HashMap::new(),
-        next_generation: 0,
         writes: FuturesUnordered::new(),
-        queries: FuturesUnordered::new(),
-        counts_in_flight: 0,
+        counts: HashMap::new(),
+        live: None,
     };
     let reason: CloseReason = loop {
         let step = tokio::select! {
+            biased;
             _ = st.shutdown.cancelled() => break s.finish_for_shutdown(&mut out).await,
             Some(done) = s.writes.next(), if !s.writes.is_empty() => s.on_write_done(&mut out, done).await,
-            Some(done) = s.queries.next(), if !s.queries.is_empty() => s.on_query_done(&mut out, done).await,
-            r = async { live.as_mut().expect("guarded").recv().await }, if live.is_some() => match r {
+            msg = s.reads.recv() => s.on_read(&mut out, msg).await,
+            r = async { s.live.as_mut().expect("guarded").recv().await }, if s.live.is_some() => match r {
                 Ok(ev) => s.on_live(&mut out, ev).await,
                 Err(RecvError::Lagged(_)) => Err("slow_consumer"),
                 Err(RecvError::Closed) => Err("shutdown"),
@@ -189,12 +207,8 @@ pub(crate) async fn run(
         if let Err(reason) = step {
             break reason;
         }
-        // Before the next poll runs a new REQ's query (and takes its
-        // snapshot), so no event between the two is missed.
-        match (s.subs.is_empty(), live.is_some()) {
-            (true, true) => live = None,
-            (false, false) => live = Some(st.engine.subscribe()),
-            _ => {}
+        if s.subs.is_empty() {
+            s.live = None;
         }
     };
     if reason == "slow_consumer" {
@@ -461,7 +475,7 @@ impl Session {
                 .await;
         }
         let replacing = !count && self.subs.contains_key(&sub_id);
-        if !replacing && self.subs.len() + self.counts_in_flight >= lim.max_subscriptions {
+        if !replacing && self.subs.len() + self.counts.len() >= lim.max_subscriptions {
             let detail = format!(
                 "too many open subscriptions (max {})",
                 lim.max_subscriptions
@@ -476,8 +490,8 @@ impl Session {
             .throttle()
             .admit_req(self.ip, &mut self.read_adm)
         {
-            Admit::Go => {}
-            Admit::Delay(d) => tokio::time::sleep(d).await,
+            // Reads are never delayed (see `Throttle::admit_req`).
+            Admit::Go | Admit::Delay(_) => {}
             Admit::Refuse(r) => {
                 if self.subs.remove(&sub_id).is_some() {
                     metrics::gauge!(m::SUBSCRIPTIONS_OPEN).decrement(1.0);
@@ -487,112 +501,158 @@ impl Session {
                     .await;
             }
         }
-        let engine = self.st.engine.clone();
-        self.next_generation += 1;
-        let generation = self.next_generation;
+        // Subscribed before the query can take its snapshot: no gap.
+        if self.live.is_none() {
+            self.live = Some(self.st.engine.subscribe());
+        }
+        let reads = self.st.engine.reads();
         if count {
-            self.counts_in_flight += 1;
-            self.queries.push(Box::pin(async move {
-                QueryDone {
-                    result: QueryResult::Count(engine.count(filters).await),
-                    sub_id,
-                    generation,
+            return match reads.submit_count(&self.reads, self.ip, filters, &mut self.read_budget) {
+                Ok(guard) => {
+                    self.counts.insert(guard.job(), (sub_id, guard));
+                    Ok(())
                 }
-            }));
-            return Ok(());
+                Err(e) => self.refuse_query(out, &sub_id, e).await,
+            };
         }
         for f in &mut filters {
             f.limit = Some(f.limit.unwrap_or(lim.default_limit).min(lim.max_limit));
         }
         let sub = Sub {
             filters: filters.clone(),
-            generation,
+            query: None,
             pending: Some(Vec::new()),
             snapshot_serial: 0,
         };
+        // Replacing a REQ drops the old one's guard: its query is cancelled.
         if self.subs.insert(sub_id.clone(), sub).is_none() {
             metrics::gauge!(m::SUBSCRIPTIONS_OPEN).increment(1.0);
         }
-        self.queries.push(Box::pin(async move {
-            QueryDone {
-                result: QueryResult::Events(engine.query(filters).await),
-                sub_id,
-                generation,
+        match reads.submit_query(&self.reads, self.ip, filters, &mut self.read_budget) {
+            Ok(guard) => {
+                if let Some(sub) = self.subs.get_mut(&sub_id) {
+                    sub.query = Some(guard);
+                }
+                Ok(())
             }
-        }));
-        Ok(())
+            Err(e) => {
+                self.subs.remove(&sub_id);
+                metrics::gauge!(m::SUBSCRIPTIONS_OPEN).decrement(1.0);
+                self.refuse_query(out, &sub_id, e).await
+            }
+        }
     }
 
-    async fn on_query_done(&mut self, out: &mut Out, done: QueryDone) -> Result<(), CloseReason> {
-        let QueryDone {
-            sub_id,
-            generation,
-            result,
-        } = done;
-        let output = match result {
-            QueryResult::Count(r) => {
-                self.counts_in_flight -= 1;
-                return match r {
-                    Ok(n) => out.send(RelayMessage::count(&sub_id, n)).await,
-                    Err(QueryError::Refused(r)) => {
+    async fn refuse_query(
+        &mut self,
+        out: &mut Out,
+        sub_id: &str,
+        e: QueryError,
+    ) -> Result<(), CloseReason> {
+        match e {
+            QueryError::Refused(r) => {
+                self.refuse_req(out, sub_id, Reason::RateLimited, &r.detail())
+                    .await
+            }
+            QueryError::Closed => {
+                self.refuse_req(out, sub_id, Reason::Error, "relay is shutting down")
+                    .await
+            }
+            QueryError::Store(e) => {
+                tracing::warn!(error = %e, "query failed");
+                self.refuse_req(out, sub_id, Reason::Error, "could not run the query")
+                    .await
+            }
+        }
+    }
+
+    /// A chunk (and/or the end) of one of this connection's queries. The
+    /// message's credit goes back when it is dropped, after the events are
+    /// written: the next chunk is read only once this one is on its way.
+    async fn on_read(&mut self, out: &mut Out, mut msg: ReadMsg) -> Result<(), CloseReason> {
+        let throttle = self.st.engine.throttle().clone();
+        throttle.settle_connection_read_cost(&mut self.read_budget, msg.settle_units);
+        if let Some((sub_id, _guard)) = self.counts.remove(&msg.job) {
+            return match msg.end.take() {
+                Some(ReadEnd::Count { count, .. }) => {
+                    out.send(RelayMessage::count(&sub_id, count)).await
+                }
+                Some(ReadEnd::Refused(r)) => {
+                    self.refuse_req(out, &sub_id, Reason::RateLimited, &r.detail())
+                        .await
+                }
+                Some(ReadEnd::Failed | ReadEnd::Eose { .. }) => {
+                    self.refuse_req(out, &sub_id, Reason::Error, "could not count events")
+                        .await
+                }
+                None => {
+                    // Not the end yet: keep waiting.
+                    self.counts.insert(msg.job, (sub_id, _guard));
+                    Ok(())
+                }
+            };
+        }
+        let Some(sub_id) = self
+            .subs
+            .iter()
+            .find(|(_, s)| s.query.as_ref().is_some_and(|q| q.job() == msg.job))
+            .map(|(id, _)| id.clone())
+        else {
+            // A query closed or replaced since: its answer is dropped.
+            return Ok(());
+        };
+        let events = std::mem::take(&mut msg.events);
+        let n = events.len();
+        for raw in events {
+            out.feed(RelayMessage::event(&sub_id, &raw)).await?;
+        }
+        match msg.end.take() {
+            None => {
+                if n > 0 {
+                    out.flush().await?;
+                }
+                Ok(())
+            }
+            Some(ReadEnd::Eose {
+                snapshot_serial, ..
+            }) => {
+                out.feed(RelayMessage::eose(&sub_id)).await?;
+                let held = match self.subs.get_mut(&sub_id) {
+                    Some(sub) => {
+                        sub.query = None;
+                        sub.snapshot_serial = snapshot_serial;
+                        sub.pending.take().unwrap_or_default()
+                    }
+                    None => Vec::new(),
+                };
+                // Events committed after the query's snapshot were not in it.
+                for ev in held {
+                    if ev.serial.is_none_or(|s| s >= snapshot_serial) {
+                        out.feed(RelayMessage::event(&sub_id, ev.event.raw()))
+                            .await?;
+                        metrics::counter!(m::LIVE_DELIVERIES_TOTAL).increment(1);
+                    }
+                }
+                out.flush().await
+            }
+            Some(end) => {
+                self.subs.remove(&sub_id);
+                metrics::gauge!(m::SUBSCRIPTIONS_OPEN).decrement(1.0);
+                if n > 0 {
+                    out.flush().await?;
+                }
+                match end {
+                    ReadEnd::Refused(r) => {
                         self.refuse_req(out, &sub_id, Reason::RateLimited, &r.detail())
                             .await
                     }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "count failed");
-                        self.refuse_req(out, &sub_id, Reason::Error, "could not count events")
+                    _ => {
+                        self.refuse_req(out, &sub_id, Reason::Error, "could not run the query")
                             .await
                     }
-                };
-            }
-            QueryResult::Events(r) => r,
-        };
-        // A REQ replaced or closed while its query ran: drop the result.
-        if self
-            .subs
-            .get(&sub_id)
-            .is_none_or(|s| s.generation != generation)
-        {
-            return Ok(());
-        }
-        let output = match output {
-            Ok(o) => o,
-            Err(QueryError::Refused(r)) => {
-                self.subs.remove(&sub_id);
-                metrics::gauge!(m::SUBSCRIPTIONS_OPEN).decrement(1.0);
-                return self
-                    .refuse_req(out, &sub_id, Reason::RateLimited, &r.detail())
-                    .await;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "query failed");
-                self.subs.remove(&sub_id);
-                metrics::gauge!(m::SUBSCRIPTIONS_OPEN).decrement(1.0);
-                return self
-                    .refuse_req(out, &sub_id, Reason::Error, "could not run the query")
-                    .await;
-            }
-        };
-        for raw in &output.events {
-            out.send(RelayMessage::event(&sub_id, raw)).await?;
-        }
-        out.send(RelayMessage::eose(&sub_id)).await?;
-        let held = match self.subs.get_mut(&sub_id) {
-            Some(sub) => {
-                sub.snapshot_serial = output.snapshot_serial;
-                sub.pending.take().unwrap_or_default()
-            }
-            None => Vec::new(),
-        };
-        // Events committed after the query's snapshot were not in it.
-        for ev in held {
-            if ev.serial.is_none_or(|s| s >= output.snapshot_serial) {
-                out.send(RelayMessage::event(&sub_id, ev.event.raw()))
-                    .await?;
-                metrics::counter!(m::LIVE_DELIVERIES_TOTAL).increment(1);
+                }
             }
         }
-        Ok(())
     }
 
     async fn on_live(&mut self, out: &mut Out, ev: Arc<LiveEvent>) -> Result<(), CloseReason> {

@@ -98,8 +98,7 @@ async fn reload_on_sighup(config_file: Option<PathBuf>, engine: Arc<Engine>) {
     while hup.recv().await.is_some() {
         let applied = Config::load(config_file.as_deref()).and_then(|cfg| {
             engine
-                .throttle()
-                .reload(cfg.throttle)
+                .reload_throttle(cfg.throttle)
                 .map_err(anyhow::Error::msg)
         });
         match applied {

@@ -252,6 +252,9 @@ struct Client {
     gen_id: u64,
 }
 
+/// Most emptied client queues kept for reuse.
+const SPARE_QUEUES: usize = 64;
+
 /// Weight of a new step-time sample in the moving average.
 const STEP_ALPHA: f64 = 0.1;
 /// Step time assumed before any step was measured.
@@ -272,6 +275,12 @@ pub struct FairQueue<K> {
     /// Queued jobs in admission order, for `expire`: (admitted_ns, id).
     /// Entries of jobs that started or left are skipped lazily.
     unstarted: VecDeque<(u64, JobId)>,
+    /// Parked queries by the sink they wait on.
+    parked_by_sink: HashMap<u64, Vec<JobId>>,
+    /// Emptied queues of clients that left, reused for new ones: clients
+    /// come and go with every polite query, and this keeps them from
+    /// allocating (bounded by `SPARE_QUEUES`).
+    spare_queues: Vec<VecDeque<JobId>>,
     next_id: JobId,
     step_ns: f64,
     stats: FairStats,
@@ -288,6 +297,8 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
             new_flows: VecDeque::new(),
             old_flows: VecDeque::new(),
             unstarted: VecDeque::new(),
+            parked_by_sink: HashMap::new(),
+            spare_queues: Vec::new(),
             next_id: 0,
             next_gen: 0,
             step_ns: INITIAL_STEP_NS,
@@ -309,19 +320,27 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
     /// Admits a query of `client` (weight 1) whose answers go to `sink`, or
     /// refuses it at once. See [`FairQueue::submit_weighted`].
     pub fn submit(&mut self, client: K, sink: u64, now_ns: u64) -> Result<JobId, FairRefused> {
-        self.submit_weighted(client, sink, 1, now_ns)
+        self.submit_weighted(client, sink, 1, now_ns, true)
+    }
+
+    /// How long a new query of `client` would wait for its first step.
+    pub fn estimated_wait(&self, client: &K) -> Duration {
+        let is_new_flow = self.clients.get(client).is_none_or(|c| c.open == 0);
+        Duration::from_nanos(self.estimate_wait_ns(client, is_new_flow))
     }
 
     /// Admits a query: it joins its client's queue and waits for its first
     /// step. Refused when every queue position is taken, when its client has
-    /// too many waiting, or when its estimated wait passes the deadline.
-    /// `weight` (1..) scales the client's share of the rotation.
+    /// too many waiting, or (with `check_deadline`) when its estimated wait
+    /// passes the deadline. `weight` (1..) scales the client's share of the
+    /// rotation.
     pub fn submit_weighted(
         &mut self,
         client: K,
         sink: u64,
         weight: u32,
         now_ns: u64,
+        check_deadline: bool,
     ) -> Result<JobId, FairRefused> {
         let is_new_flow = self.clients.get(&client).is_none_or(|c| c.open == 0);
         let own_queued = self
@@ -339,7 +358,7 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
             Some(FairRefusal::QueueFull)
         } else if own_queued >= self.config.max_queued_per_client {
             Some(FairRefusal::ClientQueueFull)
-        } else if wait_ns > deadline_ns {
+        } else if check_deadline && wait_ns > deadline_ns {
             Some(FairRefusal::Deadline)
         } else {
             None
@@ -364,10 +383,11 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
             },
         );
         let next_gen = &mut self.next_gen;
+        let spare = &mut self.spare_queues;
         let c = self.clients.entry(client.clone()).or_insert_with(|| {
             *next_gen += 1;
             Client {
-                queue: VecDeque::new(),
+                queue: spare.pop().unwrap_or_default(),
                 running: 0,
                 parked: 0,
                 open: 0,
@@ -603,6 +623,7 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
             job.state = State::Parked;
             c.parked += 1;
             self.stats.parked += 1;
+            self.parked_by_sink.entry(job.sink).or_default().push(id);
             return StepFate::Parked;
         }
         job.state = State::Queued;
@@ -617,12 +638,9 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
 
     /// The client behind `sink` read a chunk: its parked queries may run.
     pub fn unpark(&mut self, sink: u64) {
-        let parked: Vec<JobId> = self
-            .jobs
-            .iter()
-            .filter(|(_, j)| j.sink == sink && j.state == State::Parked)
-            .map(|(id, _)| *id)
-            .collect();
+        let Some(parked) = self.parked_by_sink.remove(&sink) else {
+            return;
+        };
         for id in parked {
             let job = self.jobs.get_mut(&id).expect("present");
             job.state = State::Queued;
@@ -658,7 +676,14 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
             }
             State::Parked => {
                 let key = job.client.clone();
+                let sink = job.sink;
                 self.jobs.remove(&id);
+                if let Some(ids) = self.parked_by_sink.get_mut(&sink) {
+                    ids.retain(|j| *j != id);
+                    if ids.is_empty() {
+                        self.parked_by_sink.remove(&sink);
+                    }
+                }
                 let c = self.clients.get_mut(&key).expect("client of a job");
                 c.parked -= 1;
                 self.stats.parked -= 1;
@@ -686,7 +711,13 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         c.open -= 1;
         if c.open == 0 {
             // Its list entry (if any) is skipped when reached.
-            self.clients.remove(key);
+            if let Some(gone) = self.clients.remove(key)
+                && self.spare_queues.len() < SPARE_QUEUES
+            {
+                let mut q = gone.queue;
+                q.clear();
+                self.spare_queues.push(q);
+            }
         }
     }
 
@@ -717,6 +748,7 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
     pub fn is_idle(&self) -> bool {
         self.jobs.is_empty()
             && self.clients.is_empty()
+            && self.parked_by_sink.is_empty()
             && self.stats.open == 0
             && self.stats.running == 0
             && self.stats.queued == 0
@@ -730,6 +762,8 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         assert_eq!(self.stats.running, count(State::Running), "running");
         assert_eq!(self.stats.queued, count(State::Queued), "queued");
         assert_eq!(self.stats.parked, count(State::Parked), "parked");
+        let indexed: usize = self.parked_by_sink.values().map(Vec::len).sum();
+        assert_eq!(indexed as u32, self.stats.parked, "parked index");
         assert_eq!(self.stats.open, self.jobs.len() as u32, "open");
         assert!(self.stats.running <= self.config.slots, "running <= slots");
         for (key, c) in &self.clients {

@@ -1,6 +1,7 @@
 //! Sluice's throttling logic, pure and deterministic: the PID controller of
 //! seed 000 and the load signals it acts on, token buckets with burst per
-//! client (seeds 001, 003, 004), the adaptive query window (seed 002),
+//! client (seeds 001, 003, 004), the fair query scheduler and its cost
+//! model (seeds 002, 003, 004),
 //! emergency mode and the admission decisions that combine them.
 //!
 //! Architecture invariant: this crate reads no clock, spawns nothing, does
@@ -21,7 +22,6 @@
 //!   (per connection, batching), [`Mode`], [`Decision`].
 //! - [`bucket`]: [`TokenBucket`], [`scaled_rate`]; [`keyed`]:
 //!   [`KeyedBuckets`] per IP or pubkey, bounded.
-//! - [`window`]: [`AdaptiveWindow`] for query concurrency.
 //! - [`fair`]: [`FairQueue`], the query scheduler: per-client queues, deficit
 //!   round robin by cost, new flows first, deadlines, bounded steps.
 //! - [`cost`]: [`QueryCost`], a query's cost estimated from its plan and
@@ -43,7 +43,6 @@ pub mod keyed;
 pub mod meter;
 pub mod pid;
 pub mod signals;
-pub mod window;
 
 pub use admission::{Admission, Decision, Direction, Mode, RefuseReason, Verdict};
 pub use bucket::{BucketConfig, TokenBucket, scaled_rate};
@@ -60,4 +59,3 @@ pub use pid::{Pid, PidConfig, PidState};
 pub use signals::{
     LoadSignals, NormalizedSignals, SignalTargets, memory_pressure, process_variable,
 };
-pub use window::{Acquire, AdaptiveWindow, Outcome, WindowConfig, WindowStats};

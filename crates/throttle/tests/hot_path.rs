@@ -8,8 +8,8 @@ use std::cell::Cell;
 use std::time::Duration;
 
 use sluice_throttle::{
-    AdaptiveWindow, Admission, BucketConfig, KeyedBuckets, Mode, Outcome, RefuseReason,
-    TokenBucket, Verdict, WindowConfig, scaled_rate,
+    Admission, AfterStep, BucketConfig, FairConfig, FairQueue, KeyedBuckets, Mode, RefuseReason,
+    TokenBucket, Verdict, scaled_rate,
 };
 
 struct Counting;
@@ -105,14 +105,35 @@ fn bucket_checks_do_not_allocate() {
 }
 
 #[test]
-fn window_decisions_do_not_allocate() {
-    let mut window = AdaptiveWindow::new(WindowConfig::default()).unwrap();
+fn scheduler_decisions_do_not_allocate_once_warm() {
+    let mut q: FairQueue<u32> = FairQueue::new(FairConfig::default()).unwrap();
+    let cycle = |q: &mut FairQueue<u32>, i: u64| {
+        let a = q.submit((i % 4) as u32, i % 4, i).unwrap();
+        let b = q.submit(((i + 1) % 4) as u32, (i + 1) % 4, i).unwrap();
+        // a takes two steps (queued again after the first), b one.
+        let mut a_steps = 0;
+        while let Some(id) = q.dispatch_next() {
+            let after = if id == a && a_steps == 0 {
+                a_steps += 1;
+                AfterStep::Continue
+            } else {
+                AfterStep::Finished
+            };
+            q.step_done(id, 100, 1_000_000, after);
+        }
+        q.cancel(a);
+        q.cancel(b);
+        let _ = q.expire(i);
+        q.unpark(i % 4);
+    };
+    for i in 0..1000 {
+        cycle(&mut q, i);
+    }
     let n = allocations_in(|| {
-        for _ in 0..100_000 {
-            if window.try_acquire() == sluice_throttle::Acquire::Admit {
-                window.release(0, Outcome::Success);
-            }
+        for i in 1000..101_000 {
+            cycle(&mut q, i);
         }
     });
-    assert_eq!(n, 0);
+    assert_eq!(n, 0, "the scheduler allocated {n} times");
+    assert!(q.is_idle());
 }

@@ -1,0 +1,638 @@
+//! The read path at run time: query workers that run the fair scheduler's
+//! steps on the store, the sinks that carry answers to sessions, and the
+//! guards that give back everything a query holds.
+//!
+//! Flow: a session opens one [`ReadSink`] and submits REQs and COUNTs
+//! through [`Reads::submit_query`] / [`Reads::submit_count`]: the query's
+//! cost is estimated from its plan and charged to the IP's and the
+//! connection's read budgets, then the fair scheduler (`sluice_throttle::
+//! fair`) admits it or refuses it at once. `throttle.queries.slots` worker
+//! threads take steps from the scheduler; each step opens its own read
+//! transaction, reads at most `step_rows` rows, returns at most
+//! `step_bytes` of events, and sends them as one [`ReadMsg`] to the sink.
+//!
+//! Bounds, and who loses when they fill:
+//! - the scheduler's queues (`max_queued`, `max_queued_per_client`) and
+//!   deadline: the new query is answered `CLOSED rate-limited:`;
+//! - a sink holds at most `chunks_per_connection` answer chunks: a query
+//!   whose client has not read them is parked without a worker (the slow
+//!   reader waits, nobody else); a sink's channel also has room for one
+//!   final message per open query, so finishing never blocks a worker.
+//!
+//! Ownership (the guard invariant): a query is counted by the scheduler
+//! from admission until it finishes or its [`ReadGuard`] is dropped. The
+//! guard's drop cancels it under the scheduler's lock: a queued or parked
+//! query leaves at once, a running one when its step reports. No `.await`
+//! sits between a count and its guard, every step reports (a panicking
+//! step is caught and reported as a failure), and a chunk's credit is
+//! returned by dropping the message, wherever that happens.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use sluice_proto::Filter;
+use sluice_store::{
+    CountCursor, PlanShape, QueryCursor, QueryOptions, StepLimits, Store, plan_shape,
+};
+use sluice_throttle::{AfterStep, FairQueue, FairStats, FilterShape, JobId, Mode, StepFate};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+
+use crate::metrics_names as m;
+use crate::throttle::{ConnReadBudget, QueriesConfig, Refusal, Throttle, client_key};
+use crate::{QueryError, unix_now};
+
+/// How often an idle worker wakes to drop queries past their deadline.
+const EXPIRY_CHECK: Duration = Duration::from_millis(20);
+
+/// The query workers and their scheduler. One per engine.
+pub struct Reads {
+    inner: Arc<Inner>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    work: Condvar,
+    store: Store,
+    throttle: Arc<Throttle>,
+    max_scan_rows: u64,
+    max_count_rows: u64,
+}
+
+struct State {
+    sched: FairQueue<IpAddr>,
+    cfg: QueriesConfig,
+    /// Queries' work, keyed by id; absent while a worker runs its step.
+    bodies: HashMap<JobId, Body>,
+    stopping: bool,
+    next_sink: u64,
+    /// Longest wait for a first step since the monitor last looked (ns).
+    max_wait_ns: u64,
+}
+
+enum Work {
+    Query(QueryCursor),
+    Count(CountCursor),
+}
+
+struct Body {
+    work: Work,
+    tx: mpsc::Sender<ReadMsg>,
+    credits: Arc<Semaphore>,
+    sink: u64,
+    ip: IpAddr,
+    /// Units charged to the budgets so far: the estimate, then any excess.
+    charged: u64,
+    /// Units the query has cost so far: the base, then every step's.
+    spent: u64,
+    admitted: Instant,
+    started: bool,
+    work_ns: u64,
+}
+
+/// How a query ended, as its last message says.
+#[derive(Debug)]
+pub enum ReadEnd {
+    /// A REQ's stored events are all sent: EOSE, and live events from
+    /// `snapshot_serial` on.
+    Eose {
+        snapshot_serial: u64,
+        truncated: bool,
+    },
+    /// A COUNT's answer.
+    Count { count: u64, truncated: bool },
+    /// Dropped before its first step (deadline passed): `rate-limited:`.
+    Refused(Refusal),
+    /// The store failed (or a step panicked); logged here.
+    Failed,
+}
+
+/// One answer chunk (and/or the end) of a query, for the session.
+pub struct ReadMsg {
+    pub job: JobId,
+    pub events: Vec<String>,
+    pub end: Option<ReadEnd>,
+    /// Units to charge (positive) or refund (negative) to the connection's
+    /// read budget, settling the estimate charged at admission.
+    pub settle_units: i64,
+    _credit: Option<Credit>,
+}
+
+/// A chunk's place in its sink; returned when the message is dropped, and
+/// the sink's parked queries may then run.
+struct Credit {
+    permit: Option<OwnedSemaphorePermit>,
+    inner: Arc<Inner>,
+    sink: u64,
+}
+
+impl Drop for Credit {
+    fn drop(&mut self) {
+        // Return the credit first: a worker that checks for one after this
+        // point sees it; one that parked before is woken below.
+        drop(self.permit.take());
+        let mut st = self.inner.lock();
+        st.sched.unpark(self.sink);
+        let runnable = st.sched.stats().queued > 0;
+        drop(st);
+        if runnable {
+            self.inner.work.notify_one();
+        }
+    }
+}
+
+/// A session's receiving end for all its queries' answers.
+pub struct ReadSink {
+    id: u64,
+    rx: mpsc::Receiver<ReadMsg>,
+    tx: mpsc::Sender<ReadMsg>,
+    credits: Arc<Semaphore>,
+}
+
+impl ReadSink {
+    /// The next message of any of this session's queries. Cancel-safe.
+    pub async fn recv(&mut self) -> ReadMsg {
+        // The sink holds a sender itself, so the channel never closes.
+        match self.rx.recv().await {
+            Some(m) => m,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// Owns one admitted query: dropping it cancels the query and gives back
+/// its queue position or worker.
+pub struct ReadGuard {
+    job: JobId,
+    inner: Arc<Inner>,
+}
+
+impl ReadGuard {
+    /// The id its messages carry.
+    pub fn job(&self) -> JobId {
+        self.job
+    }
+}
+
+impl Drop for ReadGuard {
+    fn drop(&mut self) {
+        let mut st = self.inner.lock();
+        if st.sched.cancel(self.job)
+            && let Some(body) = st.bodies.remove(&self.job)
+        {
+            drop(st);
+            self.inner.finish(body, false);
+        }
+    }
+}
+
+impl Reads {
+    pub(crate) fn start(
+        store: Store,
+        throttle: Arc<Throttle>,
+        engine: &crate::EngineConfig,
+    ) -> Reads {
+        let cfg = throttle.config().queries;
+        let slots = cfg.slots;
+        let inner = Arc::new(Inner {
+            state: Mutex::new(State {
+                sched: FairQueue::new(cfg.fair()).expect("validated queries config"),
+                cfg,
+                bodies: HashMap::new(),
+                stopping: false,
+                next_sink: 0,
+                max_wait_ns: 0,
+            }),
+            work: Condvar::new(),
+            store,
+            throttle,
+            max_scan_rows: engine.max_scan_rows,
+            max_count_rows: engine.max_count_rows,
+        });
+        let workers = (0..slots)
+            .map(|i| {
+                let inner = inner.clone();
+                std::thread::Builder::new()
+                    .name(format!("sluice-query-{i}"))
+                    .spawn(move || inner.run_worker())
+                    .expect("spawn query worker")
+            })
+            .collect();
+        Reads {
+            inner,
+            workers: Mutex::new(workers),
+        }
+    }
+
+    /// A sink for one session whose open queries never exceed `max_open`.
+    pub fn sink(&self, max_open: usize) -> ReadSink {
+        let mut st = self.inner.lock();
+        st.next_sink += 1;
+        let chunks = st.cfg.chunks_per_connection as usize;
+        let id = st.next_sink;
+        drop(st);
+        // Room for every chunk in flight and one final message per open
+        // query (plus queries just replaced whose end was already sent).
+        let (tx, rx) = mpsc::channel(chunks + 2 * max_open + 2);
+        ReadSink {
+            id,
+            rx,
+            tx,
+            credits: Arc::new(Semaphore::new(chunks)),
+        }
+    }
+
+    /// Admits a REQ (each filter's limit already set), or refuses it.
+    pub fn submit_query(
+        &self,
+        sink: &ReadSink,
+        ip: IpAddr,
+        filters: Vec<Filter>,
+        budget: &mut ConnReadBudget,
+    ) -> Result<ReadGuard, QueryError> {
+        let shapes = shapes(&filters);
+        let st = self.inner.lock();
+        let estimate = st.cfg.cost.estimate_req(&shapes, self.inner.max_scan_rows);
+        drop(st);
+        let opts = QueryOptions {
+            now: unix_now(),
+            max_scan_rows: self.inner.max_scan_rows,
+        };
+        let work = Work::Query(QueryCursor::new(filters, opts));
+        self.submit(sink, ip, work, estimate, budget)
+    }
+
+    /// Admits a NIP-45 COUNT, or refuses it.
+    pub fn submit_count(
+        &self,
+        sink: &ReadSink,
+        ip: IpAddr,
+        filters: Vec<Filter>,
+        budget: &mut ConnReadBudget,
+    ) -> Result<ReadGuard, QueryError> {
+        let shapes = shapes(&filters);
+        let st = self.inner.lock();
+        let estimate = st
+            .cfg
+            .cost
+            .estimate_count(&shapes, self.inner.max_count_rows);
+        drop(st);
+        let opts = QueryOptions {
+            now: unix_now(),
+            max_scan_rows: self.inner.max_count_rows,
+        };
+        let work = Work::Count(CountCursor::new(filters, opts));
+        self.submit(sink, ip, work, estimate, budget)
+    }
+
+    fn submit(
+        &self,
+        sink: &ReadSink,
+        ip: IpAddr,
+        work: Work,
+        estimate: u64,
+        budget: &mut ConnReadBudget,
+    ) -> Result<ReadGuard, QueryError> {
+        let throttle = &self.inner.throttle;
+        throttle
+            .admit_read_cost(ip, estimate)
+            .map_err(QueryError::Refused)?;
+        if let Err(r) = throttle.admit_connection_read_cost(budget, estimate) {
+            throttle.settle_read_cost(ip, -(estimate as i64));
+            return Err(QueryError::Refused(r));
+        }
+        let refund = |budget: &mut ConnReadBudget| {
+            throttle.settle_read_cost(ip, -(estimate as i64));
+            throttle.settle_connection_read_cost(budget, -(estimate as i64));
+        };
+        let mode = throttle.mode();
+        let mut st = self.inner.lock();
+        if st.stopping {
+            drop(st);
+            refund(budget);
+            return Err(QueryError::Closed);
+        }
+        let key = client_key(ip);
+        let now_ns = throttle.now_ns();
+        let enforce = mode == Mode::Enforce;
+        if mode == Mode::Shadow
+            && st.sched.estimated_wait(&key) > Duration::from_millis(st.cfg.deadline_ms)
+        {
+            throttle.count_shadow_refusal(crate::throttle::Layer::QueryScheduler);
+        }
+        let id = match st.sched.submit_weighted(key, sink.id, 1, now_ns, enforce) {
+            Ok(id) => id,
+            Err(r) => {
+                drop(st);
+                refund(budget);
+                return Err(QueryError::Refused(
+                    throttle.scheduler_refusal(r.reason, r.retry_after),
+                ));
+            }
+        };
+        let base = st.cfg.cost.base_units;
+        st.bodies.insert(
+            id,
+            Body {
+                work,
+                tx: sink.tx.clone(),
+                credits: sink.credits.clone(),
+                sink: sink.id,
+                ip,
+                charged: estimate,
+                spent: base,
+                admitted: Instant::now(),
+                started: false,
+                work_ns: 0,
+            },
+        );
+        drop(st);
+        metrics::counter!(m::QUERY_COST_UNITS_TOTAL, "stage" => "estimated").increment(estimate);
+        metrics::counter!(m::QUERY_COST_UNITS_TOTAL, "stage" => "spent").increment(base);
+        self.inner.work.notify_one();
+        Ok(ReadGuard {
+            job: id,
+            inner: self.inner.clone(),
+        })
+    }
+
+    /// The scheduler's current counts and totals.
+    pub fn stats(&self) -> FairStats {
+        self.inner.lock().sched.stats()
+    }
+
+    /// Longest wait of a query for its first step since the last call
+    /// (the monitor's read-latency signal), in seconds.
+    pub fn take_max_wait_secs(&self) -> f64 {
+        std::mem::take(&mut self.inner.lock().max_wait_ns) as f64 / 1e9
+    }
+
+    /// Applies a reloaded `[throttle.queries]` (SIGHUP). The number of
+    /// workers is fixed at start.
+    pub(crate) fn reload(&self, cfg: QueriesConfig) {
+        let mut st = self.inner.lock();
+        if let Err(e) = st.sched.set_config(cfg.fair()) {
+            tracing::error!(error = %e, "query scheduler reload rejected");
+            return;
+        }
+        st.cfg = cfg;
+    }
+
+    /// Stops the workers after their current step; queries still open are
+    /// dropped (their sessions are closing too).
+    pub(crate) fn shutdown(&self) {
+        self.inner.lock().stopping = true;
+        self.inner.work.notify_all();
+        let workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|e| e.into_inner()));
+        for w in workers {
+            let _ = w.join();
+        }
+    }
+}
+
+fn shapes(filters: &[Filter]) -> Vec<FilterShape> {
+    filters
+        .iter()
+        .map(|f| match plan_shape(f) {
+            PlanShape::Empty => FilterShape::Empty,
+            PlanShape::Ids(n) => FilterShape::Ids { ids: n as u64 },
+            PlanShape::Scan {
+                prefixes,
+                post_filter,
+            } => FilterShape::Scan {
+                prefixes: prefixes as u64,
+                limit: f.limit,
+                post_filter,
+            },
+        })
+        .collect()
+}
+
+/// What one step produced.
+struct StepResult {
+    events: Vec<String>,
+    rows: u64,
+    bytes: u64,
+    end: Option<ReadEnd>,
+}
+
+impl Inner {
+    /// The scheduler's lock. A panic while it was held (none is expected:
+    /// the scheduler is plain bookkeeping) must not stop every reader
+    /// after it, so poisoning is ignored.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn run_worker(self: Arc<Self>) {
+        let mut st = self.lock();
+        loop {
+            if st.stopping {
+                return;
+            }
+            if self.throttle.mode() == Mode::Enforce {
+                let expired = st.sched.expire(self.throttle.now_ns());
+                for id in expired {
+                    if let Some(body) = st.bodies.remove(&id) {
+                        let retry = Duration::from_millis(st.cfg.deadline_ms);
+                        let refusal = self
+                            .throttle
+                            .scheduler_refusal(sluice_throttle::FairRefusal::Timeout, retry);
+                        let _ = body.tx.try_send(ReadMsg {
+                            job: id,
+                            events: Vec::new(),
+                            end: Some(ReadEnd::Refused(refusal)),
+                            settle_units: 0,
+                            _credit: None,
+                        });
+                        drop(st);
+                        self.finish(body, false);
+                        st = self.lock();
+                    }
+                }
+            }
+            let Some(id) = st.sched.dispatch_next() else {
+                st = self
+                    .work
+                    .wait_timeout(st, EXPIRY_CHECK)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+                continue;
+            };
+            let Some(mut body) = st.bodies.remove(&id) else {
+                // Cannot happen: a queued query always has its body.
+                tracing::error!(job = id, "query without its work");
+                st.sched.step_done(id, 0, 0, AfterStep::Finished);
+                continue;
+            };
+            let Ok(permit) = body.credits.clone().try_acquire_owned() else {
+                // The client has not read what it was sent: wait for it
+                // without a worker.
+                match st.sched.step_done(id, 0, 0, AfterStep::Park) {
+                    StepFate::Removed => {
+                        drop(st);
+                        self.finish(body, false);
+                        st = self.lock();
+                    }
+                    _ => {
+                        st.bodies.insert(id, body);
+                    }
+                }
+                continue;
+            };
+            let limits = StepLimits {
+                rows: st.cfg.step_rows,
+                bytes: st.cfg.step_bytes,
+            };
+            let cost = st.cfg.cost;
+            if !body.started {
+                body.started = true;
+                let waited = body.admitted.elapsed();
+                st.max_wait_ns = st.max_wait_ns.max(waited.as_nanos() as u64);
+                metrics::histogram!(m::QUERY_WAIT_SECONDS).record(waited.as_secs_f64());
+            }
+            drop(st);
+
+            let started = Instant::now();
+            let result = catch_unwind(AssertUnwindSafe(|| self.step(&mut body.work, limits)))
+                .unwrap_or_else(|_| {
+                    tracing::error!(job = id, "query step panicked");
+                    Err(())
+                });
+            let took = started.elapsed();
+            body.work_ns += took.as_nanos() as u64;
+            metrics::histogram!(m::QUERY_STEP_SECONDS).record(took.as_secs_f64());
+            let step = result.unwrap_or_else(|()| StepResult {
+                events: Vec::new(),
+                rows: 0,
+                bytes: 0,
+                end: Some(ReadEnd::Failed),
+            });
+            let done = step.end.is_some();
+            let units = cost.step(step.rows, step.bytes);
+            body.spent += units;
+            metrics::counter!(m::QUERY_ROWS_SCANNED_TOTAL).increment(step.rows);
+            metrics::counter!(m::QUERY_SENT_BYTES_TOTAL).increment(step.bytes);
+            metrics::counter!(m::QUERY_COST_UNITS_TOTAL, "stage" => "spent").increment(units);
+            let settle = settle(&mut body, done);
+            self.throttle.settle_read_cost(body.ip, settle);
+            let msg = ReadMsg {
+                job: id,
+                events: step.events,
+                end: step.end,
+                settle_units: settle,
+                _credit: Some(Credit {
+                    permit: Some(permit),
+                    inner: self.clone(),
+                    sink: body.sink,
+                }),
+            };
+            if let Err(e) = body.tx.try_send(msg) {
+                if matches!(e, mpsc::error::TrySendError::Full(_)) {
+                    metrics::counter!(m::QUERY_ANSWERS_DROPPED_TOTAL).increment(1);
+                    tracing::warn!(job = id, "query answer dropped: the session's sink is full");
+                }
+                // Dropping the message returns its credit (outside the lock).
+                drop(e);
+            }
+
+            st = self.lock();
+            let after = if done {
+                AfterStep::Finished
+            } else if body.credits.available_permits() > 0 {
+                AfterStep::Continue
+            } else {
+                AfterStep::Park
+            };
+            match st.sched.step_done(id, units, took.as_nanos() as u64, after) {
+                StepFate::Removed => {
+                    drop(st);
+                    self.finish(body, done);
+                    st = self.lock();
+                }
+                StepFate::Queued | StepFate::Parked => {
+                    st.bodies.insert(id, body);
+                }
+            }
+        }
+    }
+
+    /// Runs one step of a query on the store.
+    fn step(&self, work: &mut Work, limits: StepLimits) -> Result<StepResult, ()> {
+        let fail = |e: sluice_store::StoreError| {
+            tracing::warn!(error = %e, "query failed");
+        };
+        match work {
+            Work::Query(cur) => {
+                let mut events = Vec::new();
+                let did = self
+                    .store
+                    .query_step(cur, limits, &mut events)
+                    .map_err(fail)?;
+                let end = did.done.then(|| {
+                    if cur.truncated() {
+                        metrics::counter!(m::QUERY_TRUNCATED_TOTAL).increment(1);
+                    }
+                    ReadEnd::Eose {
+                        snapshot_serial: cur.snapshot_serial().unwrap_or(1),
+                        truncated: cur.truncated(),
+                    }
+                });
+                Ok(StepResult {
+                    events,
+                    rows: did.rows,
+                    bytes: did.bytes,
+                    end,
+                })
+            }
+            Work::Count(cur) => {
+                let did = self.store.count_step(cur, limits).map_err(fail)?;
+                let end = did.done.then(|| {
+                    if cur.truncated() {
+                        metrics::counter!(m::QUERY_TRUNCATED_TOTAL).increment(1);
+                    }
+                    ReadEnd::Count {
+                        count: cur.count(),
+                        truncated: cur.truncated(),
+                    }
+                });
+                Ok(StepResult {
+                    events: Vec::new(),
+                    rows: did.rows,
+                    bytes: 0,
+                    end,
+                })
+            }
+        }
+    }
+
+    /// A query left the scheduler: settle what it was charged against what
+    /// it cost (an unfinished query is refunded its unspent estimate).
+    fn finish(&self, mut body: Body, completed: bool) {
+        let refund = settle(&mut body, true);
+        self.throttle.settle_read_cost(body.ip, refund);
+        if completed || body.work_ns > 0 {
+            metrics::histogram!(m::QUERY_SECONDS).record(body.work_ns as f64 / 1e9);
+        }
+    }
+}
+
+/// Brings `charged` to `spent`: returns the units to charge (positive) or,
+/// at the end, to refund (negative).
+fn settle(body: &mut Body, at_end: bool) -> i64 {
+    if body.spent > body.charged {
+        let extra = body.spent - body.charged;
+        body.charged = body.spent;
+        i64::try_from(extra).unwrap_or(i64::MAX)
+    } else if at_end && body.charged > body.spent {
+        let back = body.charged - body.spent;
+        body.charged = body.spent;
+        -i64::try_from(back).unwrap_or(i64::MAX)
+    } else {
+        0
+    }
+}
