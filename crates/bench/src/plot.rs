@@ -166,7 +166,8 @@ fn chart(title: &str, panels: &[Panel], t_end: f64, marks: &[Mark]) -> String {
     svg
 }
 
-fn per_second(points: &[SecondPoint], f: impl Fn(&SecondPoint) -> Option<f64>) -> Vec<(f64, f64)> {
+/// One point per second of a timeline, at the middle of its second.
+fn per_second<T>(points: &[T], f: impl Fn(&T) -> Option<f64>) -> Vec<(f64, f64)> {
     points
         .iter()
         .enumerate()
@@ -246,17 +247,6 @@ fn latency_panel(r: &OverloadReport) -> Panel {
     }
 }
 
-fn read_per_second(
-    points: &[ReadSecond],
-    f: impl Fn(&ReadSecond) -> Option<f64>,
-) -> Vec<(f64, f64)> {
-    points
-        .iter()
-        .enumerate()
-        .filter_map(|(i, p)| f(p).map(|v| (i as f64 + 0.5, v)))
-        .collect()
-}
-
 fn eose_panel(r: &ReadfloodReport) -> Panel {
     let t = &r.timeline;
     let p99 = |s: &ReadSecond| (s.eose > 0).then_some(s.p99_ms.max(0.01));
@@ -268,22 +258,10 @@ fn eose_panel(r: &ReadfloodReport) -> Panel {
         log: true,
         y_max: None,
         series: vec![
-            line(
-                "polite EOSE p99",
-                read_per_second(&t.polite_reads, p99),
-                false,
-            ),
-            line(
-                "polite EOSE p50",
-                read_per_second(&t.polite_reads, p50),
-                true,
-            ),
+            line("polite EOSE p99", per_second(&t.polite_reads, p99), false),
+            line("polite EOSE p50", per_second(&t.polite_reads, p50), true),
             line("polite OK p99", per_second(&t.polite_writes, ok_p99), false),
-            line(
-                "abusive EOSE p99",
-                read_per_second(&t.abusive_reads, p99),
-                true,
-            ),
+            line("abusive EOSE p99", per_second(&t.abusive_reads, p99), true),
         ],
     }
 }
@@ -298,11 +276,7 @@ fn polite_success_panel(r: &ReadfloodReport) -> Panel {
         log: false,
         y_max: Some(100.0),
         series: vec![
-            line(
-                "reads",
-                read_per_second(&r.timeline.polite_reads, reads),
-                false,
-            ),
+            line("reads", per_second(&r.timeline.polite_reads, reads), false),
             line(
                 "writes",
                 per_second(&r.timeline.polite_writes, writes),
@@ -314,7 +288,7 @@ fn polite_success_panel(r: &ReadfloodReport) -> Panel {
 
 fn abusive_panel(r: &ReadfloodReport) -> Panel {
     let a = &r.timeline.abusive_reads;
-    let n = |f: fn(&ReadSecond) -> u64| read_per_second(a, move |s| Some(f(s) as f64));
+    let n = |f: fn(&ReadSecond) -> u64| per_second(a, move |s| Some(f(s) as f64));
     Panel {
         title: "abusive REQs per second, by send time".into(),
         unit: "REQs/s".into(),
