@@ -771,22 +771,10 @@ impl ReadfloodReport {
                 p.start_secs,
                 p.start_secs + p.secs
             );
-            p.polite_reads.print("    polite reads:  ");
-            let w = &p.polite_writes;
-            println!(
-                "    polite writes: sent {}, OK true {} ({:.1}%), refused {} {}, timeouts {}, lost {}; OK latency p50 {:.2} ms, p99 {:.2} ms",
-                w.sent,
-                w.accepted,
-                w.success_ratio * 100.0,
-                w.refused,
-                w.refused_prefixes,
-                w.timeouts,
-                w.lost,
-                w.accepted_latency.p50_ms,
-                w.accepted_latency.p99_ms
-            );
+            p.polite_reads.print("    ", "polite reads:  ");
+            print_writes(&p.polite_writes);
             if p.abusive_reads.sent > 0 {
-                p.abusive_reads.print("    abusive reads: ");
+                p.abusive_reads.print("    ", "abusive reads: ");
             }
         }
         let a = &self.abusive;
@@ -811,6 +799,32 @@ impl ReadfloodReport {
                 m.failures,
                 series.len()
             );
+        }
+    }
+}
+
+fn print_writes(w: &TallyReport) {
+    println!(
+        "    polite writes: sent {}, OK true {} ({:.1}%), refused {}, timeouts {}, lost {}, skipped {}",
+        w.sent,
+        w.accepted,
+        w.success_ratio * 100.0,
+        w.refused,
+        w.timeouts,
+        w.lost,
+        w.skipped
+    );
+    println!(
+        "                   OK latency (true): p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms",
+        w.accepted_latency.p50_ms, w.accepted_latency.p99_ms, w.accepted_latency.max_ms
+    );
+    if w.refused > 0 {
+        println!(
+            "                   refused by prefix: {}",
+            w.refused_prefixes
+        );
+        for m in w.refusal_examples.0.values() {
+            println!("                     e.g. {m:?}");
         }
     }
 }

@@ -139,9 +139,11 @@ pub struct ReadReport {
 }
 
 impl ReadReport {
-    pub fn print(&self, indent: &str) {
+    /// Prints the figures under `label`, the lines after the first indented to match.
+    pub fn print(&self, indent: &str, label: &str) {
+        let more = format!("{indent}{}", " ".repeat(label.chars().count()));
         println!(
-            "{indent}REQs sent {} ({:.1}/s), EOSE {} ({:.1}%), CLOSED {}, timeouts {}, lost {}, unanswered at end {}, skipped {}",
+            "{indent}{label}REQs sent {} ({:.1}/s), EOSE {} ({:.1}%), CLOSED {}, timeouts {}, lost {}, unanswered at end {}, skipped {}",
             self.sent,
             self.sent_per_sec,
             self.eose,
@@ -153,19 +155,19 @@ impl ReadReport {
             self.skipped
         );
         if self.eose > 0 {
-            println!("{indent}time to EOSE: {}", self.time_to_eose);
+            println!("{more}time to EOSE: {}", self.time_to_eose);
         }
         if self.closed > 0 {
             println!(
-                "{indent}CLOSED by prefix: {} (time to CLOSED p50 {:.2} ms, p99 {:.2} ms)",
+                "{more}CLOSED by prefix: {} (time to CLOSED p50 {:.2} ms, p99 {:.2} ms)",
                 self.closed_prefixes, self.time_to_closed.p50_ms, self.time_to_closed.p99_ms
             );
             for m in self.closed_examples.0.values() {
-                println!("{indent}  e.g. {m:?}");
+                println!("{more}  e.g. {m:?}");
             }
         }
         println!(
-            "{indent}received {} events, {:.1} MB ({:.0} events/s, {:.1} MB/s)",
+            "{more}received {} events, {:.1} MB ({:.0} events/s, {:.1} MB/s)",
             self.events,
             self.bytes as f64 / 1e6,
             self.events_per_sec,
