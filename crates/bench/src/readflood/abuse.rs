@@ -243,6 +243,9 @@ impl Conn {
             let tag = format!("{:016x}", self.rng.next_u64());
             json!({"kinds": [1], "#t": [tag]})
         };
+        if Instant::now() >= self.cfg.stop {
+            return Ok(()); // the flood is over; the session ends at its next turn
+        }
         let msg = wire::req(&sub, &filter);
         let now = Instant::now();
         self.pending.insert(sub, (slot, now));
@@ -270,7 +273,9 @@ impl Conn {
     }
 
     fn flush(&mut self) {
-        self.rec.received(Instant::now(), self.events, self.bytes);
+        // What arrived as the flood ended still belongs to it.
+        let at = Instant::now().min(self.cfg.stop - Duration::from_micros(1));
+        self.rec.received(at, self.events, self.bytes);
         (self.events, self.bytes) = (0, 0);
     }
 
