@@ -5,9 +5,10 @@
 //! actual send, so a relay that stalls the client cannot hide the stall.
 //! A REQ is CLOSEd at its EOSE, or at its timeout (counted as one). A
 //! dropped connection loses what was open, is counted, and is reopened; items
-//! that fall due while it is down are sent late (their latency grows). No
-//! new item is sent after `end`; the client then waits for the open ones to
-//! be answered or to time out.
+//! that fall due while it is down are sent late (their latency grows). Every
+//! item is due before `end` and is sent even if late; then the client waits
+//! for the open ones to be answered or to time out. Only a client that cannot
+//! reconnect until `end` plus the timeout counts what is left as skipped.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -134,13 +135,9 @@ impl PoliteClient {
     }
 
     pub async fn run(mut self) {
-        while self.next_due().is_some() || self.open() > 0 {
-            if Instant::now() >= self.cfg.end {
-                self.skip_rest();
-                if self.open() == 0 {
-                    break;
-                }
-            }
+        // Past this, a client that cannot reconnect gives up on what is left.
+        let give_up = self.cfg.end + self.cfg.timeout;
+        while (self.next_due().is_some() || self.open() > 0) && Instant::now() < give_up {
             let ws = match wire::connect(&self.cfg.relay, self.cfg.bind).await {
                 Ok(ws) => ws,
                 Err(e) => {
@@ -166,9 +163,6 @@ impl PoliteClient {
     async fn session(&mut self, mut ws: Ws) -> Result<(), String> {
         let mut tick = tokio::time::interval(REAP_EVERY);
         loop {
-            if Instant::now() >= self.cfg.end {
-                self.skip_rest();
-            }
             let next = self.next_due();
             if next.is_none() && self.open() == 0 {
                 let _ = tokio::time::timeout(Duration::from_secs(1), ws.close(None)).await;
