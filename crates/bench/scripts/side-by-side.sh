@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
-# Runs the same sluice-bench commands against Sluice and nostr-rs-relay, one
-# relay at a time on the same machine, each on a fresh store. Writes every
+# Runs the same sluice-bench commands against Sluice, nostr-rs-relay and strfry,
+# one relay at a time on the same machine, each on a fresh store. Writes every
 # report (JSON and the printed summary) under $OUT. See docs/benchmarks.md.
 #
-#   NRR=/path/to/nostr-rs-relay OUT=/tmp/sbs crates/bench/scripts/side-by-side.sh
+#   NRR=/path/to/nostr-rs-relay STRFRY=/path/to/strfry OUT=/tmp/sbs crates/bench/scripts/side-by-side.sh
 #
-# Needs `cargo build --release -p sluice -p sluice-bench` first. Optional:
-# EVENTS (default 100000), PHASE_SECS (overload, default 10), ONLY (sluice|nrr),
-# STEPS (default "basic overload": publish/query/fanout/connections, overload).
+# Needs `cargo build --release -p sluice -p sluice-bench` first. A relay whose
+# binary variable (NRR, STRFRY) is unset is skipped. Optional: EVENTS (default
+# 100000), PHASE_SECS (overload, default 10), ONLY (sluice|nrr|strfry), STEPS
+# (default "basic overload"; the steps are basic = publish/query/fanout/connections,
+# overload, readflood), READFLOOD_SECS ("before flood after", default "10 30 10"),
+# NRR_BULKLOADER (default: nostr-rs-relay-bulkloader beside $NRR).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 SLUICE=${SLUICE:-$ROOT/target/release/sluice}
 B=${BENCH:-$ROOT/target/release/sluice-bench}
-NRR=${NRR:?set NRR to the nostr-rs-relay binary}
+NRR=${NRR:-}
+STRFRY=${STRFRY:-}
 OUT=${OUT:-/tmp/side-by-side}
 EVENTS=${EVENTS:-100000}
 PHASE_SECS=${PHASE_SECS:-10}
 STEPS=${STEPS:-basic overload}
+read -r RF_BEFORE RF_FLOOD RF_AFTER <<<"${READFLOOD_SECS:-10 30 10}"
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd) # absolute: relay configs name their data directories
 FILE=$OUT/events.jsonl
 [ -s "$FILE" ] || "$B" gen --count "$EVENTS" --seed 1 --out "$FILE"
 
@@ -30,7 +36,12 @@ wait_port() {
   echo "relay on port $1 did not start" >&2; exit 1
 }
 
-start_sluice() { # $1 port, $2 store dir
+# Each relay NAME has start_NAME (for basic and overload), start_NAME_default
+# (for readflood: the relay's default limits) and import_NAME (fills a fresh
+# store with $FILE through the relay's own importer, the relay stopped; returns
+# non-zero to skip readflood). Arguments: $1 port, $2 store directory.
+
+start_sluice() {
   # Per-client limits raised: the bench plays many clients from few loopback
   # addresses, which the per-IP and per-author buckets would otherwise cut
   # to 20 and 10 events/s. The global controllers stay on (enforce).
@@ -45,7 +56,20 @@ start_sluice() { # $1 port, $2 store dir
   wait_port "$1"
 }
 
-start_nrr() { # $1 port, $2 data dir
+start_sluice_default() {
+  # The default config: only the address, the store and the log level are set.
+  SLUICE_SERVER__LISTEN=127.0.0.1:$1 SLUICE_STORE__PATH=$2 SLUICE_LOG__LEVEL=warn \
+    "$SLUICE" serve >"$2.log" 2>&1 &
+  PID=$!
+  wait_port "$1"
+}
+
+import_sluice() {
+  SLUICE_STORE__PATH=$2 SLUICE_LOG__LEVEL=warn "$SLUICE" import "$FILE" 2>&1 |
+    tail -20 | tee "$OUT/sluice-import.txt"
+}
+
+start_nrr() {
   mkdir -p "$2"
   cat >"$2.toml" <<T
 [database]
@@ -59,18 +83,69 @@ T
   wait_port "$1"
 }
 
+start_nrr_default() { start_nrr "$@"; }
+
+import_nrr() {
+  # The relay creates its database once; the bulkloader (JSONL on standard
+  # input) reads config.toml from its working directory.
+  local bulk=${NRR_BULKLOADER:-$(dirname "$NRR")/nostr-rs-relay-bulkloader}
+  if [ ! -x "$bulk" ]; then
+    echo "no bulkloader at $bulk (set NRR_BULKLOADER): skipping nrr readflood"
+    return 1
+  fi
+  start_nrr "$1" "$2"
+  stop
+  cp "$2.toml" "$2/config.toml"
+  (cd "$2" && RUST_LOG=warn "$bulk" <"$FILE") 2>&1 | tail -5 | tee "$OUT/nrr-import.txt"
+}
+
+strfry_conf() {
+  # Every key not set here keeps strfry's default (maxFilterLimit 500 among them).
+  mkdir -p "$2"
+  cat >"$2.conf" <<T
+db = "$2/"
+events {
+    rejectEventsNewerThanSeconds = 31536000
+    rejectEventsOlderThanSeconds = 3153600000
+}
+relay {
+    bind = "127.0.0.1"
+    port = $1
+    nofiles = 0
+    compression {
+        enabled = false
+    }
+}
+T
+}
+
+start_strfry() {
+  strfry_conf "$1" "$2"
+  # The default verbosity logs every event.
+  "$STRFRY" --config="$2.conf" --verbosity=WARNING relay >"$2.log" 2>&1 &
+  PID=$!
+  wait_port "$1"
+}
+
+start_strfry_default() { start_strfry "$@"; }
+
+import_strfry() {
+  strfry_conf "$1" "$2"
+  "$STRFRY" --config="$2.conf" import <"$FILE" 2>&1 | tail -5 | tee "$OUT/strfry-import.txt"
+}
+
 run() { # $1 relay name, $2 command name, rest: sluice-bench args
   local name=$1 cmd=$2; shift 2
   echo "== $name $cmd"
   "$B" "$cmd" "$@" --json "$OUT/$name-$cmd.json" | tee "$OUT/$name-$cmd.txt"
 }
 
-suite() { # $1 name, $2 start function, $3 port, $4 extra overload flags
-  local name=$1 start=$2 port=$3 url=ws://127.0.0.1:$3
+suite() { # $1 name, $2 port, $3 extra flags for overload and readflood
+  local name=$1 port=$2 url=ws://127.0.0.1:$2
   local dir=$OUT/$name-store
   if [[ " $STEPS " == *" basic "* ]]; then
     rm -rf "$dir" "$dir.log"
-    $start "$port" "$dir"
+    "start_$name" "$port" "$dir"
     run "$name" publish "$url" --events "$FILE" --connections 8 --window 16
     run "$name" query "$url" --events "$FILE" --connections 4 --duration-secs 20
     run "$name" fanout "$url" --subscribers 200 --publishers 2 --rate 200 --duration-secs 20
@@ -80,12 +155,31 @@ suite() { # $1 name, $2 start function, $3 port, $4 extra overload flags
   if [[ " $STEPS " == *" overload "* ]]; then
     # A fresh store; capacity measured by the tool first (closed loop).
     rm -rf "$dir"
-    $start "$port" "$dir"
-    run "$name" overload "$url" --phases 0.5,1,2,5,1 --phase-secs "$PHASE_SECS" --pid "$PID" $4
+    "start_$name" "$port" "$dir"
+    run "$name" overload "$url" --phases 0.5,1,2,5,1 --phase-secs "$PHASE_SECS" --pid "$PID" $3
     stop
+  fi
+  if [[ " $STEPS " == *" readflood "* ]]; then
+    # A fresh store filled with the event file, then the relay at its default limits.
+    rm -rf "$dir" "$dir.log"
+    echo "== $name import"
+    if "import_$name" "$port" "$dir"; then
+      "start_${name}_default" "$port" "$dir"
+      run "$name" readflood "$url" --before-secs "$RF_BEFORE" --flood-secs "$RF_FLOOD" \
+        --after-secs "$RF_AFTER" --pid "$PID" $3
+      stop
+    fi
   fi
 }
 
-if [ "${ONLY:-}" != nrr ]; then suite sluice start_sluice 7811 ""; fi
-if [ "${ONLY:-}" != sluice ]; then suite nrr start_nrr 7812 "--no-metrics"; fi
+wanted() { [ -z "${ONLY:-}" ] || [ "$ONLY" = "$1" ]; }
+skip() { echo "== skipping $1: set $2 to its binary"; }
+
+if wanted sluice; then suite sluice 7811 ""; fi
+if wanted nrr; then
+  if [ -n "$NRR" ]; then suite nrr 7812 "--no-metrics"; else skip nrr NRR; fi
+fi
+if wanted strfry; then
+  if [ -n "$STRFRY" ]; then suite strfry 7813 "--no-metrics"; else skip strfry STRFRY; fi
+fi
 echo "reports in $OUT"

@@ -13,6 +13,7 @@ pub mod overload;
 pub mod plot;
 pub mod publish;
 pub mod query;
+pub mod readflood;
 pub mod report;
 pub mod rng;
 pub mod source;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 use sluice_bench::generate::{self, GenConfig};
 use sluice_bench::report::{unix_now, write_json};
-use sluice_bench::{connections, fanout, overload, plot, publish, query};
+use sluice_bench::{connections, fanout, overload, plot, publish, query, readflood};
 
 #[derive(Parser)]
 #[command(
@@ -33,7 +33,9 @@ enum Command {
     Connections(connections::ConnectionsArgs),
     /// Polite clients beside abusive clients ramping through multiples of capacity.
     Overload(overload::OverloadArgs),
-    /// Draw an overload JSON report as an SVG chart.
+    /// Polite clients beside abusive readers holding costly REQs open.
+    Readflood(readflood::ReadfloodArgs),
+    /// Draw an overload or readflood JSON report as an SVG chart.
     Plot(plot::PlotArgs),
 }
 
@@ -85,6 +87,14 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Overload(a) => {
             let r = overload::run(&a).await?;
+            r.print();
+            write_json(a.json.as_deref(), &r)
+        }
+        Command::Readflood(a) if a.role == readflood::Role::Abusers => {
+            readflood::run_abusers_role(&a).await
+        }
+        Command::Readflood(a) => {
+            let r = readflood::run(&a).await?;
             r.print();
             write_json(a.json.as_deref(), &r)
         }

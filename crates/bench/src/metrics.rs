@@ -3,6 +3,7 @@
 //! Prometheus text format, and a process's memory from `/proc/<pid>/status`.
 //! Responses are capped at `MAX_RESPONSE_BYTES`.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -109,6 +110,28 @@ fn parse_line(line: &str) -> Option<Sample> {
     })
 }
 
+/// The declared type of each metric (`# TYPE name gauge` gives `name` ->
+/// `gauge`).
+pub fn metric_types(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| {
+            let mut parts = l.trim().strip_prefix("# TYPE ")?.split_whitespace();
+            Some((parts.next()?.to_owned(), parts.next()?.to_owned()))
+        })
+        .collect()
+}
+
+/// Whether a sample named `name` is a gauge: declared so, or undeclared and
+/// not named like a counter or a histogram's parts.
+pub fn is_gauge(types: &BTreeMap<String, String>, name: &str) -> bool {
+    match types.get(name) {
+        Some(t) => t == "gauge",
+        None => !["_total", "_bucket", "_sum", "_count", "_created"]
+            .iter()
+            .any(|s| name.ends_with(s)),
+    }
+}
+
 /// The value of the first series named exactly `name`.
 pub fn first_value(samples: &[Sample], name: &str) -> Option<f64> {
     samples.iter().find(|s| s.name == name).map(|s| s.value)
@@ -177,6 +200,20 @@ mod tests {
             resident_memory(&s),
             Some(("process_resident_memory_bytes".into(), 1.5e6))
         );
+    }
+
+    #[test]
+    fn gauges_are_told_from_counters() {
+        let text = "# TYPE q_in_flight gauge\n# TYPE q_total counter\n# TYPE q_seconds histogram\n\
+                    q_in_flight 2\nq_total 5\nq_seconds_sum 1\nq_other 3\n";
+        let types = metric_types(text);
+        assert_eq!(types["q_in_flight"], "gauge");
+        let gauges: Vec<String> = parse_prometheus(text)
+            .into_iter()
+            .filter(|s| is_gauge(&types, &s.name))
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(gauges, vec!["q_in_flight", "q_other"]);
     }
 
     #[test]

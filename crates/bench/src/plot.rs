@@ -1,8 +1,14 @@
-//! `plot`: draws an overload JSON report as an SVG chart with four panels
-//! sharing the time axis: offered load and goodput, success ratio per class,
-//! p99 latency per class (log scale), and the relay's controller series
-//! (each scaled to its own maximum). Phase boundaries are marked. The SVG is
-//! written by hand: a few elements do not justify a plotting library.
+//! `plot`: draws an overload or a readflood JSON report (told apart by
+//! `run.command`) as an SVG chart of panels sharing the time axis, with the
+//! phase boundaries marked.
+//!
+//! overload: offered load and goodput, success ratio per class, p99 latency
+//! per class (log scale), and the relay's controller series (each scaled to
+//! its own maximum). readflood: polite time to EOSE (log scale), polite
+//! success, abusive REQs answered and refused per second, the relay's
+//! anonymous memory, and its query window (in flight, queued).
+//!
+//! The SVG is written by hand: a few elements do not justify a plotting library.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -10,11 +16,12 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use crate::overload::OverloadReport;
+use crate::readflood::{ReadSecond, ReadfloodReport};
 use crate::timeline::{ScrapePoint, SecondPoint};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct PlotArgs {
-    /// An overload report written with `overload --json`.
+    /// A report written with `overload --json` or `readflood --json`.
     pub input: PathBuf,
     /// The SVG file to write.
     #[arg(long, short)]
@@ -54,14 +61,31 @@ struct Panel {
 pub fn run(args: &PlotArgs) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&args.input)
         .with_context(|| format!("reading {}", args.input.display()))?;
-    let report: OverloadReport = serde_json::from_str(&text).context("not an overload report")?;
-    let svg = render(&report, args.max_series);
+    let value: serde_json::Value = serde_json::from_str(&text).context("not a JSON report")?;
+    let svg = match value["run"]["command"].as_str() {
+        Some("readflood") => {
+            let report: ReadfloodReport =
+                serde_json::from_value(value).context("not a readflood report")?;
+            render_readflood(&report)
+        }
+        _ => {
+            let report: OverloadReport =
+                serde_json::from_value(value).context("not an overload report")?;
+            render(&report, args.max_series)
+        }
+    };
     std::fs::write(&args.out, svg).with_context(|| format!("writing {}", args.out.display()))?;
     println!("wrote {}", args.out.display());
     Ok(())
 }
 
-/// The whole chart as SVG text.
+/// A phase boundary: where it starts and its label.
+struct Mark {
+    t: f64,
+    label: String,
+}
+
+/// The whole overload chart as SVG text.
 pub fn render(r: &OverloadReport, max_series: usize) -> String {
     let t_end = r
         .phases
@@ -74,13 +98,6 @@ pub fn render(r: &OverloadReport, max_series: usize) -> String {
         latency_panel(r),
         controller_panel(r, max_series),
     ];
-    let height = TOP + panels.len() as f64 * (PANEL_HEIGHT + GAP) + 20.0;
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="sans-serif" font-size="11">"#
-    );
-    let _ = write!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
     let title = format!(
         "overload: {} (capacity {:.0} events/s, {} polite, {} abusive clients)",
         r.run.relay.as_deref().unwrap_or("?"),
@@ -88,16 +105,69 @@ pub fn render(r: &OverloadReport, max_series: usize) -> String {
         r.polite_clients,
         r.abusive_clients
     );
-    text(&mut svg, LEFT, 20.0, &title, "start", 14.0);
+    let marks: Vec<Mark> = r
+        .phases
+        .iter()
+        .map(|p| Mark {
+            t: p.start_secs,
+            label: format!("{}x", p.multiplier),
+        })
+        .collect();
+    chart(&title, &panels, t_end, &marks)
+}
+
+/// The whole readflood chart as SVG text.
+pub fn render_readflood(r: &ReadfloodReport) -> String {
+    let t_end = r
+        .phases
+        .iter()
+        .map(|p| p.start_secs + p.secs)
+        .fold(1.0, f64::max);
+    let panels = [
+        eose_panel(r),
+        polite_success_panel(r),
+        abusive_panel(r),
+        memory_panel(r),
+        query_window_panel(r),
+    ];
+    let s = &r.settings;
+    let title = format!(
+        "readflood: {} ({} polite clients, {} abusive addresses x {} REQs open)",
+        r.run.relay.as_deref().unwrap_or("?"),
+        s.polite_clients,
+        s.abusive_addrs * s.abusive_conns_per_addr,
+        s.abusive_subs
+    );
+    let marks: Vec<Mark> = r
+        .phases
+        .iter()
+        .map(|p| Mark {
+            t: p.start_secs,
+            label: p.name.clone(),
+        })
+        .collect();
+    chart(&title, &panels, t_end, &marks)
+}
+
+fn chart(title: &str, panels: &[Panel], t_end: f64, marks: &[Mark]) -> String {
+    let height = TOP + panels.len() as f64 * (PANEL_HEIGHT + GAP) + 20.0;
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="sans-serif" font-size="11">"#
+    );
+    let _ = write!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    text(&mut svg, LEFT, 20.0, title, "start", 14.0);
     for (i, panel) in panels.iter().enumerate() {
         let top = TOP + i as f64 * (PANEL_HEIGHT + GAP);
-        draw_panel(&mut svg, panel, top, t_end, r);
+        draw_panel(&mut svg, panel, top, t_end, marks);
     }
     svg.push_str("</svg>\n");
     svg
 }
 
-fn per_second(points: &[SecondPoint], f: impl Fn(&SecondPoint) -> Option<f64>) -> Vec<(f64, f64)> {
+/// One point per second of a timeline, at the middle of its second.
+fn per_second<T>(points: &[T], f: impl Fn(&T) -> Option<f64>) -> Vec<(f64, f64)> {
     points
         .iter()
         .enumerate()
@@ -174,6 +244,124 @@ fn latency_panel(r: &OverloadReport) -> Panel {
             line("polite p50", per_second(&r.timeline.polite, p50), true),
             line("abusive p50", per_second(&r.timeline.abusive, p50), true),
         ],
+    }
+}
+
+fn eose_panel(r: &ReadfloodReport) -> Panel {
+    let t = &r.timeline;
+    let p99 = |s: &ReadSecond| (s.eose > 0).then_some(s.p99_ms.max(0.01));
+    let p50 = |s: &ReadSecond| (s.eose > 0).then_some(s.p50_ms.max(0.01));
+    let ok_p99 = |s: &SecondPoint| (s.accepted > 0).then_some(s.p99_ms.max(0.01));
+    Panel {
+        title: "polite time to EOSE (and OK), by due time".into(),
+        unit: "ms".into(),
+        log: true,
+        y_max: None,
+        series: vec![
+            line("polite EOSE p99", per_second(&t.polite_reads, p99), false),
+            line("polite EOSE p50", per_second(&t.polite_reads, p50), true),
+            line("polite OK p99", per_second(&t.polite_writes, ok_p99), false),
+            line("abusive EOSE p99", per_second(&t.abusive_reads, p99), true),
+        ],
+    }
+}
+
+fn polite_success_panel(r: &ReadfloodReport) -> Panel {
+    let reads = |s: &ReadSecond| (s.sent > 0).then(|| 100.0 * s.eose as f64 / s.sent as f64);
+    let writes =
+        |s: &SecondPoint| (s.offered > 0).then(|| 100.0 * s.accepted as f64 / s.offered as f64);
+    Panel {
+        title: "polite success: REQs with EOSE / sent, EVENTs with OK true / due".into(),
+        unit: "%".into(),
+        log: false,
+        y_max: Some(100.0),
+        series: vec![
+            line("reads", per_second(&r.timeline.polite_reads, reads), false),
+            line(
+                "writes",
+                per_second(&r.timeline.polite_writes, writes),
+                false,
+            ),
+        ],
+    }
+}
+
+fn abusive_panel(r: &ReadfloodReport) -> Panel {
+    let a = &r.timeline.abusive_reads;
+    let n = |f: fn(&ReadSecond) -> u64| per_second(a, move |s| Some(f(s) as f64));
+    Panel {
+        title: "abusive REQs per second, by send time".into(),
+        unit: "REQs/s".into(),
+        log: false,
+        y_max: None,
+        series: vec![
+            line("sent", n(|s| s.sent), true),
+            line("answered (EOSE)", n(|s| s.eose), false),
+            line("refused (CLOSED)", n(|s| s.closed), false),
+            line("timed out", n(|s| s.timeouts), false),
+        ],
+    }
+}
+
+/// The values of one scraped series over time.
+fn scraped(r: &ReadfloodReport, name: &str, scale: f64) -> Vec<(f64, f64)> {
+    let points: &[ScrapePoint] = r.metrics.as_ref().map_or(&[], |m| &m.points);
+    points
+        .iter()
+        .filter_map(|p| p.values.get(name).map(|v| (p.t, v * scale)))
+        .collect()
+}
+
+fn memory_panel(r: &ReadfloodReport) -> Panel {
+    let mib = 1.0 / (1024.0 * 1024.0);
+    let series = [
+        ("anonymous (/proc)", "proc_rss_anon_bytes"),
+        (
+            "anonymous (/metrics)",
+            "sluice_process_anonymous_memory_bytes",
+        ),
+    ]
+    .iter()
+    .map(|(label, name)| line(label, scraped(r, name, mib), false))
+    .filter(|s| !s.points.is_empty())
+    .collect();
+    Panel {
+        title: "relay anonymous memory".into(),
+        unit: "MiB".into(),
+        log: false,
+        y_max: None,
+        series,
+    }
+}
+
+/// The query series drawn, by base name.
+const QUERY_SERIES: &[&str] = &[
+    "sluice_query_window_in_flight",
+    "sluice_query_window_queued",
+    "sluice_query_open",
+];
+
+fn query_window_panel(r: &ReadfloodReport) -> Panel {
+    let points: &[ScrapePoint] = r.metrics.as_ref().map_or(&[], |m| &m.points);
+    let mut names: Vec<&String> = points
+        .iter()
+        .flat_map(|p| p.values.keys())
+        .filter(|n| QUERY_SERIES.contains(&n.split('{').next().unwrap_or_default()))
+        .collect();
+    names.sort_by_key(|n| {
+        let base = n.split('{').next().unwrap_or_default();
+        (QUERY_SERIES.iter().position(|q| *q == base), (*n).clone())
+    });
+    names.dedup();
+    Panel {
+        title: "relay queries: in flight, queued".into(),
+        unit: "queries".into(),
+        log: false,
+        y_max: None,
+        series: names
+            .into_iter()
+            .map(|n| line(n.trim_start_matches("sluice_"), scraped(r, n, 1.0), false))
+            .collect(),
     }
 }
 
@@ -360,7 +548,7 @@ fn y_range(panel: &Panel) -> (f64, f64) {
     }
 }
 
-fn draw_panel(svg: &mut String, panel: &Panel, top: f64, t_end: f64, r: &OverloadReport) {
+fn draw_panel(svg: &mut String, panel: &Panel, top: f64, t_end: f64, marks: &[Mark]) {
     let (y_lo, y_hi) = y_range(panel);
     let frame = Frame {
         top,
@@ -383,7 +571,7 @@ fn draw_panel(svg: &mut String, panel: &Panel, top: f64, t_end: f64, r: &Overloa
         12.0,
     );
     draw_y_ticks(svg, &frame);
-    draw_phases(svg, &frame, r);
+    draw_phases(svg, &frame, marks);
     for (i, s) in panel.series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         draw_series(svg, &frame, s, color);
@@ -433,23 +621,16 @@ fn draw_y_ticks(svg: &mut String, f: &Frame) {
     }
 }
 
-fn draw_phases(svg: &mut String, f: &Frame, r: &OverloadReport) {
-    for p in &r.phases {
-        let x = f.x(p.start_secs);
+fn draw_phases(svg: &mut String, f: &Frame, marks: &[Mark]) {
+    for m in marks {
+        let x = f.x(m.t);
         let bottom = f.top + PANEL_HEIGHT;
         let _ = write!(
             svg,
             r##"<line x1="{x:.1}" y1="{}" x2="{x:.1}" y2="{bottom}" stroke="#aaa" stroke-dasharray="2 3"/>"##,
             f.top
         );
-        text(
-            svg,
-            x + 3.0,
-            bottom - 4.0,
-            &format!("{}x", p.multiplier),
-            "start",
-            10.0,
-        );
+        text(svg, x + 3.0, bottom - 4.0, &m.label, "start", 10.0);
     }
     let bottom = f.top + PANEL_HEIGHT;
     let step = nice_step(f.t_end / 10.0);

@@ -17,10 +17,71 @@ use crate::metrics;
 /// Scrape points kept at most; later ones are dropped and counted.
 const MAX_SCRAPE_POINTS: usize = 20_000;
 
-/// One client class's counts for one second.
-#[derive(Debug, Clone, Default)]
-struct Second {
-    tally: Tally,
+/// Values of type `T` filed by phase and by second of a run: one slot per
+/// phase and one per second, fixed when the run starts. A time past the end
+/// lands in the last phase and the last second.
+pub struct Phased<T> {
+    t0: Instant,
+    /// End of each phase, as an offset from `t0`.
+    phase_ends: Vec<Duration>,
+    inner: Mutex<(Vec<T>, Vec<T>)>,
+}
+
+impl<T: Default + Clone> Phased<T> {
+    pub fn new(t0: Instant, phase_secs: &[f64]) -> Phased<T> {
+        let mut end = Duration::ZERO;
+        let phase_ends: Vec<Duration> = phase_secs
+            .iter()
+            .map(|s| {
+                end += Duration::from_secs_f64(*s);
+                end
+            })
+            .collect();
+        let seconds = (end.as_secs_f64().ceil() as usize).max(1);
+        let inner = (
+            vec![T::default(); phase_ends.len()],
+            vec![T::default(); seconds],
+        );
+        Phased {
+            t0,
+            phase_ends,
+            inner: Mutex::new(inner),
+        }
+    }
+
+    fn slots(&self, at: Instant) -> (usize, usize) {
+        let at = at.saturating_duration_since(self.t0);
+        let phase = self.phase_ends.iter().position(|end| at < *end);
+        let phase = phase.unwrap_or(self.phase_ends.len().saturating_sub(1));
+        (phase, at.as_secs() as usize)
+    }
+
+    /// Applies `f` to the slot of the phase and of the second holding `at`.
+    pub fn with(&self, at: Instant, f: impl Fn(&mut T)) {
+        let (phase, second) = self.slots(at);
+        let mut g = self.inner.lock().expect("phased lock");
+        if let Some(t) = g.0.get_mut(phase) {
+            f(t);
+        }
+        let last = g.1.len() - 1;
+        f(&mut g.1[second.min(last)]);
+    }
+
+    /// A copy of the per-phase slots.
+    pub fn phases(&self) -> Vec<T> {
+        self.inner.lock().expect("phased lock").0.clone()
+    }
+
+    /// A view of every per-second slot.
+    pub fn seconds<U>(&self, f: impl Fn(&T) -> U) -> Vec<U> {
+        self.inner
+            .lock()
+            .expect("phased lock")
+            .1
+            .iter()
+            .map(f)
+            .collect()
+    }
 }
 
 /// A per-second point of the timeline, as written to JSON.
@@ -40,76 +101,40 @@ pub struct SecondPoint {
 
 /// Files outcomes by phase and by second for one client class.
 pub struct PhasedRecorder {
-    t0: Instant,
-    /// End of each phase, as an offset from `t0`.
-    phase_ends: Vec<Duration>,
-    inner: Mutex<(Vec<Tally>, Vec<Second>)>,
+    slots: Phased<Tally>,
 }
 
 impl PhasedRecorder {
     pub fn new(t0: Instant, phase_secs: &[f64]) -> PhasedRecorder {
-        let mut end = Duration::ZERO;
-        let phase_ends: Vec<Duration> = phase_secs
-            .iter()
-            .map(|s| {
-                end += Duration::from_secs_f64(*s);
-                end
-            })
-            .collect();
-        let seconds = (end.as_secs_f64().ceil() as usize).max(1);
-        let inner = (
-            vec![Tally::default(); phase_ends.len()],
-            vec![Second::default(); seconds],
-        );
         PhasedRecorder {
-            t0,
-            phase_ends,
-            inner: Mutex::new(inner),
+            slots: Phased::new(t0, phase_secs),
         }
-    }
-
-    fn slots(&self, due: Instant) -> (usize, usize) {
-        let at = due.saturating_duration_since(self.t0);
-        let phase = self.phase_ends.iter().position(|end| at < *end);
-        let phase = phase.unwrap_or(self.phase_ends.len().saturating_sub(1));
-        (phase, at.as_secs() as usize)
     }
 
     fn with(&self, due: Instant, f: impl Fn(&mut Tally)) {
-        let (phase, second) = self.slots(due);
-        let mut g = self.inner.lock().expect("recorder lock");
-        if let Some(t) = g.0.get_mut(phase) {
-            f(t);
-        }
-        let last = g.1.len() - 1;
-        f(&mut g.1[second.min(last)].tally);
+        self.slots.with(due, f);
     }
 
     pub fn phase_reports(&self, phase_secs: &[f64]) -> Vec<TallyReport> {
-        let g = self.inner.lock().expect("recorder lock");
-        g.0.iter()
+        self.slots
+            .phases()
+            .iter()
             .zip(phase_secs)
             .map(|(t, secs)| t.report(*secs))
             .collect()
     }
 
     pub fn seconds(&self) -> Vec<SecondPoint> {
-        let g = self.inner.lock().expect("recorder lock");
-        g.1.iter()
-            .map(|s| {
-                let t = &s.tally;
-                SecondPoint {
-                    offered: t.sent + t.skipped,
-                    accepted: t.accepted,
-                    duplicates: t.duplicates,
-                    refused: t.refused,
-                    timeouts: t.timeouts,
-                    skipped: t.skipped,
-                    p50_ms: t.accepted_latency.percentile(0.5) as f64 / 1000.0,
-                    p99_ms: t.accepted_latency.percentile(0.99) as f64 / 1000.0,
-                }
-            })
-            .collect()
+        self.slots.seconds(|t| SecondPoint {
+            offered: t.sent + t.skipped,
+            accepted: t.accepted,
+            duplicates: t.duplicates,
+            refused: t.refused,
+            timeouts: t.timeouts,
+            skipped: t.skipped,
+            p50_ms: t.accepted_latency.percentile(0.5) as f64 / 1000.0,
+            p99_ms: t.accepted_latency.percentile(0.99) as f64 / 1000.0,
+        })
     }
 }
 

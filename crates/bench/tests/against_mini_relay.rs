@@ -211,3 +211,87 @@ async fn overload_reports_every_phase_and_plots() {
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(text.starts_with("<svg") && text.trim_end().ends_with("</svg>"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readflood_reports_every_phase_and_class_and_plots() {
+    let url = support::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("readflood.json");
+    let json_s = json.to_str().unwrap();
+    // The abusers run in a child process (the default): this also checks the re-exec.
+    bench_async(strings(&[
+        "readflood",
+        &url,
+        "--before-secs",
+        "1",
+        "--flood-secs",
+        "2",
+        "--after-secs",
+        "1",
+        "--settle-secs",
+        "0.1",
+        "--polite-clients",
+        "2",
+        "--polite-req-rate",
+        "5",
+        "--polite-event-rate",
+        "2",
+        "--abusive-addrs",
+        "2",
+        "--abusive-subs",
+        "2",
+        "--abusive-limit",
+        "50",
+        "--no-metrics",
+        "--json",
+        json_s,
+    ]))
+    .await;
+    let r = read_json(&json);
+    assert_eq!(r["run"]["command"], "readflood");
+    assert_eq!(r["distinct_source_ips"], true);
+    let phases = r["phases"].as_array().unwrap();
+    let names: Vec<&str> = phases.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["before", "flood", "after"]);
+    // 2 clients x 5 REQ/s and 2 EVENT/s, on a schedule: exact counts per phase.
+    for (p, secs) in phases.iter().zip([1, 2, 1]) {
+        let reads = &p["polite_reads"];
+        assert_eq!(reads["sent"], 10 * secs, "{}", p["name"]);
+        assert_eq!(reads["eose"], reads["sent"]);
+        assert_eq!(reads["success_ratio"], 1.0);
+        assert_eq!(reads["timeouts"], 0);
+        assert_eq!(reads["time_to_eose"]["count"], 10 * secs);
+        let writes = &p["polite_writes"];
+        assert_eq!(writes["sent"], 4 * secs);
+        assert_eq!(writes["accepted"], 4 * secs);
+    }
+    // Abusers only during the flood; the mini relay answers every REQ.
+    assert_eq!(phases[0]["abusive_reads"]["sent"], 0);
+    assert_eq!(phases[2]["abusive_reads"]["sent"], 0);
+    let flood = &phases[1]["abusive_reads"];
+    let sent = flood["sent"].as_u64().unwrap();
+    let eose = flood["eose"].as_u64().unwrap();
+    assert!(eose > 4, "abusive EOSE {eose}");
+    assert_eq!(flood["closed"], 0);
+    assert_eq!(flood["timeouts"], 0);
+    // Every REQ sent was answered or still open when the flood ended (at most 4).
+    assert_eq!(sent, eose + flood["unanswered_at_end"].as_u64().unwrap());
+    assert!(flood["events"].as_u64().unwrap() > 0);
+    assert!(flood["bytes"].as_u64().unwrap() > flood["events"].as_u64().unwrap());
+    assert_eq!(r["abusive"]["connections"], 2);
+    assert_eq!(r["abusive"]["separate_process"], true);
+    assert_ne!(r["abusive"]["pid"], std::process::id());
+    assert_eq!(r["abusive"]["source_ips"][1], "127.0.0.11");
+    assert_eq!(r["abusive"]["reconnects"], 0);
+    assert_eq!(r["after_flood"]["probe"]["outcome"], "eose");
+    assert_eq!(r["after_flood"]["probe"]["events"], 5);
+    let tl = &r["timeline"];
+    assert_eq!(tl["polite_reads"].as_array().unwrap().len(), 4);
+    assert_eq!(tl["abusive_reads"][0]["sent"], 0);
+    assert!(tl["abusive_reads"][1]["eose"].as_u64().unwrap() > 0);
+    let svg = dir.path().join("readflood.svg");
+    bench_async(strings(&["plot", json_s, "--out", svg.to_str().unwrap()])).await;
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<svg") && text.trim_end().ends_with("</svg>"));
+    assert!(text.contains("abusive REQs per second"));
+}
