@@ -35,7 +35,8 @@ pub struct LoadSignals {
     pub map_fill: f64,
     /// LMDB reader slots in use over `max_readers`, `0..=1`.
     pub reader_slots_fill: f64,
-    /// Duration of recent queries (REQ, COUNT), seconds.
+    /// Longest wait of a query (REQ, COUNT) for its first step since the
+    /// last tick, seconds: queueing in the query scheduler.
     pub read_latency_secs: f64,
 }
 
