@@ -92,6 +92,8 @@ struct Body {
     admitted: Instant,
     started: bool,
     work_ns: u64,
+    /// Settlement not yet passed to the session (steps without a message).
+    unsent_settle: i64,
 }
 
 /// How a query ended, as its last message says.
@@ -348,6 +350,7 @@ impl Reads {
                 admitted: Instant::now(),
                 started: false,
                 work_ns: 0,
+                unsent_settle: 0,
             },
         );
         drop(st);
@@ -456,11 +459,17 @@ impl Inner {
                 }
             }
             let Some(id) = st.sched.dispatch_next() else {
-                st = self
-                    .work
-                    .wait_timeout(st, EXPIRY_CHECK)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
+                // Nothing runnable: sleep until a submit or a returned
+                // credit wakes us (or, with queries waiting, until the next
+                // deadline check).
+                st = if st.sched.stats().queued == 0 {
+                    self.work.wait(st).unwrap_or_else(|e| e.into_inner())
+                } else {
+                    self.work
+                        .wait_timeout(st, EXPIRY_CHECK)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                };
                 continue;
             };
             let Some(mut body) = st.bodies.remove(&id) else {
@@ -520,27 +529,35 @@ impl Inner {
             metrics::counter!(m::QUERY_COST_UNITS_TOTAL, "stage" => "spent").increment(units);
             let settle = settle(&mut body, done);
             self.throttle.settle_read_cost(body.ip, settle);
-            let msg = ReadMsg {
-                job: id,
-                events: step.events,
-                end: step.end,
-                settle_units: settle,
-                _credit: Some(Credit {
-                    permit: Some(permit),
-                    inner: self.clone(),
-                    sink: body.sink,
-                }),
-            };
-            if let Err(e) = body.tx.try_send(msg) {
-                if matches!(e, mpsc::error::TrySendError::Full(_)) {
-                    metrics::counter!(m::QUERY_ANSWERS_DROPPED_TOTAL).increment(1);
-                    tracing::warn!(job = id, "query answer dropped: the session's sink is full");
-                }
-                // Dropping the message returns its credit (outside the lock).
-                drop(e);
+            body.unsent_settle += settle;
+            let quiet = step.events.is_empty() && step.end.is_none();
+            if quiet {
+                // Nothing for the client yet (a sparse scan, a COUNT under
+                // way): no message; the credit goes straight back, and the
+                // sink's parked queries may use it (below, under the lock).
+                drop(permit);
+            } else {
+                let msg = ReadMsg {
+                    job: id,
+                    events: step.events,
+                    end: step.end,
+                    settle_units: std::mem::take(&mut body.unsent_settle),
+                    _credit: Some(Credit {
+                        permit: Some(permit),
+                        inner: self.clone(),
+                        sink: body.sink,
+                    }),
+                };
+                deliver(&body.tx, msg);
             }
 
             st = self.lock();
+            if quiet {
+                st.sched.unpark(body.sink);
+                if st.sched.stats().queued > 1 {
+                    self.work.notify_one();
+                }
+            }
             let after = if done {
                 AfterStep::Finished
             } else if body.credits.available_permits() > 0 {
@@ -618,6 +635,20 @@ impl Inner {
         if completed || body.work_ns > 0 {
             metrics::histogram!(m::QUERY_SECONDS).record(body.work_ns as f64 / 1e9);
         }
+    }
+}
+
+/// Hands a message to its session's sink. It never waits: the sink has
+/// room for every credited chunk and one end per open query.
+fn deliver(tx: &mpsc::Sender<ReadMsg>, msg: ReadMsg) {
+    let job = msg.job;
+    if let Err(e) = tx.try_send(msg) {
+        if matches!(e, mpsc::error::TrySendError::Full(_)) {
+            metrics::counter!(m::QUERY_ANSWERS_DROPPED_TOTAL).increment(1);
+            tracing::warn!(job, "query answer dropped: the session's sink is full");
+        }
+        // Dropping the message returns its credit (outside the lock).
+        drop(e);
     }
 }
 
