@@ -256,16 +256,7 @@ impl Reads {
         filters: Vec<Filter>,
         budget: &mut ConnReadBudget,
     ) -> Result<ReadGuard, QueryError> {
-        let shapes = shapes(&filters);
-        let st = self.inner.lock();
-        let estimate = st.cfg.cost.estimate_req(&shapes, self.inner.max_scan_rows);
-        drop(st);
-        let opts = QueryOptions {
-            now: unix_now(),
-            max_scan_rows: self.inner.max_scan_rows,
-        };
-        let work = Work::Query(QueryCursor::new(filters, opts));
-        self.submit(sink, ip, work, estimate, budget)
+        self.submit_filters(sink, ip, filters, budget, false)
     }
 
     /// Admits a NIP-45 COUNT, or refuses it.
@@ -276,18 +267,40 @@ impl Reads {
         filters: Vec<Filter>,
         budget: &mut ConnReadBudget,
     ) -> Result<ReadGuard, QueryError> {
+        self.submit_filters(sink, ip, filters, budget, true)
+    }
+
+    /// Estimates the cost from the plan, builds the cursor, and submits.
+    fn submit_filters(
+        &self,
+        sink: &ReadSink,
+        ip: IpAddr,
+        filters: Vec<Filter>,
+        budget: &mut ConnReadBudget,
+        count: bool,
+    ) -> Result<ReadGuard, QueryError> {
         let shapes = shapes(&filters);
-        let st = self.inner.lock();
-        let estimate = st
-            .cfg
-            .cost
-            .estimate_count(&shapes, self.inner.max_count_rows);
-        drop(st);
+        let cost = self.inner.lock().cfg.cost;
+        let max_rows = if count {
+            self.inner.max_count_rows
+        } else {
+            self.inner.max_scan_rows
+        };
         let opts = QueryOptions {
             now: unix_now(),
-            max_scan_rows: self.inner.max_count_rows,
+            max_scan_rows: max_rows,
         };
-        let work = Work::Count(CountCursor::new(filters, opts));
+        let (estimate, work) = if count {
+            (
+                cost.estimate_count(&shapes, max_rows),
+                Work::Count(CountCursor::new(filters, opts)),
+            )
+        } else {
+            (
+                cost.estimate_req(&shapes, max_rows),
+                Work::Query(QueryCursor::new(filters, opts)),
+            )
+        };
         self.submit(sink, ip, work, estimate, budget)
     }
 

@@ -455,18 +455,52 @@ fn hex_of(b: &[u8]) -> String {
     b.iter().take(48).map(|x| format!("{x:02x}")).collect()
 }
 
-/// One filter of a REQ in progress.
-struct FilterCursor {
-    filter: Filter,
+/// One filter's rows in final order: each timestamp collected whole, sorted
+/// by id, and passed on as far as the limit allows.
+struct Grouping {
     limit: u64,
-    walk: Walk,
     /// Rows of the timestamp being collected, unsorted.
     group: Vec<Hit>,
     /// Rows in final order, waiting for the merge.
     ready: VecDeque<Hit>,
     /// Rows passed to `ready` so far (against the limit).
     passed: u64,
-    /// Nothing more will reach `ready`.
+}
+
+impl Grouping {
+    /// Takes one row; false when the limit is met and no more are wanted.
+    fn accept(&mut self, hit: Hit) -> bool {
+        if self
+            .group
+            .first()
+            .is_some_and(|g| hit.created_at < g.created_at)
+        {
+            self.flush();
+            if self.passed >= self.limit {
+                return false;
+            }
+        }
+        self.group.push(hit);
+        true
+    }
+
+    /// The current timestamp is whole: sort it by id and pass on what the
+    /// limit allows.
+    fn flush(&mut self) {
+        self.group.sort_unstable_by_key(|h| h.id);
+        let take = (self.limit - self.passed).min(self.group.len() as u64) as usize;
+        self.ready.extend(self.group.drain(..take));
+        self.group.clear();
+        self.passed += take as u64;
+    }
+}
+
+/// One filter of a REQ in progress.
+struct FilterCursor {
+    filter: Filter,
+    walk: Walk,
+    rows: Grouping,
+    /// Nothing more will reach `rows.ready`.
     complete: bool,
 }
 
@@ -477,22 +511,14 @@ impl FilterCursor {
         FilterCursor {
             walk: Walk::new(&filter),
             filter,
-            limit,
-            group: Vec::new(),
-            ready: VecDeque::new(),
-            passed: 0,
+            rows: Grouping {
+                limit,
+                group: Vec::new(),
+                ready: VecDeque::new(),
+                passed: 0,
+            },
             complete,
         }
-    }
-
-    /// The current timestamp is whole: sort it by id and pass on what the
-    /// limit allows.
-    fn flush_group(&mut self) {
-        self.group.sort_unstable_by_key(|h| h.id);
-        let take = (self.limit - self.passed).min(self.group.len() as u64) as usize;
-        self.ready.extend(self.group.drain(..take));
-        self.group.clear();
-        self.passed += take as u64;
     }
 
     /// Walks until a row is ready, the filter is complete or the step's
@@ -505,68 +531,25 @@ impl FilterCursor {
         budget: &mut Budget,
         step: &mut StepRows,
     ) -> Result<(), StoreError> {
-        let FilterCursor {
-            filter,
-            walk,
-            group,
-            ready,
-            passed,
-            limit,
-            ..
-        } = self;
+        let rows = &mut self.rows;
         let mut wants_more = true;
-        let end = {
-            let mut this = GroupSink {
-                group,
-                ready,
-                passed,
-                limit: *limit,
-            };
-            walk.run(t, rtxn, filter, ctx, budget, step, |hit| {
-                if !this.accept(hit) {
+        let end = self
+            .walk
+            .run(t, rtxn, &self.filter, ctx, budget, step, |hit| {
+                if !rows.accept(hit) {
                     wants_more = false;
                     Flow::Stop
-                } else if this.ready.is_empty() {
+                } else if rows.ready.is_empty() {
                     Flow::Continue
                 } else {
                     Flow::Pause
                 }
-            })?
-        };
+            })?;
         if end == WalkEnd::Done || !wants_more {
-            self.flush_group();
+            self.rows.flush();
             self.complete = true;
         }
         Ok(())
-    }
-}
-
-/// The grouping half of [`FilterCursor`], borrowed apart from its walk.
-struct GroupSink<'a> {
-    group: &'a mut Vec<Hit>,
-    ready: &'a mut VecDeque<Hit>,
-    passed: &'a mut u64,
-    limit: u64,
-}
-
-impl GroupSink<'_> {
-    fn accept(&mut self, hit: Hit) -> bool {
-        if self
-            .group
-            .first()
-            .is_some_and(|g| hit.created_at < g.created_at)
-        {
-            self.group.sort_unstable_by_key(|h| h.id);
-            let take = (self.limit - *self.passed).min(self.group.len() as u64) as usize;
-            self.ready.extend(self.group.drain(..take));
-            self.group.clear();
-            *self.passed += take as u64;
-            if *self.passed >= self.limit {
-                return false;
-            }
-        }
-        self.group.push(hit);
-        true
     }
 }
 
@@ -707,14 +690,7 @@ impl Store {
             return Ok(did);
         }
         let rtxn = self.env.read_txn()?;
-        let cutoff = match cur.snapshot_serial {
-            Some(s) => s,
-            None => {
-                let s = next_serial(&self.t, &rtxn)?;
-                cur.snapshot_serial = Some(s);
-                s
-            }
-        };
+        let cutoff = snapshot(&self.t, &rtxn, &mut cur.snapshot_serial)?;
         let ctx = WalkCtx {
             now: cur.opts.now,
             cutoff,
@@ -723,9 +699,9 @@ impl Store {
         let mut step = StepRows(limits.rows);
         'merge: loop {
             for f in cur.filters.iter_mut() {
-                if f.ready.is_empty() && !f.complete {
+                if f.rows.ready.is_empty() && !f.complete {
                     f.fill(&self.t, &rtxn, &ctx, &mut cur.budget, &mut step)?;
-                    if f.ready.is_empty() && !f.complete {
+                    if f.rows.ready.is_empty() && !f.complete {
                         // The step's rows ran out before this filter had a row.
                         break 'merge;
                     }
@@ -735,13 +711,18 @@ impl Store {
                 .filters
                 .iter()
                 .enumerate()
-                .filter_map(|(i, f)| f.ready.front().map(|h| ((Reverse(h.created_at), h.id), i)))
+                .filter_map(|(i, f)| {
+                    f.rows
+                        .ready
+                        .front()
+                        .map(|h| ((Reverse(h.created_at), h.id), i))
+                })
                 .min();
             let Some((_, i)) = best else {
                 cur.done = true;
                 break;
             };
-            let hit = cur.filters[i].ready.pop_front().expect("front exists");
+            let hit = cur.filters[i].rows.ready.pop_front().expect("front exists");
             let key = (hit.created_at, hit.id);
             if cur.last_sent == Some(key) {
                 continue;
@@ -784,14 +765,7 @@ impl Store {
             return Ok(did);
         }
         let rtxn = self.env.read_txn()?;
-        let cutoff = match cur.cutoff {
-            Some(s) => s,
-            None => {
-                let s = next_serial(&self.t, &rtxn)?;
-                cur.cutoff = Some(s);
-                s
-            }
-        };
+        let cutoff = snapshot(&self.t, &rtxn, &mut cur.cutoff)?;
         let ctx = WalkCtx {
             now: cur.opts.now,
             cutoff,
@@ -818,6 +792,23 @@ impl Store {
         did.rows = cur.budget.used - rows_before;
         did.done = cur.done;
         Ok(did)
+    }
+}
+
+/// The query's snapshot serial: fixed by its first step (the next serial
+/// then), kept by every later one.
+fn snapshot(
+    t: &Tables,
+    rtxn: &RoTxn<'_, heed::WithoutTls>,
+    fixed: &mut Option<u64>,
+) -> Result<u64, StoreError> {
+    match *fixed {
+        Some(s) => Ok(s),
+        None => {
+            let s = next_serial(t, rtxn)?;
+            *fixed = Some(s);
+            Ok(s)
+        }
     }
 }
 

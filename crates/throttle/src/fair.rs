@@ -721,16 +721,6 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         }
     }
 
-    /// The sink a query answers to.
-    pub fn sink(&self, id: JobId) -> Option<u64> {
-        self.jobs.get(&id).map(|j| j.sink)
-    }
-
-    /// True when the query has had (or is having) a step.
-    pub fn started(&self, id: JobId) -> bool {
-        self.jobs.get(&id).is_some_and(|j| j.started)
-    }
-
     pub fn stats(&self) -> FairStats {
         FairStats {
             clients: self.clients.len() as u32,
