@@ -1,6 +1,7 @@
 //! Sluice's LMDB store. The only crate that names heed.
 //!
-//! Tables (all `Bytes → Bytes`, key layouts in [`keys`]):
+//! Tables ([`tables`] names each with its key and value codec, [`codec`]
+//! holds the byte layouts):
 //! - `events`: serial → header ‖ raw JSON, the one copy of each event.
 //! - `ids`: id → serial, for duplicates and `ids` filters.
 //! - `by_created`, `by_author`, `by_kind`, `by_author_kind`, `by_tag`:
@@ -15,17 +16,22 @@
 //! Invariants: every event in `events` has exactly its entries in `ids` and
 //! the five indexes (and `expiry` if it expires), written or removed in the
 //! same transaction; serials are never reused; LMDB's transactions make a
-//! crash at any moment leave either the old or the new state. The API is
-//! synchronous: callers keep it off async threads.
+//! crash at any moment leave either the old or the new state. Bytes that do
+//! not decode are [`StoreError::Corrupt`] naming the table, never a panic:
+//! a read that meets them fails, a write batch that meets them writes
+//! nothing. The API is synchronous: callers keep it off async threads.
 
-pub mod keys;
+mod codec;
 mod query;
+mod tables;
 mod write;
 
 use std::path::Path;
 
-use heed::types::Bytes;
-use heed::{CommitOrAbort, Database, Env, EnvOpenOptions, WithoutTls};
+use heed::{Env, EnvOpenOptions, WithoutTls};
+
+use crate::codec::{Be64, StoredEvent, index_key};
+use crate::tables::{META_VERSION, TABLE_COUNT, Tables};
 
 pub use query::{
     CountCursor, PlanShape, QueryCursor, QueryOptions, QueryOutput, StepLimits, StepOutput,
@@ -33,66 +39,8 @@ pub use query::{
 };
 pub use write::WriteOutcome;
 
-/// Names of the tables, in the order of [`Tables`]' array.
-const TABLE_NAMES: [&str; 12] = [
-    "events",
-    "ids",
-    "by_created",
-    "by_author",
-    "by_kind",
-    "by_author_kind",
-    "by_tag",
-    "addresses",
-    "tombstones",
-    "address_tombstones",
-    "expiry",
-    "meta",
-];
-
 /// Version of the on-disk layout; a store with another version is refused.
 const SCHEMA_VERSION: u64 = 1;
-const META_VERSION: &[u8] = b"schema_version";
-const META_NEXT_SERIAL: &[u8] = b"next_serial";
-
-type Table = Database<'static, Bytes, Bytes>;
-
-#[derive(Clone, Copy)]
-pub(crate) struct Tables {
-    events: Table,
-    ids: Table,
-    by_created: Table,
-    by_author: Table,
-    by_kind: Table,
-    by_author_kind: Table,
-    by_tag: Table,
-    addresses: Table,
-    tombstones: Table,
-    address_tombstones: Table,
-    expiry: Table,
-    meta: Table,
-}
-
-/// The five time-ordered indexes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Index {
-    Created,
-    Author,
-    Kind,
-    AuthorKind,
-    Tag,
-}
-
-impl Tables {
-    pub(crate) fn index(&self, i: Index) -> &Table {
-        match i {
-            Index::Created => &self.by_created,
-            Index::Author => &self.by_author,
-            Index::Kind => &self.by_kind,
-            Index::AuthorKind => &self.by_author_kind,
-            Index::Tag => &self.by_tag,
-        }
-    }
-}
 
 /// Errors of the store. `MapFull` is the one an operator must act on.
 #[derive(Debug, thiserror::Error)]
@@ -105,8 +53,10 @@ pub enum StoreError {
         found: u64,
         expected: u64,
     },
-    #[error("corrupt value in table {table} at key {key}")]
-    Corrupt { table: &'static str, key: String },
+    /// Bytes in `table` that are not a layout this build wrote: a
+    /// damaged or foreign store.
+    #[error("corrupt data in table {table}: {detail}")]
+    Corrupt { table: &'static str, detail: String },
     #[error("cannot open store at {path}: {source}")]
     Open { path: String, source: heed::Error },
     #[error("LMDB error: {0}")]
@@ -116,10 +66,13 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    fn from_heed(e: heed::Error, map_size_bytes: u64) -> StoreError {
-        match e {
-            heed::Error::Mdb(heed::MdbError::MapFull) => StoreError::MapFull { map_size_bytes },
-            other => StoreError::Lmdb(other),
+    /// A write that ran out of map space says so, with the map's size.
+    fn in_write(self, map_size_bytes: u64) -> StoreError {
+        match self {
+            StoreError::Lmdb(heed::Error::Mdb(heed::MdbError::MapFull)) => {
+                StoreError::MapFull { map_size_bytes }
+            }
+            other => other,
         }
     }
 }
@@ -165,7 +118,7 @@ impl StoreStats {
 #[derive(Clone)]
 pub struct Store {
     env: Env<WithoutTls>,
-    t: Tables,
+    t: Tables<'static>,
     map_size_bytes: u64,
 }
 
@@ -180,53 +133,15 @@ impl Store {
         let mut eo = EnvOpenOptions::new().read_txn_without_tls();
         eo.map_size(opts.map_size_bytes as usize)
             .max_readers(opts.max_readers)
-            .max_dbs(TABLE_NAMES.len() as u32);
+            .max_dbs(TABLE_COUNT);
         // SAFETY: the environment is opened once per process for this path
         // and never mapped with conflicting flags; other processes (import
         // beside serve) use the same flags, which LMDB supports.
         let env = unsafe { eo.open(path) }.map_err(open_err)?;
-        let wtxn = env.write_txn().map_err(open_err)?;
-        let dbs: [Table; 12] = env
-            .create_databases_and_commit(wtxn, |wdo, wtxn| -> Result<_, heed::Error> {
-                let mut out = Vec::with_capacity(TABLE_NAMES.len());
-                for name in TABLE_NAMES {
-                    out.push(wdo.create_database::<Bytes, Bytes>(wtxn, Some(name))?);
-                }
-                let arr: [_; 12] = out.try_into().unwrap_or_else(|_| unreachable!());
-                Ok(CommitOrAbort::<_, ()>::Commit(arr))
-            })
-            .map_err(open_err)?
-            .unwrap_commit();
-        let [
-            events,
-            ids,
-            by_created,
-            by_author,
-            by_kind,
-            by_author_kind,
-            by_tag,
-            addresses,
-            tombstones,
-            address_tombstones,
-            expiry,
-            meta,
-        ] = dbs;
+        let t = Tables::open(&env).map_err(open_err)?;
         let store = Store {
             env,
-            t: Tables {
-                events,
-                ids,
-                by_created,
-                by_author,
-                by_kind,
-                by_author_kind,
-                by_tag,
-                addresses,
-                tombstones,
-                address_tombstones,
-                expiry,
-                meta,
-            },
+            t,
             map_size_bytes: opts.map_size_bytes,
         };
         store.check_schema(path)?;
@@ -236,26 +151,18 @@ impl Store {
     fn check_schema(&self, path: &Path) -> Result<(), StoreError> {
         let mut wtxn = self.env.write_txn()?;
         match self.t.meta.get(&wtxn, META_VERSION)? {
-            Some(v) if v.len() == 8 => {
-                let found = keys::read_u64(v);
-                if found != SCHEMA_VERSION {
-                    return Err(StoreError::SchemaMismatch {
-                        path: path.display().to_string(),
-                        found,
-                        expected: SCHEMA_VERSION,
-                    });
-                }
-            }
-            Some(_) => {
-                return Err(StoreError::Corrupt {
-                    table: "meta",
-                    key: "schema_version".into(),
+            Some(found) if found != SCHEMA_VERSION => {
+                return Err(StoreError::SchemaMismatch {
+                    path: path.display().to_string(),
+                    found,
+                    expected: SCHEMA_VERSION,
                 });
             }
+            Some(_) => {}
             None => {
                 self.t
                     .meta
-                    .put(&mut wtxn, META_VERSION, &SCHEMA_VERSION.to_be_bytes())?;
+                    .put(&mut wtxn, META_VERSION, &Be64::new(SCHEMA_VERSION))?;
             }
         }
         wtxn.commit()?;
@@ -289,11 +196,11 @@ impl Store {
         let Some(serial) = self.t.ids.get(&rtxn, id)? else {
             return Ok(None);
         };
-        let Some(value) = self.t.events.get(&rtxn, serial)? else {
+        let Some(StoredEvent { header, raw }) = self.t.events.get(&rtxn, &Be64::new(serial))?
+        else {
             return Ok(None);
         };
-        let (h, raw) = decode(value, serial)?;
-        Ok((!h.is_expired(now)).then(|| raw.to_owned()))
+        Ok((!header.is_expired(now)).then(|| raw.to_owned()))
     }
 
     /// For each id, whether the store holds an event with it (expired or
@@ -321,26 +228,25 @@ impl Store {
     ) -> Result<u64, StoreError> {
         use std::ops::Bound;
         const CHUNK: usize = 1024;
-        let end = keys::index_key(&[], until, u64::MAX);
-        let mut start = Bound::Included(keys::index_key(&[], since, 0));
+        let end = index_key(&[], until, u64::MAX);
+        let mut start = Bound::Included(index_key(&[], since, 0));
         let mut n = 0u64;
         loop {
             let mut batch: Vec<String> = Vec::with_capacity(CHUNK);
-            let mut last_key = None;
+            let mut last = None;
             {
                 let rtxn = self.env.read_txn()?;
                 let range = (start.as_ref().map(|k| &k[..]), Bound::Included(&end[..]));
-                for item in self.t.by_created.range(&rtxn, &range)? {
-                    let (k, _) = item?;
-                    let (_, serial) = keys::split_index_key(k);
-                    let sk = keys::serial(serial);
-                    if let Some(v) = self.t.events.get(&rtxn, &sk)? {
-                        let (h, raw) = decode(v, &sk)?;
-                        if !h.is_expired(now) {
-                            batch.push(raw.to_owned());
-                        }
+                let by_created = &self.t.by_created;
+                for item in by_created.range(&rtxn, &range)? {
+                    let ((created_at, serial), ()) = item.map_err(|e| by_created.error(e))?;
+                    if let Some(StoredEvent { header, raw }) =
+                        self.t.events.get(&rtxn, &Be64::new(serial))?
+                        && !header.is_expired(now)
+                    {
+                        batch.push(raw.to_owned());
                     }
-                    last_key = Some(k.to_vec());
+                    last = Some((created_at, serial));
                     if batch.len() == CHUNK {
                         break;
                     }
@@ -350,8 +256,10 @@ impl Store {
                 f(raw)?;
             }
             n += batch.len() as u64;
-            match last_key {
-                Some(k) if batch.len() == CHUNK => start = Bound::Excluded(k),
+            match last {
+                Some((created_at, serial)) if batch.len() == CHUNK => {
+                    start = Bound::Excluded(index_key(&[], created_at, serial));
+                }
                 _ => return Ok(n),
             }
         }
@@ -362,15 +270,4 @@ impl Store {
         let Store { env, .. } = self;
         env.prepare_for_closing().wait();
     }
-}
-
-/// Decodes an `events` value, naming the key when it is not ours.
-pub(crate) fn decode<'a>(
-    value: &'a [u8],
-    serial: &[u8],
-) -> Result<(keys::Header, &'a str), StoreError> {
-    keys::Header::decode(value).ok_or_else(|| StoreError::Corrupt {
-        table: "events",
-        key: format!("serial {}", keys::read_u64(serial)),
-    })
 }

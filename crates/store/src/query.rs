@@ -22,12 +22,16 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet, VecDeque};
 use std::ops::Bound;
 
-use heed::types::Bytes;
+use heed::types::Unit;
 use heed::{RoRevRange, RoTxn};
 use sluice_proto::{Event, Filter};
 
-use crate::keys::{self, Header};
-use crate::{Index, META_NEXT_SERIAL, Store, StoreError, Tables, decode};
+use crate::codec::{
+    Be64, Header, IndexKeyCodec, MAX_INLINE_TAG_BYTES, Prefix, StoredEvent, author_kind_prefix,
+    author_prefix, index_key, kind_prefix, tag_prefix,
+};
+use crate::tables::{Index, IndexTable, META_NEXT_SERIAL, Tables};
+use crate::{Store, StoreError};
 
 /// Bounds of one query.
 #[derive(Debug, Clone, Copy)]
@@ -75,37 +79,23 @@ fn plan(f: &Filter) -> Plan {
         prefixes,
         covered_tag: None,
     };
-    match (&f.authors, &f.kinds) {
-        (Some(a), Some(k)) if a.len() * k.len() <= MAX_AUTHOR_KIND_PREFIXES => scan(
+    // The tag condition with the fewest values, when there is one.
+    let rarest_tag = f.tags.iter().min_by_key(|(_, v)| v.len());
+    match (&f.authors, &f.kinds, rarest_tag) {
+        (Some(a), Some(k), _) if a.len() * k.len() <= MAX_AUTHOR_KIND_PREFIXES => scan(
             Index::AuthorKind,
             a.iter()
-                .flat_map(|pk| {
-                    k.iter()
-                        .map(move |kind| keys::author_kind_prefix(pk, *kind))
-                })
+                .flat_map(|pk| k.iter().map(move |kind| author_kind_prefix(pk, *kind)))
                 .collect(),
         ),
-        (Some(a), _) => scan(Index::Author, a.iter().map(keys::author_prefix).collect()),
-        _ if !f.tags.is_empty() => {
-            let (letter, values) = f
-                .tags
-                .iter()
-                .min_by_key(|(_, v)| v.len())
-                .expect("tags is not empty");
-            Plan::Scan {
-                index: Index::Tag,
-                prefixes: values
-                    .iter()
-                    .map(|v| keys::tag_prefix(*letter, v))
-                    .collect(),
-                covered_tag: Some(*letter),
-            }
-        }
-        (None, Some(k)) => scan(
-            Index::Kind,
-            k.iter().map(|k| keys::kind_prefix(*k)).collect(),
-        ),
-        (None, None) => scan(Index::Created, vec![Vec::new()]),
+        (Some(a), _, _) => scan(Index::Author, a.iter().map(author_prefix).collect()),
+        (None, _, Some((letter, values))) => Plan::Scan {
+            index: Index::Tag,
+            prefixes: values.iter().map(|v| tag_prefix(*letter, v)).collect(),
+            covered_tag: Some(*letter),
+        },
+        (None, Some(k), None) => scan(Index::Kind, k.iter().map(|k| kind_prefix(*k)).collect()),
+        (None, None, None) => scan(Index::Created, vec![Vec::new()]),
     }
 }
 
@@ -241,20 +231,25 @@ enum Walk {
     /// Id lookups, all in the first step (their number is bounded by the
     /// message size), then handed out in order.
     Ids {
-        ids: Vec<[u8; 32]>,
-        loaded: Option<VecDeque<Hit>>,
+        /// The ids to look up; `None` once the first step has.
+        pending: Option<Vec<[u8; 32]>>,
+        /// Matches in order, not handed out yet.
+        ready: VecDeque<Hit>,
     },
-    /// A newest-first merge of index ranges, one per prefix, each resumed
-    /// below its last row taken.
-    Index {
-        index: Index,
-        check_tags: bool,
-        ranges: Vec<Range>,
-        started: bool,
-        /// The same event can sit under several prefixes (two tag values);
-        /// equal keys are taken one after the other.
-        last_serial: Option<u64>,
-    },
+    /// A newest-first merge of index ranges.
+    Index(IndexWalk),
+}
+
+/// A newest-first merge of index ranges, one per prefix, each resumed
+/// below its last row taken.
+struct IndexWalk {
+    index: Index,
+    check_tags: bool,
+    ranges: Vec<Range>,
+    started: bool,
+    /// The same event can sit under several prefixes (two tag values);
+    /// equal keys are taken one after the other.
+    last_serial: Option<u64>,
 }
 
 /// One prefix's range and the next row to take in it.
@@ -268,14 +263,17 @@ struct Range {
 
 impl Range {
     fn key_of(&self, at: (u64, u64)) -> Vec<u8> {
-        keys::index_key(&self.prefix, at.0, at.1)
+        index_key(&self.prefix, at.0, at.1)
     }
 }
 
 impl Walk {
     fn new(f: &Filter) -> Walk {
         match plan(f) {
-            Plan::Ids(ids) => Walk::Ids { ids, loaded: None },
+            Plan::Ids(ids) => Walk::Ids {
+                pending: Some(ids),
+                ready: VecDeque::new(),
+            },
             Plan::Scan {
                 index,
                 prefixes,
@@ -283,21 +281,21 @@ impl Walk {
             } => {
                 let since = f.since.unwrap_or(0);
                 let until = f.until.unwrap_or(u64::MAX);
-                Walk::Index {
+                Walk::Index(IndexWalk {
                     index,
                     check_tags: needs_tag_check(f, covered_tag),
                     ranges: prefixes
                         .into_iter()
                         .map(|p| Range {
-                            lo: keys::index_key(&p, since, 0),
-                            hi: keys::index_key(&p, until, u64::MAX),
+                            lo: index_key(&p, since, 0),
+                            hi: index_key(&p, until, u64::MAX),
                             head: None,
                             prefix: p,
                         })
                         .collect(),
                     started: false,
                     last_serial: None,
-                }
+                })
             }
         }
     }
@@ -317,32 +315,29 @@ impl Walk {
         mut visit: impl FnMut(Hit) -> Flow,
     ) -> Result<WalkEnd, StoreError> {
         match self {
-            Walk::Ids { ids, loaded } => {
-                if loaded.is_none() {
+            Walk::Ids { pending, ready } => {
+                if let Some(ids) = pending.take() {
+                    let check_tags = needs_tag_check(f, None);
                     let mut hits = Vec::with_capacity(ids.len());
-                    for id in ids.iter() {
+                    for id in &ids {
                         step.0 = step.0.saturating_sub(1);
                         if !budget.take() {
                             break;
                         }
-                        let Some(sv) = t.ids.get(rtxn, id)? else {
+                        let Some(serial) = t.ids.get(rtxn, id)? else {
                             continue;
                         };
-                        let serial = read_serial(sv, "ids")?;
                         if serial >= ctx.cutoff {
                             continue;
                         }
-                        if let Some(hit) =
-                            load_if_match(t, rtxn, f, serial, ctx.now, needs_tag_check(f, None))?
-                        {
+                        if let Some(hit) = load_if_match(t, rtxn, f, serial, ctx.now, check_tags)? {
                             hits.push(hit);
                         }
                     }
                     hits.sort_unstable_by_key(|a| (Reverse(a.created_at), a.id));
-                    *loaded = Some(hits.into());
+                    *ready = hits.into();
                 }
-                let queue = loaded.as_mut().expect("loaded above");
-                while let Some(hit) = queue.pop_front() {
+                while let Some(hit) = ready.pop_front() {
                     match visit(hit) {
                         Flow::Continue => {}
                         Flow::Pause => return Ok(WalkEnd::Paused),
@@ -351,70 +346,90 @@ impl Walk {
                 }
                 Ok(WalkEnd::Done)
             }
-            Walk::Index {
-                index,
-                check_tags,
-                ranges,
-                started,
-                last_serial,
-            } => {
-                let table = t.index(*index);
-                if !*started {
-                    for r in ranges.iter_mut() {
-                        let mut it = table.rev_range(
-                            rtxn,
-                            &(Bound::Included(&r.lo[..]), Bound::Included(&r.hi[..])),
-                        )?;
-                        r.head = next_head(&mut it)?;
-                    }
-                    *started = true;
+            Walk::Index(w) => match w.index {
+                Index::Created => w.run(&t.by_created, t, rtxn, f, ctx, budget, step, visit),
+                Index::Author => w.run(&t.by_author, t, rtxn, f, ctx, budget, step, visit),
+                Index::Kind => w.run(&t.by_kind, t, rtxn, f, ctx, budget, step, visit),
+                Index::AuthorKind => w.run(&t.by_author_kind, t, rtxn, f, ctx, budget, step, visit),
+                Index::Tag => w.run(&t.by_tag, t, rtxn, f, ctx, budget, step, visit),
+            },
+        }
+    }
+}
+
+impl IndexWalk {
+    /// [`Walk::run`] over `table`, the index the plan chose.
+    #[allow(clippy::too_many_arguments)]
+    fn run<P: Prefix>(
+        &mut self,
+        table: &IndexTable<'_, P>,
+        t: &Tables,
+        rtxn: &RoTxn<'_, heed::WithoutTls>,
+        f: &Filter,
+        ctx: &WalkCtx,
+        budget: &mut Budget,
+        step: &mut StepRows,
+        mut visit: impl FnMut(Hit) -> Flow,
+    ) -> Result<WalkEnd, StoreError> {
+        if !self.started {
+            for r in self.ranges.iter_mut() {
+                let mut it = table.rev_range(
+                    rtxn,
+                    &(Bound::Included(&r.lo[..]), Bound::Included(&r.hi[..])),
+                )?;
+                r.head = next_head(table, &mut it)?;
+            }
+            self.started = true;
+        }
+        // Iterators opened in this step, lazily, for the ranges whose head
+        // is taken.
+        let mut open: Vec<Option<RoRevRange<'_, IndexKeyCodec<P>, Unit>>> =
+            (0..self.ranges.len()).map(|_| None).collect();
+        let mut heap: BinaryHeap<((u64, u64), usize)> = self
+            .ranges
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.head.map(|h| (h, i)))
+            .collect();
+        while let Some(&(at, i)) = heap.peek() {
+            if step.0 == 0 {
+                return Ok(WalkEnd::Paused);
+            }
+            if !budget.take() {
+                return Ok(WalkEnd::Done);
+            }
+            step.0 -= 1;
+            heap.pop();
+            let r = &mut self.ranges[i];
+            let mut it = match open[i].take() {
+                Some(it) => it,
+                None => {
+                    let below = r.key_of(at);
+                    table.rev_range(
+                        rtxn,
+                        &(Bound::Included(&r.lo[..]), Bound::Excluded(&below[..])),
+                    )?
                 }
-                // Iterators opened in this step, lazily, for the ranges whose
-                // head is taken.
-                let mut open: Vec<Option<RoRevRange<'_, Bytes, Bytes>>> =
-                    (0..ranges.len()).map(|_| None).collect();
-                let mut heap: BinaryHeap<((u64, u64), usize)> = ranges
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, r)| r.head.map(|h| (h, i)))
-                    .collect();
-                while let Some(&(at, i)) = heap.peek() {
-                    if step.0 == 0 {
-                        return Ok(WalkEnd::Paused);
-                    }
-                    if !budget.take() {
-                        return Ok(WalkEnd::Done);
-                    }
-                    step.0 -= 1;
-                    heap.pop();
-                    let r = &mut ranges[i];
-                    if open[i].is_none() {
-                        let below = r.key_of(at);
-                        open[i] = Some(table.rev_range(
-                            rtxn,
-                            &(Bound::Included(&r.lo[..]), Bound::Excluded(&below[..])),
-                        )?);
-                    }
-                    r.head = next_head(open[i].as_mut().expect("opened above"))?;
-                    if let Some(h) = r.head {
-                        heap.push((h, i));
-                    }
-                    let serial = at.1;
-                    if *last_serial == Some(serial) || serial >= ctx.cutoff {
-                        continue;
-                    }
-                    *last_serial = Some(serial);
-                    if let Some(hit) = load_if_match(t, rtxn, f, serial, ctx.now, *check_tags)? {
-                        match visit(hit) {
-                            Flow::Continue => {}
-                            Flow::Pause => return Ok(WalkEnd::Paused),
-                            Flow::Stop => return Ok(WalkEnd::Done),
-                        }
-                    }
+            };
+            r.head = next_head(table, &mut it)?;
+            open[i] = Some(it);
+            if let Some(h) = r.head {
+                heap.push((h, i));
+            }
+            let serial = at.1;
+            if self.last_serial == Some(serial) || serial >= ctx.cutoff {
+                continue;
+            }
+            self.last_serial = Some(serial);
+            if let Some(hit) = load_if_match(t, rtxn, f, serial, ctx.now, self.check_tags)? {
+                match visit(hit) {
+                    Flow::Continue => {}
+                    Flow::Pause => return Ok(WalkEnd::Paused),
+                    Flow::Stop => return Ok(WalkEnd::Done),
                 }
-                Ok(WalkEnd::Done)
             }
         }
+        Ok(WalkEnd::Done)
     }
 }
 
@@ -425,34 +440,17 @@ struct WalkCtx {
     cutoff: u64,
 }
 
-fn next_head(it: &mut RoRevRange<'_, Bytes, Bytes>) -> Result<Option<(u64, u64)>, StoreError> {
+/// The next `(created_at, serial)` of a range; a key that does not decode
+/// is `Corrupt`.
+fn next_head<P: Prefix>(
+    table: &IndexTable<'_, P>,
+    it: &mut RoRevRange<'_, IndexKeyCodec<P>, Unit>,
+) -> Result<Option<(u64, u64)>, StoreError> {
     match it.next() {
         None => Ok(None),
-        Some(item) => {
-            let (k, _) = item?;
-            if k.len() < keys::TIME_SERIAL_LEN {
-                return Err(StoreError::Corrupt {
-                    table: "index",
-                    key: hex_of(k),
-                });
-            }
-            Ok(Some(keys::split_index_key(k)))
-        }
+        Some(Ok((at, ()))) => Ok(Some(at)),
+        Some(Err(e)) => Err(table.error(e)),
     }
-}
-
-fn read_serial(v: &[u8], table: &'static str) -> Result<u64, StoreError> {
-    if v.len() != keys::SERIAL_LEN {
-        return Err(StoreError::Corrupt {
-            table,
-            key: hex_of(v),
-        });
-    }
-    Ok(keys::read_u64(v))
-}
-
-fn hex_of(b: &[u8]) -> String {
-    b.iter().take(48).map(|x| format!("{x:02x}")).collect()
 }
 
 /// One filter's rows in final order: each timestamp collected whole, sorted
@@ -722,7 +720,9 @@ impl Store {
                 cur.done = true;
                 break;
             };
-            let hit = cur.filters[i].rows.ready.pop_front().expect("front exists");
+            let Some(hit) = cur.filters[i].rows.ready.pop_front() else {
+                continue;
+            };
             let key = (hit.created_at, hit.id);
             if cur.last_sent == Some(key) {
                 continue;
@@ -813,10 +813,7 @@ fn snapshot(
 }
 
 fn next_serial(t: &Tables, rtxn: &RoTxn<'_, heed::WithoutTls>) -> Result<u64, StoreError> {
-    Ok(match t.meta.get(rtxn, META_NEXT_SERIAL)? {
-        Some(v) => read_serial(v, "meta")?,
-        None => 1,
-    })
+    Ok(t.meta.get(rtxn, META_NEXT_SERIAL)?.unwrap_or(1))
 }
 
 /// Loads an event and applies the full filter: header fields first, the
@@ -829,11 +826,9 @@ fn load_if_match(
     now: u64,
     check_tags: bool,
 ) -> Result<Option<Hit>, StoreError> {
-    let sk = keys::serial(serial);
-    let Some(value) = t.events.get(rtxn, &sk)? else {
+    let Some(StoredEvent { header: h, raw }) = t.events.get(rtxn, &Be64::new(serial))? else {
         return Ok(None);
     };
-    let (h, raw) = decode(value, &sk)?;
     if !header_matches(f, &h, now) {
         return Ok(None);
     }
@@ -859,7 +854,7 @@ fn needs_tag_check(f: &Filter, covered_tag: Option<u8>) -> bool {
     let hashed = f
         .tags
         .iter()
-        .any(|(_, v)| v.iter().any(|s| s.len() > keys::MAX_INLINE_TAG_BYTES));
+        .any(|(_, v)| v.iter().any(|s| s.len() > MAX_INLINE_TAG_BYTES));
     uncovered || hashed
 }
 

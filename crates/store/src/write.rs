@@ -1,13 +1,20 @@
 //! The write path: one call, one LMDB write transaction, applying NIP-01
 //! replacement, NIP-09 deletion and NIP-40 expiration rules in order, so a
-//! batch gives the same result as writing its events one by one.
+//! batch gives the same result as writing its events one by one. Bytes that
+//! do not decode abort the batch with `StoreError::Corrupt` (nothing of it is
+//! written), except an event value being removed anyway, which is removed
+//! and logged.
 
 use heed::RwTxn;
 use sluice_proto::kind::DELETION;
 use sluice_proto::{Event, KindClass, hex32};
 
-use crate::keys::{self, Header};
-use crate::{Index, META_NEXT_SERIAL, Store, StoreError, Tables, decode};
+use crate::codec::{
+    Address, Be64, Header, StoredEvent, author_kind_prefix, author_prefix, index_key, kind_prefix,
+    tag_prefix, tombstone_key,
+};
+use crate::tables::{Index, META_NEXT_SERIAL, Tables};
+use crate::{Store, StoreError};
 
 /// What happened to one event of a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,53 +47,56 @@ impl Store {
         events: impl IntoIterator<Item = &'a Event>,
         now: u64,
     ) -> Result<Vec<WriteOutcome>, StoreError> {
-        let fail = |e| StoreError::from_heed(e, self.map_size_bytes);
-        let mut wtxn = self.env.write_txn().map_err(fail)?;
-        let mut next = match self.t.meta.get(&wtxn, META_NEXT_SERIAL).map_err(fail)? {
-            Some(v) if v.len() == 8 => keys::read_u64(v),
-            _ => 1,
-        };
-        let start = next;
-        let mut out = Vec::new();
-        for ev in events {
-            out.push(write_one(&self.t, &mut wtxn, ev, now, &mut next).map_err(fail)?);
-        }
-        if next != start {
-            self.t
-                .meta
-                .put(&mut wtxn, META_NEXT_SERIAL, &next.to_be_bytes())
-                .map_err(fail)?;
-        }
-        wtxn.commit().map_err(fail)?;
-        Ok(out)
+        self.write_txn(|t, wtxn| {
+            let mut next = t.meta.get(wtxn, META_NEXT_SERIAL)?.unwrap_or(1);
+            let start = next;
+            let mut out = Vec::new();
+            for ev in events {
+                out.push(write_one(t, wtxn, ev, now, &mut next)?);
+            }
+            if next != start {
+                t.meta.put(wtxn, META_NEXT_SERIAL, &Be64::new(next))?;
+            }
+            Ok(out)
+        })
     }
 
     /// Removes up to `max` events whose expiration is at or before `now`.
     /// Returns how many were removed.
     pub fn purge_expired(&self, now: u64, max: usize) -> Result<usize, StoreError> {
-        let fail = |e| StoreError::from_heed(e, self.map_size_bytes);
-        let mut wtxn = self.env.write_txn().map_err(fail)?;
-        let end = keys::index_key(&[], now, u64::MAX);
-        let serials: Vec<u64> = self
-            .t
-            .expiry
-            .range(
-                &wtxn,
-                &(
-                    std::ops::Bound::Unbounded,
-                    std::ops::Bound::Included(&end[..]),
-                ),
-            )
-            .map_err(fail)?
-            .take(max)
-            .map(|r| r.map(|(k, _)| keys::split_index_key(k).1))
-            .collect::<Result<_, _>>()
-            .map_err(fail)?;
-        for &s in &serials {
-            delete_serial(&self.t, &mut wtxn, s).map_err(fail)?;
-        }
-        wtxn.commit().map_err(fail)?;
-        Ok(serials.len())
+        self.write_txn(|t, wtxn| {
+            let end = index_key(&[], now, u64::MAX);
+            let range = (
+                std::ops::Bound::Unbounded,
+                std::ops::Bound::Included(&end[..]),
+            );
+            let serials: Vec<u64> = t
+                .expiry
+                .range(wtxn, &range)?
+                .take(max)
+                .map(|r| r.map(|((_, serial), ())| serial))
+                .collect::<Result<_, _>>()
+                .map_err(|e| t.expiry.error(e))?;
+            for &s in &serials {
+                delete_serial(t, wtxn, s)?;
+            }
+            Ok(serials.len())
+        })
+    }
+
+    /// Runs `f` in one write transaction and commits it; on error nothing
+    /// is written.
+    fn write_txn<T>(
+        &self,
+        f: impl FnOnce(&Tables<'static>, &mut RwTxn<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let run = || {
+            let mut wtxn = self.env.write_txn()?;
+            let out = f(&self.t, &mut wtxn)?;
+            wtxn.commit()?;
+            Ok(out)
+        };
+        run().map_err(|e: StoreError| e.in_write(self.map_size_bytes))
     }
 }
 
@@ -96,7 +106,7 @@ fn write_one(
     ev: &Event,
     now: u64,
     next: &mut u64,
-) -> Result<WriteOutcome, heed::Error> {
+) -> Result<WriteOutcome, StoreError> {
     let class = KindClass::of(ev.kind);
     if class == KindClass::Ephemeral {
         return Ok(WriteOutcome::Ephemeral);
@@ -107,7 +117,7 @@ fn write_one(
     // Deleting a deletion does nothing, so kind 5 ignores tombstones.
     if ev.kind != DELETION
         && t.tombstones
-            .get(wtxn, &keys::tombstone_key(&ev.id, &ev.pubkey))?
+            .get(wtxn, &tombstone_key(&ev.id, &ev.pubkey))?
             .is_some()
     {
         return Ok(WriteOutcome::Deleted);
@@ -118,33 +128,32 @@ fn write_one(
     }
     let mut replaced = false;
     let address = match class {
-        KindClass::Replaceable => Some(keys::address_key(&ev.pubkey, ev.kind, None)),
-        KindClass::Addressable => Some(keys::address_key(&ev.pubkey, ev.kind, Some(ev.d_tag()))),
+        KindClass::Replaceable => Some(Address::new(&ev.pubkey, ev.kind, None)),
+        KindClass::Addressable => Some(Address::new(&ev.pubkey, ev.kind, Some(ev.d_tag()))),
         _ => None,
     };
     if let Some(addr) = &address {
-        if let Some(ts) = t.address_tombstones.get(wtxn, addr)?
-            && ev.created_at <= keys::read_u64(ts)
+        if let Some(deleted_at) = t.address_tombstones.get(wtxn, addr)?
+            && ev.created_at <= deleted_at
         {
             return Ok(WriteOutcome::Deleted);
         }
-        if let Some(old) = t.addresses.get(wtxn, addr)? {
-            let old_serial = keys::read_u64(old);
-            let old_value = t.events.get(wtxn, &keys::serial(old_serial))?;
-            if let Some((h, _)) = old_value.and_then(Header::decode) {
-                if !ev.supersedes(h.created_at, &h.id) {
-                    return Ok(WriteOutcome::Superseded);
-                }
-                delete_serial(t, wtxn, old_serial)?;
-                replaced = true;
+        if let Some(old_serial) = t.addresses.get(wtxn, addr)?
+            && let Some(StoredEvent { header: old, .. }) =
+                t.events.get(wtxn, &Be64::new(old_serial))?
+        {
+            if !ev.supersedes(old.created_at, &old.id) {
+                return Ok(WriteOutcome::Superseded);
             }
+            delete_serial(t, wtxn, old_serial)?;
+            replaced = true;
         }
     }
     let serial = *next;
     *next += 1;
     insert(t, wtxn, ev, serial, expires_at)?;
     if let Some(addr) = &address {
-        t.addresses.put(wtxn, addr, &keys::serial(serial))?;
+        t.addresses.put(wtxn, addr, &Be64::new(serial))?;
     }
     let deleted = if ev.kind == DELETION {
         apply_deletion(t, wtxn, ev)?
@@ -164,23 +173,26 @@ fn insert(
     ev: &Event,
     serial: u64,
     expires_at: u64,
-) -> Result<(), heed::Error> {
-    let header = Header {
-        id: ev.id,
-        pubkey: ev.pubkey,
-        created_at: ev.created_at,
-        kind: ev.kind,
-        expires_at,
+) -> Result<(), StoreError> {
+    let value = StoredEvent {
+        header: Header {
+            id: ev.id,
+            pubkey: ev.pubkey,
+            created_at: ev.created_at,
+            kind: ev.kind,
+            expires_at,
+        },
+        raw: ev.raw(),
     };
-    let sk = keys::serial(serial);
-    t.events.put(wtxn, &sk, &header.encode_with(ev.raw()))?;
+    let sk = Be64::new(serial);
+    t.events.put(wtxn, &sk, &value)?;
     t.ids.put(wtxn, &ev.id, &sk)?;
-    for (table, key) in index_keys(ev, serial) {
-        t.index(table).put(wtxn, &key, &[])?;
+    for (index, key) in index_keys(ev, serial) {
+        t.index_put(wtxn, index, &key)?;
     }
     if expires_at != 0 {
         t.expiry
-            .put(wtxn, &keys::index_key(&[], expires_at, serial), &[])?;
+            .put(wtxn, &index_key(&[], expires_at, serial), &())?;
     }
     Ok(())
 }
@@ -189,80 +201,73 @@ fn insert(
 fn index_keys(ev: &Event, serial: u64) -> Vec<(Index, Vec<u8>)> {
     let ca = ev.created_at;
     let mut v = vec![
-        (Index::Created, keys::index_key(&[], ca, serial)),
+        (Index::Created, index_key(&[], ca, serial)),
         (
             Index::Author,
-            keys::index_key(&keys::author_prefix(&ev.pubkey), ca, serial),
+            index_key(&author_prefix(&ev.pubkey), ca, serial),
         ),
-        (
-            Index::Kind,
-            keys::index_key(&keys::kind_prefix(ev.kind), ca, serial),
-        ),
+        (Index::Kind, index_key(&kind_prefix(ev.kind), ca, serial)),
         (
             Index::AuthorKind,
-            keys::index_key(&keys::author_kind_prefix(&ev.pubkey, ev.kind), ca, serial),
+            index_key(&author_kind_prefix(&ev.pubkey, ev.kind), ca, serial),
         ),
     ];
     for (letter, value) in ev.indexed_tags() {
         v.push((
             Index::Tag,
-            keys::index_key(&keys::tag_prefix(letter, value), ca, serial),
+            index_key(&tag_prefix(letter, value), ca, serial),
         ));
     }
     v
 }
 
 /// Removes an event and all its index entries. A serial that is not there
-/// is not an error (it was removed earlier in the same batch).
-fn delete_serial(t: &Tables, wtxn: &mut RwTxn<'_>, serial: u64) -> Result<(), heed::Error> {
-    let sk = keys::serial(serial);
-    let Some(value) = t.events.get(wtxn, &sk)? else {
-        return Ok(());
-    };
-    let (h, raw) = match decode(value, &sk) {
-        Ok(x) => x,
-        Err(_) => {
-            tracing::error!(serial, "corrupt event value, removing the entry only");
-            t.events.delete(wtxn, &sk)?;
-            return Ok(());
+/// is not an error (it was removed earlier in the same batch). An event
+/// value that does not decode or parse is removed alone (its index entries
+/// cannot be known; scans skip them as rows whose event is gone) and logged.
+fn delete_serial(t: &Tables, wtxn: &mut RwTxn<'_>, serial: u64) -> Result<(), StoreError> {
+    let sk = Be64::new(serial);
+    let (expires_at, parsed) = match t.events.get(wtxn, &sk) {
+        Ok(None) => return Ok(()),
+        Ok(Some(StoredEvent { header, raw })) => (header.expires_at, Event::parse(raw)),
+        Err(e @ StoreError::Corrupt { .. }) => {
+            tracing::error!(serial, error = %e, "corrupt event value, removing the entry only");
+            return t.events.delete(wtxn, &sk);
         }
+        Err(e) => return Err(e),
     };
-    let expires_at = h.expires_at;
-    let ev = match Event::parse(raw) {
+    let ev = match parsed {
         Ok(ev) => ev,
         Err(e) => {
             tracing::error!(serial, error = %e, "stored event does not parse, removing the entry only");
-            t.events.delete(wtxn, &sk)?;
-            return Ok(());
+            return t.events.delete(wtxn, &sk);
         }
     };
-    for (table, key) in index_keys(&ev, serial) {
-        t.index(table).delete(wtxn, &key)?;
+    for (index, key) in index_keys(&ev, serial) {
+        t.index_delete(wtxn, index, &key)?;
     }
     t.ids.delete(wtxn, &ev.id)?;
     if expires_at != 0 {
-        t.expiry
-            .delete(wtxn, &keys::index_key(&[], expires_at, serial))?;
+        t.expiry.delete(wtxn, &index_key(&[], expires_at, serial))?;
     }
     let addr = match KindClass::of(ev.kind) {
-        KindClass::Replaceable => Some(keys::address_key(&ev.pubkey, ev.kind, None)),
-        KindClass::Addressable => Some(keys::address_key(&ev.pubkey, ev.kind, Some(ev.d_tag()))),
+        KindClass::Replaceable => Some(Address::new(&ev.pubkey, ev.kind, None)),
+        KindClass::Addressable => Some(Address::new(&ev.pubkey, ev.kind, Some(ev.d_tag()))),
         _ => None,
     };
     if let Some(addr) = addr
-        && t.addresses.get(wtxn, &addr)? == Some(&sk[..])
+        && t.addresses.get(wtxn, &addr)? == Some(serial)
     {
         t.addresses.delete(wtxn, &addr)?;
     }
-    t.events.delete(wtxn, &sk)?;
-    Ok(())
+    t.events.delete(wtxn, &sk)
 }
 
 /// NIP-09: `e` tags delete the author's own events (and leave a tombstone
 /// so a republished copy is refused); `a` tags delete the author's
 /// replaceable/addressable versions up to the deletion's created_at.
 /// Deletions never delete deletions.
-fn apply_deletion(t: &Tables, wtxn: &mut RwTxn<'_>, del: &Event) -> Result<u32, heed::Error> {
+fn apply_deletion(t: &Tables, wtxn: &mut RwTxn<'_>, del: &Event) -> Result<u32, StoreError> {
     let mut deleted = 0;
     for tag in &del.tags {
         let (Some(name), Some(value)) = (tag.first(), tag.get(1)) else {
@@ -273,14 +278,11 @@ fn apply_deletion(t: &Tables, wtxn: &mut RwTxn<'_>, del: &Event) -> Result<u32, 
                 let Some(id) = hex32::decode::<32>(value) else {
                     continue;
                 };
-                if let Some(sv) = t.ids.get(wtxn, &id)? {
-                    let serial = keys::read_u64(sv);
-                    let target = t
-                        .events
-                        .get(wtxn, &keys::serial(serial))?
-                        .and_then(Header::decode);
-                    match target {
-                        Some((h, _)) if h.pubkey == del.pubkey && h.kind != DELETION => {
+                if let Some(serial) = t.ids.get(wtxn, &id)? {
+                    match t.events.get(wtxn, &Be64::new(serial))? {
+                        Some(StoredEvent { header: h, .. })
+                            if h.pubkey == del.pubkey && h.kind != DELETION =>
+                        {
                             delete_serial(t, wtxn, serial)?;
                             deleted += 1;
                         }
@@ -288,7 +290,7 @@ fn apply_deletion(t: &Tables, wtxn: &mut RwTxn<'_>, del: &Event) -> Result<u32, 
                     }
                 }
                 t.tombstones
-                    .put(wtxn, &keys::tombstone_key(&id, &del.pubkey), &[])?;
+                    .put(wtxn, &tombstone_key(&id, &del.pubkey), &())?;
             }
             "a" => {
                 let Some((kind, pubkey, d)) = parse_address(value) else {
@@ -298,27 +300,22 @@ fn apply_deletion(t: &Tables, wtxn: &mut RwTxn<'_>, del: &Event) -> Result<u32, 
                     continue;
                 }
                 let addr = match KindClass::of(kind) {
-                    KindClass::Replaceable => keys::address_key(&pubkey, kind, None),
-                    KindClass::Addressable => keys::address_key(&pubkey, kind, Some(d)),
+                    KindClass::Replaceable => Address::new(&pubkey, kind, None),
+                    KindClass::Addressable => Address::new(&pubkey, kind, Some(d)),
                     _ => continue,
                 };
-                if let Some(sv) = t.addresses.get(wtxn, &addr)? {
-                    let serial = keys::read_u64(sv);
-                    let target = t
-                        .events
-                        .get(wtxn, &keys::serial(serial))?
-                        .and_then(Header::decode);
-                    if let Some((h, _)) = target
-                        && h.created_at <= del.created_at
-                    {
-                        delete_serial(t, wtxn, serial)?;
-                        deleted += 1;
-                    }
+                if let Some(serial) = t.addresses.get(wtxn, &addr)?
+                    && let Some(StoredEvent { header: h, .. }) =
+                        t.events.get(wtxn, &Be64::new(serial))?
+                    && h.created_at <= del.created_at
+                {
+                    delete_serial(t, wtxn, serial)?;
+                    deleted += 1;
                 }
-                let prev = t.address_tombstones.get(wtxn, &addr)?.map(keys::read_u64);
+                let prev = t.address_tombstones.get(wtxn, &addr)?;
                 if prev.is_none_or(|p| p < del.created_at) {
                     t.address_tombstones
-                        .put(wtxn, &addr, &del.created_at.to_be_bytes())?;
+                        .put(wtxn, &addr, &Be64::new(del.created_at))?;
                 }
             }
             _ => {}

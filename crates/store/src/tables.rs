@@ -1,0 +1,286 @@
+//! The store's tables: the one place that names each table with its key
+//! and value codecs ([`crate::codec`] holds the layouts).
+//!
+//! | table | key | value |
+//! |---|---|---|
+//! | `events` | serial (u64 BE) | header (id, pubkey, created_at, kind, expires_at) ‖ raw JSON |
+//! | `ids` | id (32) | serial |
+//! | `by_created` | created_at ‖ serial | empty |
+//! | `by_author` | pubkey ‖ created_at ‖ serial | empty |
+//! | `by_kind` | kind (u16 BE) ‖ created_at ‖ serial | empty |
+//! | `by_author_kind` | pubkey ‖ kind ‖ created_at ‖ serial | empty |
+//! | `by_tag` | letter ‖ encoded value ‖ created_at ‖ serial | empty |
+//! | `addresses` | pubkey ‖ kind [‖ sha256(d)] | serial of the current version |
+//! | `tombstones` | id ‖ deleter pubkey | empty |
+//! | `address_tombstones` | pubkey ‖ kind [‖ sha256(d)] | newest deletion's created_at |
+//! | `expiry` | expires_at ‖ serial | empty |
+//! | `meta` | name (UTF-8) | u64 BE (`schema_version`, `next_serial`) |
+//!
+//! Every access goes through [`Table`], which turns bytes a codec cannot
+//! read into `StoreError::Corrupt` naming the table: corrupt data is an
+//! error to the caller, never a panic.
+
+use std::ops::RangeBounds;
+
+use heed::types::{Str, Unit};
+use heed::{
+    BytesDecode, BytesEncode, CommitOrAbort, CommitToken, Database, DatabaseOpener, Env, OnCommit,
+    RoRange, RoRevRange, RoTxn, RwTxn, WithoutTls,
+};
+
+use crate::StoreError;
+use crate::codec::{
+    AddressCodec, AuthorKindPrefix, AuthorPrefix, EventCodec, IdCodec, IndexKeyCodec, KindPrefix,
+    NoPrefix, TagPrefix, TombstoneCodec, U64Codec, hex_prefix,
+};
+
+/// How many tables [`Tables`] has: the environment must allow them.
+pub(crate) const TABLE_COUNT: u32 = 12;
+
+/// Keys of the `meta` table.
+pub(crate) const META_VERSION: &str = "schema_version";
+pub(crate) const META_NEXT_SERIAL: &str = "next_serial";
+
+/// An index table: `prefix ‖ created_at ‖ serial → ()`.
+pub(crate) type IndexTable<'e, P> = Table<'e, IndexKeyCodec<P>, Unit>;
+
+/// All tables of the store, typed. `'e` is `'static` once the transaction
+/// that created them has committed.
+#[derive(Clone, Copy)]
+pub(crate) struct Tables<'e> {
+    pub events: Table<'e, U64Codec, EventCodec>,
+    pub ids: Table<'e, IdCodec, U64Codec>,
+    pub by_created: IndexTable<'e, NoPrefix>,
+    pub by_author: IndexTable<'e, AuthorPrefix>,
+    pub by_kind: IndexTable<'e, KindPrefix>,
+    pub by_author_kind: IndexTable<'e, AuthorKindPrefix>,
+    pub by_tag: IndexTable<'e, TagPrefix>,
+    pub addresses: Table<'e, AddressCodec, U64Codec>,
+    pub tombstones: Table<'e, TombstoneCodec, Unit>,
+    pub address_tombstones: Table<'e, AddressCodec, U64Codec>,
+    pub expiry: IndexTable<'e, NoPrefix>,
+    pub meta: Table<'e, Str, U64Codec>,
+}
+
+/// The five time-ordered indexes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Index {
+    Created,
+    Author,
+    Kind,
+    AuthorKind,
+    Tag,
+}
+
+impl Tables<'static> {
+    /// Creates the tables that are missing and opens them all, in one
+    /// committed transaction.
+    pub(crate) fn open(env: &Env<WithoutTls>) -> Result<Tables<'static>, heed::Error> {
+        let wtxn = env.write_txn()?;
+        let tables = env
+            .create_databases_and_commit(wtxn, |wdo, wtxn| -> Result<_, heed::Error> {
+                Ok(CommitOrAbort::<_, ()>::Commit(Tables {
+                    events: Table::create(wdo, wtxn, "events")?,
+                    ids: Table::create(wdo, wtxn, "ids")?,
+                    by_created: Table::create(wdo, wtxn, "by_created")?,
+                    by_author: Table::create(wdo, wtxn, "by_author")?,
+                    by_kind: Table::create(wdo, wtxn, "by_kind")?,
+                    by_author_kind: Table::create(wdo, wtxn, "by_author_kind")?,
+                    by_tag: Table::create(wdo, wtxn, "by_tag")?,
+                    addresses: Table::create(wdo, wtxn, "addresses")?,
+                    tombstones: Table::create(wdo, wtxn, "tombstones")?,
+                    address_tombstones: Table::create(wdo, wtxn, "address_tombstones")?,
+                    expiry: Table::create(wdo, wtxn, "expiry")?,
+                    meta: Table::create(wdo, wtxn, "meta")?,
+                }))
+            })?
+            .unwrap_commit();
+        Ok(tables)
+    }
+}
+
+impl<'e> OnCommit for Tables<'e> {
+    type Committed = Tables<'static>;
+
+    fn on_commit(self, token: &CommitToken) -> Tables<'static> {
+        Tables {
+            events: self.events.on_commit(token),
+            ids: self.ids.on_commit(token),
+            by_created: self.by_created.on_commit(token),
+            by_author: self.by_author.on_commit(token),
+            by_kind: self.by_kind.on_commit(token),
+            by_author_kind: self.by_author_kind.on_commit(token),
+            by_tag: self.by_tag.on_commit(token),
+            addresses: self.addresses.on_commit(token),
+            tombstones: self.tombstones.on_commit(token),
+            address_tombstones: self.address_tombstones.on_commit(token),
+            expiry: self.expiry.on_commit(token),
+            meta: self.meta.on_commit(token),
+        }
+    }
+}
+
+impl Tables<'_> {
+    /// Adds an entry to one of the indexes.
+    pub(crate) fn index_put(
+        &self,
+        wtxn: &mut RwTxn<'_>,
+        index: Index,
+        key: &[u8],
+    ) -> Result<(), StoreError> {
+        match index {
+            Index::Created => self.by_created.put(wtxn, key, &()),
+            Index::Author => self.by_author.put(wtxn, key, &()),
+            Index::Kind => self.by_kind.put(wtxn, key, &()),
+            Index::AuthorKind => self.by_author_kind.put(wtxn, key, &()),
+            Index::Tag => self.by_tag.put(wtxn, key, &()),
+        }
+    }
+
+    /// Removes an entry from one of the indexes.
+    pub(crate) fn index_delete(
+        &self,
+        wtxn: &mut RwTxn<'_>,
+        index: Index,
+        key: &[u8],
+    ) -> Result<(), StoreError> {
+        match index {
+            Index::Created => self.by_created.delete(wtxn, key),
+            Index::Author => self.by_author.delete(wtxn, key),
+            Index::Kind => self.by_kind.delete(wtxn, key),
+            Index::AuthorKind => self.by_author_kind.delete(wtxn, key),
+            Index::Tag => self.by_tag.delete(wtxn, key),
+        }
+    }
+}
+
+/// One table: its LMDB database with the codecs of its key and value, and
+/// its name for errors.
+pub(crate) struct Table<'e, K, V> {
+    name: &'static str,
+    db: Database<'e, K, V>,
+}
+
+impl<K, V> Clone for Table<'_, K, V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K, V> Copy for Table<'_, K, V> {}
+
+impl<'e, K: 'static, V: 'static> Table<'e, K, V> {
+    /// Creates the table if it is missing and opens it.
+    fn create(
+        wdo: &DatabaseOpener<'e, WithoutTls>,
+        wtxn: &mut RwTxn<'e>,
+        name: &'static str,
+    ) -> Result<Table<'e, K, V>, heed::Error> {
+        Ok(Table {
+            name,
+            db: wdo.create_database(wtxn, Some(name))?,
+        })
+    }
+}
+
+impl<K, V> OnCommit for Table<'_, K, V> {
+    type Committed = Table<'static, K, V>;
+
+    fn on_commit(self, token: &CommitToken) -> Table<'static, K, V> {
+        Table {
+            name: self.name,
+            db: self.db.on_commit(token),
+        }
+    }
+}
+
+impl<K, V> Table<'_, K, V> {
+    pub(crate) fn get<'a, 't>(
+        &self,
+        txn: &'t RoTxn,
+        key: &'a K::EItem,
+    ) -> Result<Option<V::DItem>, StoreError>
+    where
+        K: BytesEncode<'a>,
+        V: BytesDecode<'t>,
+    {
+        self.db.get(txn, key).map_err(|e| match e {
+            heed::Error::Decoding(e) => StoreError::Corrupt {
+                table: self.name,
+                detail: match K::bytes_encode(key) {
+                    Ok(k) => format!("{e} (key {})", hex_prefix(&k)),
+                    Err(_) => e.to_string(),
+                },
+            },
+            other => self.error(other),
+        })
+    }
+
+    pub(crate) fn put<'a>(
+        &self,
+        txn: &mut RwTxn<'_>,
+        key: &'a K::EItem,
+        value: &'a V::EItem,
+    ) -> Result<(), StoreError>
+    where
+        K: BytesEncode<'a>,
+        V: BytesEncode<'a>,
+    {
+        self.db.put(txn, key, value).map_err(|e| self.error(e))
+    }
+
+    /// Removes the entry if there is one.
+    pub(crate) fn delete<'a>(
+        &self,
+        txn: &mut RwTxn<'_>,
+        key: &'a K::EItem,
+    ) -> Result<(), StoreError>
+    where
+        K: BytesEncode<'a>,
+    {
+        self.db
+            .delete(txn, key)
+            .map(drop)
+            .map_err(|e| self.error(e))
+    }
+
+    pub(crate) fn range<'a, 't, R>(
+        &self,
+        txn: &'t RoTxn,
+        range: &'a R,
+    ) -> Result<RoRange<'t, K, V>, StoreError>
+    where
+        K: BytesEncode<'a>,
+        R: RangeBounds<K::EItem>,
+    {
+        self.db.range(txn, range).map_err(|e| self.error(e))
+    }
+
+    pub(crate) fn rev_range<'a, 't, R>(
+        &self,
+        txn: &'t RoTxn,
+        range: &'a R,
+    ) -> Result<RoRevRange<'t, K, V>, StoreError>
+    where
+        K: BytesEncode<'a>,
+        R: RangeBounds<K::EItem>,
+    {
+        self.db.rev_range(txn, range).map_err(|e| self.error(e))
+    }
+
+    pub(crate) fn len(&self, txn: &RoTxn) -> Result<u64, StoreError> {
+        self.db.len(txn).map_err(|e| self.error(e))
+    }
+
+    /// Names this table in an error; bytes its codecs cannot read are
+    /// `Corrupt`. Iterators' items are mapped with this.
+    pub(crate) fn error(&self, e: heed::Error) -> StoreError {
+        match e {
+            heed::Error::Decoding(e) => StoreError::Corrupt {
+                table: self.name,
+                detail: e.to_string(),
+            },
+            other => StoreError::Lmdb(other),
+        }
+    }
+}
