@@ -211,7 +211,7 @@ impl Store {
     ) -> Result<Vec<bool>, StoreError> {
         let rtxn = self.env.read_txn()?;
         ids.into_iter()
-            .map(|id| Ok(self.t.ids.get(&rtxn, id)?.is_some()))
+            .map(|id| self.t.ids.contains(&rtxn, id))
             .collect()
     }
 

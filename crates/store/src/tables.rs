@@ -20,9 +20,10 @@
 //! read into `StoreError::Corrupt` naming the table: corrupt data is an
 //! error to the caller, never a panic.
 
+use std::convert::Infallible;
 use std::ops::RangeBounds;
 
-use heed::types::{Str, Unit};
+use heed::types::{DecodeIgnore, Str, Unit};
 use heed::{
     BytesDecode, BytesEncode, CommitOrAbort, CommitToken, Database, DatabaseOpener, Env, OnCommit,
     RoRange, RoRevRange, RoTxn, RwTxn, WithoutTls,
@@ -77,9 +78,9 @@ impl Tables<'static> {
     /// committed transaction.
     pub(crate) fn open(env: &Env<WithoutTls>) -> Result<Tables<'static>, heed::Error> {
         let wtxn = env.write_txn()?;
-        let tables = env
-            .create_databases_and_commit(wtxn, |wdo, wtxn| -> Result<_, heed::Error> {
-                Ok(CommitOrAbort::<_, ()>::Commit(Tables {
+        let opened =
+            env.create_databases_and_commit(wtxn, |wdo, wtxn| -> Result<_, heed::Error> {
+                Ok(CommitOrAbort::<_, Infallible>::Commit(Tables {
                     events: Table::create(wdo, wtxn, "events")?,
                     ids: Table::create(wdo, wtxn, "ids")?,
                     by_created: Table::create(wdo, wtxn, "by_created")?,
@@ -93,9 +94,11 @@ impl Tables<'static> {
                     expiry: Table::create(wdo, wtxn, "expiry")?,
                     meta: Table::create(wdo, wtxn, "meta")?,
                 }))
-            })?
-            .unwrap_commit();
-        Ok(tables)
+            })?;
+        match opened {
+            CommitOrAbort::Commit(tables) => Ok(tables),
+            CommitOrAbort::Abort(never) => match never {},
+        }
     }
 }
 
@@ -214,6 +217,19 @@ impl<K, V> Table<'_, K, V> {
             },
             other => self.error(other),
         })
+    }
+
+    /// Whether the key is present; its value is not read (so it cannot be
+    /// corrupt).
+    pub(crate) fn contains<'a>(&self, txn: &RoTxn, key: &'a K::EItem) -> Result<bool, StoreError>
+    where
+        K: BytesEncode<'a>,
+    {
+        self.db
+            .remap_data_type::<DecodeIgnore>()
+            .get(txn, key)
+            .map(|v| v.is_some())
+            .map_err(|e| self.error(e))
     }
 
     pub(crate) fn put<'a>(

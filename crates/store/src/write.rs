@@ -111,14 +111,13 @@ fn write_one(
     if class == KindClass::Ephemeral {
         return Ok(WriteOutcome::Ephemeral);
     }
-    if t.ids.get(wtxn, &ev.id)?.is_some() {
+    if t.ids.contains(wtxn, &ev.id)? {
         return Ok(WriteOutcome::Duplicate);
     }
     // Deleting a deletion does nothing, so kind 5 ignores tombstones.
     if ev.kind != DELETION
         && t.tombstones
-            .get(wtxn, &tombstone_key(&ev.id, &ev.pubkey))?
-            .is_some()
+            .contains(wtxn, &tombstone_key(&ev.id, &ev.pubkey))?
     {
         return Ok(WriteOutcome::Deleted);
     }
@@ -150,7 +149,10 @@ fn write_one(
         }
     }
     let serial = *next;
-    *next += 1;
+    *next = serial.checked_add(1).ok_or_else(|| StoreError::Corrupt {
+        table: "meta",
+        detail: "next_serial is u64::MAX".into(),
+    })?;
     insert(t, wtxn, ev, serial, expires_at)?;
     if let Some(addr) = &address {
         t.addresses.put(wtxn, addr, &Be64::new(serial))?;
