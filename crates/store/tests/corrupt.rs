@@ -156,7 +156,10 @@ impl Fixture {
 fn corrupt_table<T: std::fmt::Debug>(r: Result<T, StoreError>) -> &'static str {
     match r {
         Err(StoreError::Corrupt { table, .. }) => table,
-        other => panic!("expected a corrupt-data error, got {other:?}"),
+        other => {
+            let got: String = format!("{other:?}").chars().take(300).collect();
+            panic!("expected a corrupt-data error, got {got}")
+        }
     }
 }
 
