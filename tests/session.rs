@@ -40,6 +40,24 @@ async fn delaying_relay(delay_ms: &str) -> Relay {
     panic!("the write controller never published a delay");
 }
 
+/// Waits until the relay has delayed an EVENT (counted at admission, when
+/// the EVENT starts waiting).
+async fn wait_for_a_delayed_event(relay: &Relay) {
+    for _ in 0..500 {
+        let delays = relay
+            .metric(
+                "sluice_throttle_decisions_total",
+                &["direction=\"write\"", "action=\"delay\""],
+            )
+            .await;
+        if delays >= 1.0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no EVENT was delayed");
+}
+
 /// What a message is, for order assertions.
 fn label(m: &Value, first: &str, held: &str) -> String {
     match (m[0].as_str(), m[1].as_str()) {
@@ -62,14 +80,15 @@ async fn a_write_delay_holds_back_only_the_delayed_event() {
         .await;
     assert!(stored.is_empty());
     // A's first EVENT goes to the writer; its second is held by the delay.
-    // The held one is ephemeral: once released its OK needs no writer, so
-    // the old loop (which slept inside the handler) sent it before
-    // anything that arrived meanwhile.
+    // The held one is ephemeral: once released its OK needs no writer, so a
+    // session that slept inside the handler (as the old loop did) sends it
+    // before anything that arrived during the delay.
     let first = ev(2, t, 1, &[], "first");
     let held = ev(2, t, 20001, &[], "held");
     a.send_event(&first).await;
     a.send_event(&held).await;
-    // While A's EVENT is held, B (whose first EVENT is not delayed)
+    wait_for_a_delayed_event(&relay).await;
+    // Now that A's EVENT waits, B (whose first EVENT is not delayed)
     // publishes a note A follows.
     let (ok, msg) = b.publish(&ev(3, t, 1, &[], "live")).await;
     assert!(ok, "{msg}");
@@ -110,22 +129,7 @@ async fn shutdown_answers_an_event_held_by_a_write_delay() {
     let held = ev(2, t + 1, 1, &[], "held");
     a.send_event(&first).await;
     a.send_event(&held).await;
-    // The held EVENT was admitted with its delay.
-    let mut delayed = false;
-    for _ in 0..500 {
-        let n = relay
-            .metric(
-                "sluice_throttle_decisions_total",
-                &["direction=\"write\"", "action=\"delay\""],
-            )
-            .await;
-        if n >= 1.0 {
-            delayed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(delayed, "the second EVENT was never delayed");
+    wait_for_a_delayed_event(&relay).await;
     relay.signal("TERM");
     let mut answers = Vec::new();
     while let Some(m) = a.try_recv(ANSWER_TIMEOUT).await {
