@@ -89,26 +89,30 @@ pub(crate) async fn run(
     let reason: CloseReason = loop {
         let step = tokio::select! {
             biased;
-            // Answers what is admitted, then closes; bounded by shutdown_grace_ms.
+            // Bounded by shutdown_grace_ms; an EVENT the writer has not answered by then gets no OK.
             () = st.shutdown.cancelled() => break s.finish_for_shutdown(&mut out).await,
-            // At most max_pending_writes: past it, this connection's EVENTs are
-            // refused with rate-limited (the publisher loses).
+            // At most max_pending_writes: past it this connection's EVENTs are refused with
+            // rate-limited (the publisher loses); the writer's queue is engine.writer_queue_events.
             Some(done) = s.writes.next(), if !s.writes.is_empty() => s.on_write_done(&mut out, done).await,
-            // At most chunks_per_connection unsent: a client that does not read
-            // parks its own queries, nobody else's.
+            // At most chunks_per_connection unsent: a client that does not read parks its own
+            // queries, nobody else's.
             msg = s.reads.recv() => s.on_read(&mut out, msg).await,
-            // The broadcast keeps live_buffer_events: a connection that falls
-            // further behind is disconnected as a slow consumer.
+            // The broadcast keeps engine.live_buffer_events: a client that falls further behind
+            // is disconnected (slow consumer); held per subscription until EOSE at most
+            // max_buffered_live_events (that subscription is CLOSED).
             r = live::recv(&mut s.live), if s.live.is_some() => s.on_live(&mut out, r).await,
-            // One EVENT at most: while it waits, no client frame is read (the
-            // delayed client waits, in TCP, nobody else).
+            // One EVENT at most, held by a write delay: meanwhile no client frame is read (the
+            // delayed client waits, nobody else).
             () = event::held_until(&mut s.held), if s.held.is_some() => s.resume_held(&mut out).await,
-            // One message at a time, at most limits.max_message_bytes.
+            // One message at a time, at most limits.max_message_bytes; a client that sends faster
+            // than it is answered is held back by its own socket buffers.
             msg = stream.next(), if s.held.is_none() => s.on_frame(&mut out, msg).await,
         };
         if let Err(reason) = step {
             break reason;
         }
+        // Off the broadcast without subscriptions: a publisher-only connection is
+        // never woken per stored event and never falls behind.
         if s.subs.is_empty() {
             s.live = None;
         }

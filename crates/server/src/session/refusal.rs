@@ -65,7 +65,7 @@ pub(super) enum Refusal {
 
 impl Refusal {
     /// The NIP-01 prefix of each case.
-    pub(super) fn reason(&self) -> Reason {
+    fn reason(&self) -> Reason {
         use Refusal as R;
         match self {
             R::TooLarge { .. }
