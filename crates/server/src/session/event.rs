@@ -1,0 +1,181 @@
+//! EVENT: admission, a write delay that holds back only its own EVENT, the
+//! signature, the author's bucket, the writer; then the OK when the writer
+//! answers.
+//!
+//! The order is fixed, cheapest refusal first: the event's limits, this
+//! connection's EVENTs in flight (`server.max_pending_writes`), the IP's
+//! bucket and the write controller (before the signature: a flood costs a
+//! bucket lookup, not curve arithmetic), then the signature, then the
+//! author's bucket (only after the signature: an unsigned claim must not
+//! spend someone else's budget), then the writer's queue.
+//!
+//! A controller delay (`Admit::Delay`) parks the EVENT in [`Held`] (one at
+//! most: the session reads no client frame while it holds one) with a timer;
+//! OKs, query answers, live events and shutdown keep being served, and when
+//! the timer fires the EVENT goes on from the signature check. OK true is
+//! sent only when the writer reports the commit (or at once for an
+//! ephemeral event, which is never stored).
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice_engine::{Admit, WriteResult, unix_now};
+use sluice_proto::{Event, KindClass, RelayMessage};
+use tokio::time::Sleep;
+
+use super::out::{Out, Step};
+use super::refusal::Refusal;
+use super::{Session, id_hex};
+use crate::metrics_names as m;
+
+/// The answer of one EVENT handed to the writer.
+pub(super) type WriteFut = Pin<Box<dyn Future<Output = WriteDone> + Send>>;
+
+pub(super) struct WriteDone {
+    started: Instant,
+    id: [u8; 32],
+    /// `None` when the writer stopped before answering.
+    result: Option<WriteResult>,
+}
+
+/// An EVENT waiting out a write delay. A session holds one at most.
+pub(super) struct Held {
+    ev: Box<Event>,
+    received: Instant,
+    until: Pin<Box<Sleep>>,
+}
+
+impl Held {
+    pub(super) fn id_hex(&self) -> String {
+        self.ev.id_hex()
+    }
+}
+
+/// Completes when the held EVENT's delay is over; pending while none is held.
+pub(super) async fn held_until(held: &mut Option<Held>) {
+    match held {
+        Some(h) => h.until.as_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Where an admitted EVENT went.
+enum Queued {
+    Writer,
+    /// Published to live subscribers; nothing to wait for.
+    Ephemeral,
+}
+
+impl Session {
+    pub(super) async fn on_event(
+        &mut self,
+        out: &mut Out,
+        ev: Box<Event>,
+        received: Instant,
+    ) -> Step {
+        let class = KindClass::of(ev.kind).as_str();
+        metrics::counter!(m::EVENTS_RECEIVED_TOTAL, "kind_class" => class).increment(1);
+        match self.admit(&ev) {
+            Err(refusal) => out.send(refusal.ok(&ev.id_hex())).await,
+            Ok(None) => self.verify_and_submit(out, ev, received).await,
+            Ok(Some(delay)) => {
+                let until = Box::pin(tokio::time::sleep(delay));
+                self.held = Some(Held {
+                    ev,
+                    received,
+                    until,
+                });
+                Ok(())
+            }
+        }
+    }
+
+    /// The held EVENT's delay is over: it goes on where it stopped.
+    pub(super) async fn resume_held(&mut self, out: &mut Out) -> Step {
+        match self.held.take() {
+            Some(h) => self.verify_and_submit(out, h.ev, h.received).await,
+            None => Ok(()),
+        }
+    }
+
+    /// The checks before the signature. `Ok(Some(d))`: wait `d`, then go on.
+    fn admit(&mut self, ev: &Event) -> Result<Option<Duration>, Refusal> {
+        ev.check_limits(&self.st.event_limits, unix_now())
+            .map_err(|e| Refusal::Invalid(e.to_string()))?;
+        let max = self.st.server.max_pending_writes;
+        if self.writes.len() >= max {
+            return Err(Refusal::InFlight { max });
+        }
+        match self
+            .st
+            .engine
+            .throttle()
+            .admit_event(self.ip, &mut self.write_adm)
+        {
+            Admit::Go => Ok(None),
+            Admit::Delay(d) => Ok(Some(d)),
+            Admit::Refuse(r) => Err(r.into()),
+        }
+    }
+
+    async fn verify_and_submit(
+        &mut self,
+        out: &mut Out,
+        ev: Box<Event>,
+        received: Instant,
+    ) -> Step {
+        let id = ev.id;
+        match self.verify_and_queue(ev, received) {
+            Ok(Queued::Writer) => Ok(()),
+            Ok(Queued::Ephemeral) => {
+                metrics::counter!(m::EVENTS_ACCEPTED_TOTAL, "outcome" => "ephemeral").increment(1);
+                out.send(RelayMessage::ok(&id_hex(&id), true, "")).await
+            }
+            Err(refusal) => out.send(refusal.ok(&id_hex(&id))).await,
+        }
+    }
+
+    /// The checks after any delay: the signature, the author's bucket, then
+    /// the writer's queue (or the live fan-out for an ephemeral event).
+    fn verify_and_queue(&mut self, ev: Box<Event>, received: Instant) -> Result<Queued, Refusal> {
+        // The writer wait the monitor sees starts here: after the throttle's
+        // own delay (counting it would feed the controller its own output),
+        // before the signature check (CPU saturation is load).
+        let admitted = Instant::now();
+        ev.verify_cached(&mut self.keys)
+            .map_err(|e| Refusal::Invalid(e.to_string()))?;
+        let throttle = self.st.engine.throttle();
+        if let Admit::Refuse(r) = throttle.admit_author(&ev.pubkey) {
+            return Err(r.into());
+        }
+        let id = ev.id;
+        let ev = Arc::new(*ev);
+        if KindClass::of(ev.kind) == KindClass::Ephemeral {
+            self.st.engine.publish_ephemeral(ev);
+            return Ok(Queued::Ephemeral);
+        }
+        let rx = self.st.engine.submit(ev, admitted)?;
+        self.writes.push(Box::pin(async move {
+            WriteDone {
+                started: received,
+                id,
+                result: rx.await.ok(),
+            }
+        }));
+        Ok(Queued::Writer)
+    }
+
+    /// The writer answered an EVENT (or stopped): its OK.
+    pub(super) async fn on_write_done(&mut self, out: &mut Out, done: WriteDone) -> Step {
+        metrics::histogram!(m::OK_LATENCY_SECONDS).record(done.started.elapsed().as_secs_f64());
+        let id = id_hex(&done.id);
+        match Refusal::of_write(done.result.as_ref()) {
+            Ok((label, message)) => {
+                metrics::counter!(m::EVENTS_ACCEPTED_TOTAL, "outcome" => label).increment(1);
+                out.send(RelayMessage::ok(&id, true, &message)).await
+            }
+            Err(refusal) => out.send(refusal.ok(&id)).await,
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! One WebSocket connection: a single task with one `select!` loop over a
+//! fixed set of sources, polled in this order (`biased`): shutdown, answered
+//! writes, query answers, live events, then client input (the EVENT held by
+//! a write delay, or else the next client message). Work already admitted
+//! is answered before new work is read. Each source's bound, and who loses
+//! when it fills, is said where it is polled in [`run`].
+//!
+//! Modules:
+//! - `event`: EVENT admission, the delayed EVENT held without stalling the
+//!   connection, signature, author's bucket, writer, and the OKs;
+//! - `req`: REQ, CLOSE, and query answers (chunks, EOSE, held live events);
+//! - `count`: COUNT;
+//! - `live`: live delivery to matching subscriptions;
+//! - `subs`: the registry of subscriptions and running COUNTs (owns the
+//!   `sluice_subscriptions_open` gauge and every query guard);
+//! - `refusal`: every refusal, its NIP-01 prefix, wording and metrics;
+//! - `out`: the outgoing half, every write bounded by `send_timeout_ms`.
+
+mod count;
+mod event;
+mod live;
+mod out;
+mod refusal;
+mod req;
+mod subs;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::ws::{Message, WebSocket, close_code};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use sluice_engine::throttle::{ConnAdmission, ConnReadBudget, ConnectionGuard};
+use sluice_engine::{LiveEvent, ReadSink};
+use sluice_proto::message::sniff_id;
+use sluice_proto::{ClientMessage, MessageError, PubkeyCache};
+use tokio::sync::{OwnedSemaphorePermit, broadcast};
+
+use self::event::{Held, WriteFut};
+use self::out::{CloseReason, Out, Step};
+use self::refusal::Refusal;
+use self::subs::Subs;
+use crate::AppState;
+use crate::metrics_names as m;
+
+/// Parsed author keys one connection keeps (a few hundred bytes at most).
+const SESSION_PUBKEY_CACHE: usize = 4;
+
+fn id_hex(id: &[u8; 32]) -> String {
+    sluice_proto::hex32::encode(id)
+}
+
+struct Session {
+    st: Arc<AppState>,
+    /// The client's address (after trusted-proxy headers).
+    ip: IpAddr,
+    /// Seed 000 batching of controller delays, per direction.
+    write_adm: ConnAdmission,
+    read_adm: ConnAdmission,
+    /// Parsed author keys: a client mostly publishes as one or a few.
+    keys: PubkeyCache,
+    /// EVENTs handed to the writer, awaiting its answer.
+    writes: FuturesUnordered<WriteFut>,
+    /// The EVENT waiting out a write delay; no client frame is read while
+    /// there is one.
+    held: Option<Held>,
+    subs: Subs,
+    /// Where this connection's query answers arrive.
+    reads: ReadSink,
+    /// This connection's read budget (cost units).
+    read_budget: ConnReadBudget,
+    /// Subscribed to the live broadcast only while the connection has
+    /// subscriptions. Taken before a query is submitted, so no event
+    /// between the two is missed.
+    live: Option<broadcast::Receiver<Arc<LiveEvent>>>,
+}
+
+pub(crate) async fn run(
+    socket: WebSocket,
+    st: Arc<AppState>,
+    ip: IpAddr,
+    _permits: (OwnedSemaphorePermit, ConnectionGuard),
+) {
+    let _open = OpenConnection::new();
+    tracing::debug!(peer = %ip, "connection opened");
+    let (sink, mut stream) = socket.split();
+    let mut out = Out::new(sink, Duration::from_millis(st.server.send_timeout_ms));
+    let mut s = Session::new(st.clone(), ip);
+    let reason: CloseReason = loop {
+        let step = tokio::select! {
+            biased;
+            // Bounded by shutdown_grace_ms; an EVENT the writer has not answered by then gets no OK.
+            () = st.shutdown.cancelled() => break s.finish_for_shutdown(&mut out).await,
+            // At most max_pending_writes: past it this connection's EVENTs are refused with
+            // rate-limited (the publisher loses); the writer's queue is engine.writer_queue_events.
+            Some(done) = s.writes.next(), if !s.writes.is_empty() => s.on_write_done(&mut out, done).await,
+            // At most chunks_per_connection unsent: a client that does not read parks its own
+            // queries, nobody else's.
+            msg = s.reads.recv() => s.on_read(&mut out, msg).await,
+            // The broadcast keeps engine.live_buffer_events: a client that falls further behind
+            // is disconnected (slow consumer); held per subscription until EOSE at most
+            // max_buffered_live_events (that subscription is CLOSED).
+            r = live::recv(&mut s.live), if s.live.is_some() => s.on_live(&mut out, r).await,
+            // One EVENT at most, held by a write delay: meanwhile no client frame is read (the
+            // delayed client waits, nobody else).
+            () = event::held_until(&mut s.held), if s.held.is_some() => s.resume_held(&mut out).await,
+            // One message at a time, at most limits.max_message_bytes; a client that sends faster
+            // than it is answered is held back by its own socket buffers.
+            msg = stream.next(), if s.held.is_none() => s.on_frame(&mut out, msg).await,
+        };
+        if let Err(reason) = step {
+            break reason;
+        }
+        // Off the broadcast without subscriptions: a publisher-only connection is
+        // never woken per stored event and never falls behind.
+        if s.subs.is_empty() {
+            s.live = None;
+        }
+    };
+    // Subscriptions and queries are given back before the close is counted.
+    drop(s);
+    if reason == "slow_consumer" {
+        metrics::counter!(m::SLOW_CONSUMER_DISCONNECTS_TOTAL).increment(1);
+    }
+    metrics::counter!(m::CONNECTIONS_CLOSED_TOTAL, "reason" => reason).increment(1);
+    tracing::debug!(peer = %ip, reason, "connection closed");
+}
+
+/// Counts the connection in `sluice_connections_open` while it lives.
+struct OpenConnection;
+
+impl OpenConnection {
+    fn new() -> OpenConnection {
+        metrics::gauge!(m::CONNECTIONS_OPEN).increment(1.0);
+        metrics::counter!(m::CONNECTIONS_OPENED_TOTAL).increment(1);
+        OpenConnection
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        metrics::gauge!(m::CONNECTIONS_OPEN).decrement(1.0);
+    }
+}
+
+impl Session {
+    fn new(st: Arc<AppState>, ip: IpAddr) -> Session {
+        let throttle = st.engine.throttle();
+        Session {
+            ip,
+            write_adm: throttle.admission(),
+            read_adm: throttle.admission(),
+            keys: PubkeyCache::new(SESSION_PUBKEY_CACHE),
+            writes: FuturesUnordered::new(),
+            held: None,
+            subs: Subs::default(),
+            reads: st.engine.reads().sink(st.limits.max_subscriptions),
+            read_budget: throttle.connection_read_budget(),
+            live: None,
+            st,
+        }
+    }
+
+    /// One WebSocket frame from the client (`None`: the stream ended).
+    async fn on_frame(
+        &mut self,
+        out: &mut Out,
+        frame: Option<Result<Message, axum::Error>>,
+    ) -> Step {
+        match frame {
+            Some(Ok(Message::Text(t))) => self.on_text(out, t.as_str()).await,
+            Some(Ok(Message::Binary(_))) => out.send(Refusal::Binary.notice()).await,
+            Some(Ok(Message::Close(_))) | None => Err("client_closed"),
+            Some(Ok(_)) => Ok(()),
+            Some(Err(e)) => {
+                let text = e.to_string();
+                if text.contains("too long") || text.contains("Space limit") {
+                    let _ = out.send(Refusal::FrameTooLarge.notice()).await;
+                    out.close(close_code::SIZE, "message too large").await;
+                    Err("message_too_large")
+                } else {
+                    tracing::debug!(peer = %self.ip, error = %text, "websocket error");
+                    Err("protocol_error")
+                }
+            }
+        }
+    }
+
+    async fn on_text(&mut self, out: &mut Out, text: &str) -> Step {
+        let received = Instant::now();
+        let max = self.st.limits.max_message_bytes;
+        if text.len() > max {
+            metrics::counter!(m::MESSAGES_RECEIVED_TOTAL, "type" => "too_large").increment(1);
+            let refusal = Refusal::TooLarge {
+                len: text.len(),
+                max,
+            };
+            // Refused without parsing it: only the id is read, from the head.
+            let head = &text[..text.floor_char_boundary(4096)];
+            if head.trim_start().starts_with("[\"EVENT\"")
+                && let Some(id) = sniff_id(head)
+            {
+                return out.send(refusal.ok(&id)).await;
+            }
+            return out.send(refusal.notice()).await;
+        }
+        let msg = match ClientMessage::parse(text) {
+            Ok(msg) => msg,
+            Err(e) => return self.on_bad_message(out, e).await,
+        };
+        metrics::counter!(m::MESSAGES_RECEIVED_TOTAL, "type" => msg.type_label()).increment(1);
+        match msg {
+            ClientMessage::Event(ev) => self.on_event(out, ev, received).await,
+            ClientMessage::Req { sub_id, filters } => self.on_req(out, sub_id, filters).await,
+            ClientMessage::Count { sub_id, filters } => self.on_count(out, sub_id, filters).await,
+            ClientMessage::Close { sub_id } => self.on_close(&sub_id),
+        }
+    }
+
+    async fn on_bad_message(&mut self, out: &mut Out, e: MessageError) -> Step {
+        metrics::counter!(m::MESSAGES_RECEIVED_TOTAL, "type" => "invalid").increment(1);
+        match e {
+            MessageError::BadEvent {
+                id: Some(id),
+                error,
+            } => out.send(Refusal::Invalid(error.to_string()).ok(&id)).await,
+            MessageError::BadFilter { sub_id, error } => {
+                // A bad REQ ends the subscription it would have replaced.
+                self.subs.close(&sub_id);
+                out.send(Refusal::Invalid(error.to_string()).closed(&sub_id))
+                    .await
+            }
+            MessageError::UnknownType(t) => out.send(Refusal::UnknownType(t).notice()).await,
+            other => out.send(Refusal::Invalid(other.to_string()).notice()).await,
+        }
+    }
+
+    /// On shutdown: refuse the EVENT held by a write delay (it never reached
+    /// the writer), answer the EVENTs already handed to the writer (it
+    /// commits them before it stops), then close with 1001 Going Away.
+    async fn finish_for_shutdown(&mut self, out: &mut Out) -> CloseReason {
+        let grace = Duration::from_millis(self.st.server.shutdown_grace_ms);
+        let _ = tokio::time::timeout(grace, async {
+            if let Some(held) = self.held.take() {
+                out.send(Refusal::ShuttingDown.ok(&held.id_hex())).await?;
+            }
+            while let Some(done) = self.writes.next().await {
+                self.on_write_done(out, done).await?;
+            }
+            Ok::<(), CloseReason>(())
+        })
+        .await;
+        out.close(close_code::AWAY, "relay is shutting down").await;
+        "shutdown"
+    }
+}

@@ -1,0 +1,61 @@
+//! The connection's outgoing half: every message the session sends goes
+//! through [`Out`], and every send, feed and flush is bounded by
+//! `server.send_timeout_ms`. A client that does not read within it is
+//! disconnected as a slow consumer; it never stalls the relay for longer.
+
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use futures_util::SinkExt;
+use futures_util::stream::SplitSink;
+
+/// Why a connection ended (a closed set, used as a metric label).
+pub(super) type CloseReason = &'static str;
+
+/// What a handler returns: `Err` ends the connection.
+pub(super) type Step = Result<(), CloseReason>;
+
+pub(super) struct Out {
+    sink: SplitSink<WebSocket, Message>,
+    timeout: Duration,
+}
+
+impl Out {
+    pub(super) fn new(sink: SplitSink<WebSocket, Message>, timeout: Duration) -> Out {
+        Out { sink, timeout }
+    }
+
+    /// Sends one message and flushes.
+    pub(super) async fn send(&mut self, text: String) -> Step {
+        let sent = self.sink.send(Message::Text(text.into()));
+        outcome(tokio::time::timeout(self.timeout, sent).await)
+    }
+
+    /// Queues a message without flushing (a chunk of events is flushed once).
+    pub(super) async fn feed(&mut self, text: String) -> Step {
+        let fed = self.sink.feed(Message::Text(text.into()));
+        outcome(tokio::time::timeout(self.timeout, fed).await)
+    }
+
+    pub(super) async fn flush(&mut self) -> Step {
+        outcome(tokio::time::timeout(self.timeout, self.sink.flush()).await)
+    }
+
+    /// Sends a close frame; the connection is ending, so errors (and a
+    /// timeout) are moot.
+    pub(super) async fn close(&mut self, code: u16, reason: &'static str) {
+        let frame = Message::Close(Some(CloseFrame {
+            code,
+            reason: reason.into(),
+        }));
+        let _ = tokio::time::timeout(self.timeout, self.sink.send(frame)).await;
+    }
+}
+
+fn outcome(r: Result<Result<(), axum::Error>, tokio::time::error::Elapsed>) -> Step {
+    match r {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err("io_error"),
+        Err(_) => Err("slow_consumer"),
+    }
+}

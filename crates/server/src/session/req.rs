@@ -1,0 +1,162 @@
+//! REQ and CLOSE, and the answers of this connection's queries: a REQ's
+//! stored events in chunks, its EOSE, then the live events it held back.
+//!
+//! Invariant (live delivery without gaps or repeats): a REQ's subscription
+//! is registered and the live receiver taken before its query is
+//! submitted, so every event committed after the query's snapshot is seen
+//! live; live matches are held until EOSE, then only those with a serial at
+//! or above the snapshot are sent (the query sent the others, or cut them
+//! by its limit).
+
+use sluice_engine::{Admit, ReadEnd, ReadMsg};
+use sluice_proto::{Filter, RelayMessage};
+
+use super::Session;
+use super::out::{Out, Step};
+use super::refusal::Refusal;
+use crate::metrics_names as m;
+
+impl Session {
+    pub(super) async fn on_req(
+        &mut self,
+        out: &mut Out,
+        sub_id: String,
+        mut filters: Vec<Filter>,
+    ) -> Step {
+        if let Err(refusal) = self.admit_req(&sub_id, &filters, true) {
+            return out.send(refusal.closed(&sub_id)).await;
+        }
+        // Subscribed before the query can take its snapshot: no gap.
+        if self.live.is_none() {
+            self.live = Some(self.st.engine.subscribe());
+        }
+        let lim = &self.st.limits;
+        for f in &mut filters {
+            f.limit = Some(f.limit.unwrap_or(lim.default_limit).min(lim.max_limit));
+        }
+        // Replacing a REQ drops the old one's guard: its query is cancelled.
+        self.subs.open(sub_id.clone(), filters.clone());
+        let reads = self.st.engine.reads();
+        match reads.submit_query(&self.reads, self.ip, filters, &mut self.read_budget) {
+            Ok(guard) => {
+                if let Some(sub) = self.subs.get_mut(&sub_id) {
+                    sub.query = Some(guard);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.subs.close(&sub_id);
+                out.send(Refusal::from(e).closed(&sub_id)).await
+            }
+        }
+    }
+
+    pub(super) fn on_close(&mut self, sub_id: &str) -> Step {
+        self.subs.close(sub_id);
+        Ok(())
+    }
+
+    /// The checks a REQ (`replaces`: it may replace the subscription of the
+    /// same id) or a COUNT passes before its query is submitted: the
+    /// protocol limits, the subscription limit, the IP's request bucket and
+    /// the read controller. A throttle refusal also ends the subscription
+    /// of the same id.
+    pub(super) fn admit_req(
+        &mut self,
+        sub_id: &str,
+        filters: &[Filter],
+        replaces: bool,
+    ) -> Result<(), Refusal> {
+        let lim = &self.st.limits;
+        if sub_id.chars().count() > lim.max_subid_length {
+            return Err(Refusal::SubIdTooLong {
+                max: lim.max_subid_length,
+            });
+        }
+        if filters.is_empty() {
+            return Err(Refusal::NoFilters);
+        }
+        if filters.len() > lim.max_filters {
+            return Err(Refusal::TooManyFilters {
+                len: filters.len(),
+                max: lim.max_filters,
+            });
+        }
+        let replacing = replaces && self.subs.contains(sub_id);
+        if !replacing && self.subs.open_len() >= lim.max_subscriptions {
+            return Err(Refusal::TooManySubscriptions {
+                max: lim.max_subscriptions,
+            });
+        }
+        match self
+            .st
+            .engine
+            .throttle()
+            .admit_req(self.ip, &mut self.read_adm)
+        {
+            // Reads are never delayed (see `Throttle::admit_req`).
+            Admit::Go | Admit::Delay(_) => Ok(()),
+            Admit::Refuse(r) => {
+                self.subs.close(sub_id);
+                Err(r.into())
+            }
+        }
+    }
+
+    /// A chunk (and/or the end) of one of this connection's queries. The
+    /// message's credit goes back when it is dropped, after the events are
+    /// written: the next chunk is read only once this one is on its way.
+    pub(super) async fn on_read(&mut self, out: &mut Out, mut msg: ReadMsg) -> Step {
+        let throttle = self.st.engine.throttle();
+        throttle.settle_connection_read_cost(&mut self.read_budget, msg.settle_units);
+        if self.subs.is_count(msg.job) {
+            return self.on_count_answer(out, msg).await;
+        }
+        let Some(sub_id) = self.subs.sub_of_query(msg.job) else {
+            // A query closed or replaced since: its answer is dropped.
+            return Ok(());
+        };
+        let events = std::mem::take(&mut msg.events);
+        let n = events.len();
+        for raw in events {
+            out.feed(RelayMessage::event(&sub_id, &raw)).await?;
+        }
+        match msg.end.take() {
+            None if n > 0 => out.flush().await,
+            None => Ok(()),
+            Some(ReadEnd::Eose {
+                snapshot_serial, ..
+            }) => self.on_eose(out, &sub_id, snapshot_serial).await,
+            Some(end) => {
+                self.subs.close(&sub_id);
+                if n > 0 {
+                    out.flush().await?;
+                }
+                out.send(Refusal::of_query_end(&end).closed(&sub_id)).await
+            }
+        }
+    }
+
+    /// EOSE, then the live events held while the query ran that it could
+    /// not have seen.
+    async fn on_eose(&mut self, out: &mut Out, sub_id: &str, snapshot_serial: u64) -> Step {
+        out.feed(RelayMessage::eose(sub_id)).await?;
+        let held = match self.subs.get_mut(sub_id) {
+            Some(sub) => {
+                sub.query = None;
+                sub.snapshot_serial = snapshot_serial;
+                sub.pending.take().unwrap_or_default()
+            }
+            None => Vec::new(),
+        };
+        // Events committed after the query's snapshot were not in it.
+        for ev in held {
+            if ev.serial.is_none_or(|s| s >= snapshot_serial) {
+                out.feed(RelayMessage::event(sub_id, ev.event.raw()))
+                    .await?;
+                metrics::counter!(m::LIVE_DELIVERIES_TOTAL).increment(1);
+            }
+        }
+        out.flush().await
+    }
+}

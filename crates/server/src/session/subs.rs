@@ -1,0 +1,137 @@
+//! The connection's subscriptions (REQ, by subscription id) and running
+//! COUNTs (by query id): what they match, the query each one owns, and the
+//! live events a subscription holds back until its EOSE.
+//!
+//! Invariants:
+//! - `sluice_subscriptions_open` counts exactly the [`Sub`]s that exist:
+//!   each one carries an owned gauge guard, so opening, replacing, closing
+//!   and dropping the registry with the session keep it right on every
+//!   exit path, with no increment or decrement anywhere else.
+//! - A [`Sub`] or [`Count`] owns its query's [`ReadGuard`]: removing or
+//!   replacing it cancels the query and gives back what it holds in the
+//!   scheduler.
+//! - Subscriptions plus running COUNTs are what `limits.max_subscriptions`
+//!   bounds ([`Subs::open_len`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use sluice_engine::{LiveEvent, ReadGuard};
+use sluice_proto::Filter;
+use sluice_throttle::JobId;
+
+use crate::metrics_names as m;
+
+/// One open subscription.
+pub(super) struct Sub {
+    pub(super) filters: Vec<Filter>,
+    /// The stored query while it runs; `None` once it ended (EOSE).
+    pub(super) query: Option<ReadGuard>,
+    /// Live matches held back while the stored query runs; `None` once
+    /// EOSE is sent.
+    pub(super) pending: Option<Vec<Arc<LiveEvent>>>,
+    /// Serials below this were visible to the stored query; live events
+    /// still in flight with such serials were already sent (or cut by the
+    /// limit) and are skipped.
+    pub(super) snapshot_serial: u64,
+    _open: OpenGauge,
+}
+
+/// One running COUNT.
+pub(super) struct Count {
+    pub(super) sub_id: String,
+    _query: ReadGuard,
+}
+
+/// Counts one subscription in `sluice_subscriptions_open` while it lives.
+struct OpenGauge;
+
+impl OpenGauge {
+    fn new() -> OpenGauge {
+        metrics::gauge!(m::SUBSCRIPTIONS_OPEN).increment(1.0);
+        OpenGauge
+    }
+}
+
+impl Drop for OpenGauge {
+    fn drop(&mut self) {
+        metrics::gauge!(m::SUBSCRIPTIONS_OPEN).decrement(1.0);
+    }
+}
+
+#[derive(Default)]
+pub(super) struct Subs {
+    reqs: HashMap<String, Sub>,
+    counts: HashMap<JobId, Count>,
+}
+
+impl Subs {
+    /// No subscription is open (running COUNTs aside).
+    pub(super) fn is_empty(&self) -> bool {
+        self.reqs.is_empty()
+    }
+
+    /// Open subscriptions plus running COUNTs.
+    pub(super) fn open_len(&self) -> usize {
+        self.reqs.len() + self.counts.len()
+    }
+
+    pub(super) fn contains(&self, sub_id: &str) -> bool {
+        self.reqs.contains_key(sub_id)
+    }
+
+    /// Opens `sub_id` with its query not yet submitted, holding live
+    /// matches until EOSE. A subscription with the same id is replaced:
+    /// its query is cancelled.
+    pub(super) fn open(&mut self, sub_id: String, filters: Vec<Filter>) {
+        let sub = Sub {
+            filters,
+            query: None,
+            pending: Some(Vec::new()),
+            snapshot_serial: 0,
+            _open: OpenGauge::new(),
+        };
+        self.reqs.insert(sub_id, sub);
+    }
+
+    /// Closes `sub_id` (cancelling its query); false if it was not open.
+    pub(super) fn close(&mut self, sub_id: &str) -> bool {
+        self.reqs.remove(sub_id).is_some()
+    }
+
+    pub(super) fn get_mut(&mut self, sub_id: &str) -> Option<&mut Sub> {
+        self.reqs.get_mut(sub_id)
+    }
+
+    /// The subscription whose stored query is `job`, if still open.
+    pub(super) fn sub_of_query(&self, job: JobId) -> Option<String> {
+        self.reqs
+            .iter()
+            .find(|(_, s)| s.query.as_ref().is_some_and(|q| q.job() == job))
+            .map(|(id, _)| id.clone())
+    }
+
+    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = (&String, &mut Sub)> {
+        self.reqs.iter_mut()
+    }
+
+    /// Keeps a COUNT's query until its answer arrives.
+    pub(super) fn start_count(&mut self, sub_id: String, query: ReadGuard) {
+        self.counts.insert(
+            query.job(),
+            Count {
+                sub_id,
+                _query: query,
+            },
+        );
+    }
+
+    pub(super) fn is_count(&self, job: JobId) -> bool {
+        self.counts.contains_key(&job)
+    }
+
+    /// Removes the COUNT whose query is `job` (it has answered).
+    pub(super) fn finish_count(&mut self, job: JobId) -> Option<Count> {
+        self.counts.remove(&job)
+    }
+}
