@@ -195,10 +195,12 @@ impl Session {
                 len: text.len(),
                 max,
             };
-            // Refused without parsing it: only the id is read, from the head.
-            let head = &text[..text.floor_char_boundary(4096)];
-            if head.trim_start().starts_with("[\"EVENT\"")
-                && let Some(id) = sniff_id(head)
+            // Refused without parsing it: only the id is looked for. The
+            // whole text is searched (it is bounded by the frame limit):
+            // an event's fields come in any order, and an id after a long
+            // content must still get its OK.
+            if text.trim_start().starts_with("[\"EVENT\"")
+                && let Some(id) = sniff_id(text)
             {
                 return out.send(refusal.ok(&id)).await;
             }

@@ -1,0 +1,156 @@
+//! Runtime checks of the invariants ARCHITECTURE.md states, against the
+//! real binary over real WebSockets (the static ones are in
+//! `architecture.rs`).
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::json;
+use support::*;
+
+/// Every EVENT a connection sends gets exactly one OK, whatever answers
+/// it: stored, duplicate, ephemeral, invalid id or signature, too far in
+/// the future, oversized, refused by the in-flight cap or a per-IP bucket.
+/// (The documented exceptions are a connection that ends first: shutdown
+/// and slow-consumer disconnects.)
+#[tokio::test]
+async fn every_event_gets_exactly_one_ok() {
+    let relay = Relay::start_with(&[
+        ("SLUICE_SERVER__MAX_PENDING_WRITES", "8"),
+        ("SLUICE_THROTTLE__CLIENTS__EVENTS_PER_IP__RATE_PER_S", "5"),
+    ]);
+    let mut c = relay.client().await;
+    let t = now();
+    let mut sent: Vec<String> = Vec::new();
+    let mut texts: Vec<String> = Vec::new();
+    // A burst past the in-flight cap and the per-IP bucket.
+    for i in 0..60u64 {
+        let e = ev(1, t - 200 + i, 1, &[], &format!("burst {i}"));
+        sent.push(e.id_hex());
+        texts.push(format!("[\"EVENT\",{}]", e.raw()));
+    }
+    // The same event twice (a duplicate, or refused with it).
+    let dup = ev(2, t - 10, 1, &[], "twice");
+    for _ in 0..2 {
+        texts.push(format!("[\"EVENT\",{}]", dup.raw()));
+    }
+    sent.push(dup.id_hex());
+    sent.push(dup.id_hex());
+    // Ephemeral.
+    let eph = ev(3, t, 20001, &[], "ephemeral");
+    sent.push(eph.id_hex());
+    texts.push(format!("[\"EVENT\",{}]", eph.raw()));
+    // Too far in the future.
+    let future = ev(4, t + 100_000, 1, &[], "future");
+    sent.push(future.id_hex());
+    texts.push(format!("[\"EVENT\",{}]", future.raw()));
+    // A wrong id and a bad signature.
+    let good = ev(5, t - 5, 1, &[], "tampered");
+    let mut v: serde_json::Value = serde_json::from_str(good.raw()).unwrap();
+    v["content"] = json!("changed after signing");
+    sent.push(good.id_hex());
+    texts.push(json!(["EVENT", v]).to_string());
+    let other = ev(6, t - 5, 1, &[], "resigned");
+    let mut v: serde_json::Value = serde_json::from_str(other.raw()).unwrap();
+    v["sig"] = json!("00".repeat(64));
+    sent.push(other.id_hex());
+    texts.push(json!(["EVENT", v]).to_string());
+    // Oversized: refused from its head without parsing the rest.
+    let big = ev(7, t - 5, 1, &[], &"x".repeat(200 * 1024));
+    sent.push(big.id_hex());
+    texts.push(format!("[\"EVENT\",{}]", big.raw()));
+
+    for text in &texts {
+        c.send_text(text).await;
+    }
+    let mut expected: HashMap<String, usize> = HashMap::new();
+    for id in &sent {
+        *expected.entry(id.clone()).or_default() += 1;
+    }
+    let mut got: HashMap<String, usize> = HashMap::new();
+    for _ in 0..sent.len() {
+        let m = c.expect("OK").await;
+        *got.entry(m[1].as_str().unwrap().to_string()).or_default() += 1;
+    }
+    // A barrier: anything still owed would come before this EOSE's reply
+    // is long gone; nothing more may arrive.
+    c.send(json!(["REQ", "barrier", {"limit": 0}])).await;
+    loop {
+        let m = c.recv().await;
+        assert_ne!(m[0], "OK", "an extra OK: {m}");
+        if m[0] == "EOSE" {
+            break;
+        }
+    }
+    assert!(
+        c.try_recv(Duration::from_millis(300)).await.is_none(),
+        "nothing more may arrive"
+    );
+    assert_eq!(got, expected, "one OK per EVENT sent");
+    // The burst really hit the limits this test is about.
+    let refused = relay
+        .metric("sluice_events_refused_total", &["reason=\"rate-limited\""])
+        .await;
+    assert!(refused > 0.0, "the burst was never refused");
+}
+
+// ------------------------------------------------------------- static checks
+
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+/// Every product source file (`crates/*/src`, not the load generator),
+/// as (path relative to the root, code lines without comments).
+fn product_sources() -> Vec<(String, Vec<String>)> {
+    let root = std::path::Path::new(ROOT);
+    let mut out = Vec::new();
+    let mut stack = vec![root.join("crates")];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let p = entry.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().to_string();
+            if p.is_dir() {
+                let name = p.file_name().unwrap().to_string_lossy();
+                if !(rel == "crates/bench" || name == "tests" || name == "benches") {
+                    stack.push(p);
+                }
+            } else if p.extension().is_some_and(|e| e == "rs") && rel.contains("/src/") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                // Unit tests at the end of a file are not product code.
+                let code = text.split("#[cfg(test)]").next().unwrap_or("");
+                let lines = code
+                    .lines()
+                    .filter(|l| !l.trim_start().starts_with("//"))
+                    .map(str::to_string)
+                    .collect();
+                out.push((rel, lines));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn files_containing(pattern: &str) -> Vec<String> {
+    product_sources()
+        .into_iter()
+        .filter(|(_, lines)| lines.iter().any(|l| l.contains(pattern)))
+        .map(|(path, _)| path)
+        .collect()
+}
+
+/// Every channel is bounded: no unbounded constructor anywhere in the
+/// product (std's `mpsc::channel()` takes no capacity).
+#[test]
+fn every_channel_is_bounded() {
+    for pattern in [
+        "unbounded",
+        "mpsc::channel()",
+        "mpsc::channel;",
+        "mpsc::{channel",
+    ] {
+        let hits = files_containing(pattern);
+        assert!(hits.is_empty(), "{pattern} in {hits:?}");
+    }
+}
