@@ -19,7 +19,9 @@
 //! crash at any moment leave either the old or the new state. Bytes that do
 //! not decode are [`StoreError::Corrupt`] naming the table, never a panic:
 //! a read that meets them fails, a write batch that meets them writes
-//! nothing. The API is synchronous: callers keep it off async threads.
+//! nothing. The API is synchronous: callers keep it off async threads, and
+//! [`Store::forbid_transactions_where`] lets the binary check that every
+//! transaction opens on a thread allowed to block.
 
 mod codec;
 mod query;
@@ -28,7 +30,10 @@ mod write;
 
 use std::path::Path;
 
-use heed::{Env, EnvOpenOptions, WithoutTls};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use heed::{Env, EnvOpenOptions, RoTxn, RwTxn, WithoutTls};
 
 use crate::codec::{Be64, StoredEvent, index_key};
 use crate::tables::{META_VERSION, TABLE_COUNT, Tables};
@@ -38,6 +43,12 @@ pub use query::{
     plan_shape,
 };
 pub use write::WriteOutcome;
+
+/// Says whether the current thread must not open a transaction (set once
+/// by the binary; see [`Store::forbid_transactions_where`]).
+static FORBIDDEN_THREAD: OnceLock<fn() -> bool> = OnceLock::new();
+/// Transactions opened where [`FORBIDDEN_THREAD`] said no.
+static FORBIDDEN_TXNS: AtomicU64 = AtomicU64::new(0);
 
 /// Version of the on-disk layout; a store with another version is refused.
 const SCHEMA_VERSION: u64 = 1;
@@ -149,7 +160,7 @@ impl Store {
     }
 
     fn check_schema(&self, path: &Path) -> Result<(), StoreError> {
-        let mut wtxn = self.env.write_txn()?;
+        let mut wtxn = self.wtxn()?;
         match self.t.meta.get(&wtxn, META_VERSION)? {
             Some(found) if found != SCHEMA_VERSION => {
                 return Err(StoreError::SchemaMismatch {
@@ -169,11 +180,47 @@ impl Store {
         Ok(())
     }
 
+    /// Installs the check run before every transaction: `forbidden()`
+    /// returns true on a thread that must not block on LMDB (an async
+    /// worker). A transaction opened there is counted
+    /// ([`Store::forbidden_transactions`]) and logged, and in debug builds
+    /// (every test) it panics. The first call wins.
+    pub fn forbid_transactions_where(forbidden: fn() -> bool) {
+        let _ = FORBIDDEN_THREAD.set(forbidden);
+    }
+
+    /// Transactions opened on a thread the check forbids (always 0 in a
+    /// correct build).
+    pub fn forbidden_transactions() -> u64 {
+        FORBIDDEN_TXNS.load(Ordering::Relaxed)
+    }
+
+    fn check_thread() {
+        if FORBIDDEN_THREAD.get().is_some_and(|forbidden| forbidden()) {
+            FORBIDDEN_TXNS.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(
+                thread = std::thread::current().name().unwrap_or("?"),
+                "LMDB transaction on an async worker thread"
+            );
+            debug_assert!(false, "LMDB transaction on an async worker thread");
+        }
+    }
+
+    fn rtxn(&self) -> Result<RoTxn<'_, WithoutTls>, StoreError> {
+        Self::check_thread();
+        Ok(self.env.read_txn()?)
+    }
+
+    fn wtxn(&self) -> Result<RwTxn<'_>, StoreError> {
+        Self::check_thread();
+        Ok(self.env.write_txn()?)
+    }
+
     /// Current sizes; cheap (no scan).
     pub fn stats(&self) -> Result<StoreStats, StoreError> {
         let info = self.env.info();
         let page = self.env.unnamed_database_stat().page_size as u64;
-        let rtxn = self.env.read_txn()?;
+        let rtxn = self.rtxn()?;
         let events = self.t.events.len(&rtxn)?;
         Ok(StoreStats {
             map_size_bytes: info.map_size as u64,
@@ -192,7 +239,7 @@ impl Store {
 
     /// The raw JSON of the event with this id, if stored and not expired.
     pub fn get(&self, id: &[u8; 32], now: u64) -> Result<Option<String>, StoreError> {
-        let rtxn = self.env.read_txn()?;
+        let rtxn = self.rtxn()?;
         let Some(serial) = self.t.ids.get(&rtxn, id)? else {
             return Ok(None);
         };
@@ -209,7 +256,7 @@ impl Store {
         &self,
         ids: impl IntoIterator<Item = &'a [u8; 32]>,
     ) -> Result<Vec<bool>, StoreError> {
-        let rtxn = self.env.read_txn()?;
+        let rtxn = self.rtxn()?;
         ids.into_iter()
             .map(|id| self.t.ids.contains(&rtxn, id))
             .collect()
@@ -235,7 +282,7 @@ impl Store {
             let mut batch: Vec<String> = Vec::with_capacity(CHUNK);
             let mut last = None;
             {
-                let rtxn = self.env.read_txn()?;
+                let rtxn = self.rtxn()?;
                 let range = (start.as_ref().map(|k| &k[..]), Bound::Included(&end[..]));
                 let by_created = &self.t.by_created;
                 for item in by_created.range(&rtxn, &range)? {

@@ -687,7 +687,7 @@ impl Store {
             did.done = true;
             return Ok(did);
         }
-        let rtxn = self.env.read_txn()?;
+        let rtxn = self.rtxn()?;
         let cutoff = snapshot(&self.t, &rtxn, &mut cur.snapshot_serial)?;
         let ctx = WalkCtx {
             now: cur.opts.now,
@@ -764,7 +764,7 @@ impl Store {
             did.done = true;
             return Ok(did);
         }
-        let rtxn = self.env.read_txn()?;
+        let rtxn = self.rtxn()?;
         let cutoff = snapshot(&self.t, &rtxn, &mut cur.cutoff)?;
         let ctx = WalkCtx {
             now: cur.opts.now,

@@ -91,7 +91,7 @@ impl Store {
         f: impl FnOnce(&Tables<'static>, &mut RwTxn<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let run = || {
-            let mut wtxn = self.env.write_txn()?;
+            let mut wtxn = self.wtxn()?;
             let out = f(&self.t, &mut wtxn)?;
             wtxn.commit()?;
             Ok(out)
