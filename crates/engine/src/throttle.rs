@@ -192,18 +192,12 @@ impl Throttle {
         if mode == Mode::Off {
             return Admit::Go;
         }
-        let now = self.now_ns();
-        let bucket = lock(&self.events_ip).check(&client_key(ip), now, 1);
-        if let Some(a) = self.bucket_result(
-            bucket,
-            mode,
-            Direction::Write,
-            Layer::IpBucket,
-            "too many events from your address",
-        ) {
-            return a;
+        let bucket = lock(&self.events_ip).check(&client_key(ip), self.now_ns(), 1);
+        let message = "too many events from your address";
+        match self.bucket_result(bucket, mode, Direction::Write, Layer::IpBucket, message) {
+            Ok(()) => self.controller(Direction::Write, mode, adm),
+            Err(r) => Admit::Refuse(r),
         }
-        self.controller(Direction::Write, mode, adm)
     }
 
     /// Admission of one EVENT after its signature: the author's bucket.
@@ -213,14 +207,11 @@ impl Throttle {
             return Admit::Go;
         }
         let bucket = lock(&self.events_pubkey).check(pubkey, self.now_ns(), 1);
-        self.bucket_result(
-            bucket,
-            mode,
-            Direction::Write,
-            Layer::PubkeyBucket,
-            "too many events from this author",
-        )
-        .unwrap_or(Admit::Go)
+        let message = "too many events from this author";
+        match self.bucket_result(bucket, mode, Direction::Write, Layer::PubkeyBucket, message) {
+            Ok(()) => Admit::Go,
+            Err(r) => Admit::Refuse(r),
+        }
     }
 
     /// Admission of one REQ or COUNT: the IP's bucket and the read controller.
@@ -230,21 +221,15 @@ impl Throttle {
             return Admit::Go;
         }
         let bucket = lock(&self.reqs_ip).check(&client_key(ip), self.now_ns(), 1);
-        if let Some(a) = self.bucket_result(
-            bucket,
-            mode,
-            Direction::Read,
-            Layer::IpBucket,
-            "too many requests from your address",
-        ) {
-            return a;
+        let message = "too many requests from your address";
+        match self.bucket_result(bucket, mode, Direction::Read, Layer::IpBucket, message) {
+            Ok(()) => self.controller(Direction::Read, mode, adm),
+            Err(r) => Admit::Refuse(r),
         }
-        self.controller(Direction::Read, mode, adm)
     }
 
-    /// A bucket's answer as an admission: `None` to go on with the next
-    /// check, a refusal (counted) when the bucket is empty and the mode
-    /// enforces.
+    /// A bucket's answer, counted: a refusal when the bucket is empty and
+    /// the mode enforces, else go on with the next check.
     fn bucket_result(
         &self,
         r: Result<(), Duration>,
@@ -252,20 +237,16 @@ impl Throttle {
         dir: Direction,
         layer: Layer,
         message: &'static str,
-    ) -> Option<Admit> {
-        let retry_after = r.err()?;
+    ) -> Result<(), Refusal> {
+        let Err(retry_after) = r else {
+            return Ok(());
+        };
         let enforced = mode == Mode::Enforce;
         self.count_decision(dir, layer, "refuse", enforced);
         if !enforced {
-            return None;
+            return Ok(());
         }
-        Some(Admit::Refuse(self.refuse(
-            dir,
-            layer,
-            "rate",
-            retry_after,
-            message,
-        )))
+        Err(self.refuse(dir, layer, "rate", retry_after, message))
     }
 
     /// A refusal, counted on `sluice_throttle_refusals_total`.
@@ -390,16 +371,8 @@ impl Throttle {
         }
         let cost = u32::try_from(estimate_units).unwrap_or(u32::MAX);
         let r = lock(&self.read_cost_ip).check(&client_key(ip), self.now_ns(), cost);
-        match self.bucket_result(
-            r,
-            mode,
-            Direction::Read,
-            Layer::ReadBudgetIp,
-            "your address has read too much; slow down",
-        ) {
-            Some(Admit::Refuse(r)) => Err(r),
-            _ => Ok(()),
-        }
+        let message = "your address has read too much; slow down";
+        self.bucket_result(r, mode, Direction::Read, Layer::ReadBudgetIp, message)
     }
 
     /// Settles a query's cost with its IP's budget: a positive `delta` is
@@ -442,16 +415,14 @@ impl Throttle {
         ));
         let cost = u32::try_from(estimate_units).unwrap_or(u32::MAX);
         let r = budget.bucket.try_take(self.now_ns(), cost);
-        match self.bucket_result(
+        let message = "this connection has read too much; slow down";
+        self.bucket_result(
             r,
             mode,
             Direction::Read,
             Layer::ReadBudgetConnection,
-            "this connection has read too much; slow down",
-        ) {
-            Some(Admit::Refuse(r)) => Err(r),
-            _ => Ok(()),
-        }
+            message,
+        )
     }
 
     /// Settles a connection's budget like [`Throttle::settle_read_cost`].

@@ -37,6 +37,8 @@ use crate::signals::SignalTargets;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ThrottleConfig {
+    /// Whether decisions are applied (`enforce`), only counted (`shadow`)
+    /// or not made (`off`).
     pub mode: Mode,
     /// How often the monitor samples and the controllers update, ms,
     /// `10..=10000`.
