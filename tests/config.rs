@@ -1,15 +1,17 @@
-//! Black-box tests of configuration errors: the real binary's
-//! `config check` (and `serve`) with a bad value set through the
-//! environment must fail with a message naming the key exactly as the
-//! operator wrote it (`SLUICE_THROTTLE__READ__KP` is `throttle.read.kp`),
-//! and no other key.
+//! Black-box tests of configuration: the real binary's `config check` (and
+//! `serve`) with a bad value set through the environment must fail with a
+//! message naming the key exactly as the operator wrote it
+//! (`SLUICE_THROTTLE__READ__KP` is `throttle.read.kp`), and no other key;
+//! a SIGHUP reload of `throttle.clients.trusted_proxies` (read by the
+//! server from the engine's section) applies to the next connection.
 
 #[path = "support/mod.rs"]
 mod support;
 
 use std::process::Command;
+use std::time::Duration;
 
-use support::BIN;
+use support::{BIN, Client, Relay};
 
 /// Runs `sluice <args>` with only `env` set; returns (success, stderr).
 fn run(args: &[&str], env: (&str, &str)) -> (bool, String) {
@@ -147,4 +149,43 @@ fn serve_names_the_key_too() {
     assert!(!ok);
     assert!(err.contains("throttle.read.kp"), "{err}");
     assert!(!err.contains("governor"), "{err}");
+}
+
+#[tokio::test]
+async fn a_reloaded_trusted_proxies_list_applies_to_the_next_connection() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("sluice.toml");
+    let clients = "[throttle.clients]\nmax_connections_per_ip = 1\n";
+    std::fs::write(&file, clients).unwrap();
+    let relay = Relay::start_with_config(&file, &[]);
+    let url = relay.url();
+    let via = |xff: &'static str| {
+        let url = url.clone();
+        async move {
+            Client::try_connect_with(&url, Some("127.0.0.21"), &[("x-forwarded-for", xff)]).await
+        }
+    };
+    // Not trusted yet: the peer's address counts, and it is at its cap.
+    let _first = via("203.0.113.1").await.expect("first connection");
+    assert_eq!(via("203.0.113.2").await.err(), Some(429));
+
+    std::fs::write(
+        &file,
+        format!("{clients}trusted_proxies = [\"127.0.0.21\"]\n"),
+    )
+    .unwrap();
+    relay.signal("HUP");
+    let mut applied = false;
+    for _ in 0..500 {
+        let cfg = relay.get_json("/api/throttle").await;
+        if cfg["config"]["clients"]["trusted_proxies"][0] == "127.0.0.21" {
+            applied = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(applied, "the reload was not applied: {}", relay.log_text());
+    // Trusted now: each forwarded client has its own cap.
+    let _second = via("203.0.113.2").await.expect("a second forwarded client");
+    assert_eq!(via("203.0.113.2").await.err(), Some(429));
 }
