@@ -37,21 +37,24 @@ impl Default for EngineConfig {
 }
 
 impl EngineConfig {
-    /// Checks the values, naming the first bad key.
+    /// Checks the values, naming the first bad key as the operator writes
+    /// it (`engine.max_scan_rows`).
     pub fn validate(&self) -> Result<(), String> {
         let positive = [
-            ("engine.writer_queue_events", self.writer_queue_events),
-            ("engine.max_batch_events", self.max_batch_events),
-            ("engine.max_batch_bytes", self.max_batch_bytes),
-            ("engine.live_buffer_events", self.live_buffer_events),
+            (
+                "engine.writer_queue_events",
+                self.writer_queue_events as u64,
+            ),
+            ("engine.max_batch_events", self.max_batch_events as u64),
+            ("engine.max_batch_bytes", self.max_batch_bytes as u64),
+            ("engine.live_buffer_events", self.live_buffer_events as u64),
+            ("engine.max_scan_rows", self.max_scan_rows),
+            ("engine.max_count_rows", self.max_count_rows),
         ];
         for (key, v) in positive {
             if v == 0 {
                 return Err(format!("{key} must be at least 1"));
             }
-        }
-        if self.max_scan_rows == 0 || self.max_count_rows == 0 {
-            return Err("engine.max_scan_rows and engine.max_count_rows must be at least 1".into());
         }
         if self.expiry_purge_interval_ms < 100 {
             return Err("engine.expiry_purge_interval_ms must be at least 100".into());

@@ -151,7 +151,6 @@ impl ServerConfig {
 impl LimitsConfig {
     pub fn validate(&self) -> Result<(), String> {
         for (key, v) in [
-            ("limits.max_message_bytes", self.max_message_bytes),
             ("limits.max_subscriptions", self.max_subscriptions),
             ("limits.max_filters", self.max_filters),
             ("limits.max_subid_length", self.max_subid_length),
@@ -168,7 +167,7 @@ impl LimitsConfig {
         }
         if self.default_limit > self.max_limit {
             return Err(format!(
-                "limits.default_limit ({}) must not exceed limits.max_limit ({})",
+                "limits.default_limit = {} must not exceed limits.max_limit = {}",
                 self.default_limit, self.max_limit
             ));
         }

@@ -4,6 +4,7 @@
 //! Architecture invariant: this is the only crate that names axum. It holds
 //! no store handle of its own: everything goes through the engine.
 
+pub mod address;
 pub mod config;
 pub mod metrics_names;
 pub mod nip11;
@@ -117,12 +118,14 @@ async fn root(
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     if let Ok(ws) = ws {
-        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-        let ip = st.engine.throttle().client_ip(
-            peer.ip(),
-            header("x-forwarded-for"),
-            header("x-real-ip"),
-        );
+        // The list was validated at load (and at each reload); one that
+        // does not parse trusts no proxy.
+        let proxies = st
+            .engine
+            .throttle()
+            .with_config(|c| address::TrustedProxies::parse(&c.clients.trusted_proxies))
+            .unwrap_or_default();
+        let ip = proxies.client_ip_of(peer.ip(), &headers);
         let Ok(permit) = st.connections.clone().try_acquire_owned() else {
             metrics::counter!(m::CONNECTIONS_REFUSED_TOTAL, "reason" => "max_connections")
                 .increment(1);

@@ -1,6 +1,13 @@
 //! The one typed configuration tree: built-in defaults, then the TOML file
 //! if given, then `SLUICE_<SECTION>__<KEY>` environment variables.
-//! Unknown keys and invalid values stop start-up with the key's name.
+//! Unknown keys and invalid values stop start-up with the key's name, as
+//! the operator writes it in TOML (`throttle.read.kp`).
+//!
+//! Each section is one type owned by one crate, composed here:
+//! `[server]`, `[limits]`, `[relay]` by `sluice-server`; `[engine]` by
+//! `sluice-engine`; `[throttle]` and its tables by `sluice-throttle`
+//! (except that `throttle.clients.trusted_proxies` is parsed by the
+//! server's `address` module); `[store]`, `[metrics]`, `[log]` here.
 
 use std::path::{Path, PathBuf};
 
@@ -8,8 +15,10 @@ use anyhow::{Context, bail};
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
-use sluice_engine::{EngineConfig, ThrottleConfig};
+use sluice_engine::EngineConfig;
+use sluice_server::address::TrustedProxies;
 use sluice_server::{LimitsConfig, RelayInfoConfig, ServerConfig};
+use sluice_throttle::ThrottleConfig;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -98,12 +107,17 @@ impl Config {
         Ok(cfg)
     }
 
+    /// Checks every section; the error names the first bad key as the
+    /// operator writes it (`throttle.read.kp`).
     pub fn validate(&self) -> anyhow::Result<()> {
         let checks = [
             self.server.validate(),
             self.limits.validate(),
             self.engine.validate(),
-            self.throttle.validate(),
+            self.throttle.validate().map_err(|e| e.to_string()),
+            // The one `[throttle]` key the server parses: addresses are its
+            // concern.
+            TrustedProxies::parse(&self.throttle.clients.trusted_proxies).map(drop),
             self.relay.validate(),
             self.store.validate(),
             self.metrics.validate(),

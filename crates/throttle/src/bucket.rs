@@ -549,12 +549,12 @@ mod tests {
             rate_per_s: 0.0,
             ..BucketConfig::default()
         };
-        assert_eq!(TokenBucket::new(c, 0).unwrap_err().field, "rate_per_s");
+        assert_eq!(TokenBucket::new(c, 0).unwrap_err().key, "rate_per_s");
         let c = BucketConfig {
             burst_ratio: 0.5,
             ..BucketConfig::default()
         };
-        assert_eq!(c.validate().unwrap_err().field, "burst_ratio");
+        assert_eq!(c.validate().unwrap_err().key, "burst_ratio");
     }
 
     #[test]

@@ -192,6 +192,6 @@ mod tests {
             exit_pressure: 0.9,
             retry_after_ms: 1000,
         };
-        assert_eq!(Emergency::new(c).unwrap_err().field, "exit_pressure");
+        assert_eq!(Emergency::new(c).unwrap_err().key, "exit_pressure");
     }
 }

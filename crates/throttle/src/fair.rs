@@ -1,7 +1,8 @@
 //! The fair query scheduler (seeds 002, 003, 004): which query runs its
 //! next step on a free worker, which waits, and which is refused at once.
 //! Pure bookkeeping: the engine owns the workers, the clock and the guards
-//! that call [`FairQueue::cancel`] when a client goes away.
+//! that call [`FairQueue::cancel`] when a client goes away. Its bounds are
+//! the `[throttle.queries]` table, [`QueriesConfig`].
 //!
 //! Model. A query runs as a sequence of bounded *steps* (a few hundred index
 //! rows each), so an expensive scan never holds a worker for long. Between
@@ -38,86 +39,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{ConfigError, check_range};
-
-/// Bounds and knobs of the scheduler.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FairConfig {
-    /// Steps that may run at once (the query workers), `1..=1024`.
-    pub slots: u32,
-    /// Queries waiting for a step, all clients together, `1..=1_000_000`.
-    /// Beyond it a client that already has work queued is refused; new
-    /// flows have as many again in reserve.
-    pub max_queued: u32,
-    /// Queries one client may have waiting, `1..=100_000`.
-    pub max_queued_per_client: u32,
-    /// Steps one client may run at once while another client waits,
-    /// `1..=1024`.
-    pub max_running_per_client: u32,
-    /// Cost units added to a client's deficit per round, `1..=1e9`.
-    pub quantum_units: u64,
-    /// A query that would wait longer than this for its first step is
-    /// refused at once; one that has waited this long is dropped.
-    /// `1..=3_600_000` ms.
-    pub deadline_ms: u64,
-}
-
-impl Default for FairConfig {
-    fn default() -> Self {
-        FairConfig {
-            slots: 4,
-            max_queued: 1024,
-            max_queued_per_client: 64,
-            max_running_per_client: 1,
-            quantum_units: 1000,
-            deadline_ms: 1000,
-        }
-    }
-}
-
-impl FairConfig {
-    /// Checks every field against the ranges documented on it.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        check_range("slots", f64::from(self.slots), 1.0, 1024.0, "in 1..=1024")?;
-        check_range(
-            "max_queued",
-            f64::from(self.max_queued),
-            1.0,
-            1e6,
-            "in 1..=1000000",
-        )?;
-        check_range(
-            "max_queued_per_client",
-            f64::from(self.max_queued_per_client),
-            1.0,
-            1e5,
-            "in 1..=100000",
-        )?;
-        check_range(
-            "max_running_per_client",
-            f64::from(self.max_running_per_client),
-            1.0,
-            1024.0,
-            "in 1..=1024",
-        )?;
-        check_range(
-            "quantum_units",
-            self.quantum_units as f64,
-            1.0,
-            1e9,
-            "in 1..=1000000000",
-        )?;
-        check_range(
-            "deadline_ms",
-            self.deadline_ms as f64,
-            1.0,
-            3_600_000.0,
-            "in 1..=3600000",
-        )?;
-        Ok(())
-    }
-}
+use crate::config::QueriesConfig;
+use crate::error::ConfigError;
 
 /// A query's handle inside the scheduler.
 pub type JobId = u64;
@@ -263,7 +186,7 @@ const INITIAL_STEP_NS: f64 = 1_000_000.0;
 /// The scheduler. See the module docs.
 #[derive(Debug, Clone)]
 pub struct FairQueue<K> {
-    config: FairConfig,
+    config: QueriesConfig,
     jobs: HashMap<JobId, Job<K>>,
     clients: HashMap<K, Client>,
     /// Clients taking turns, with the generation of the client entry they
@@ -288,7 +211,7 @@ pub struct FairQueue<K> {
 
 impl<K: Hash + Eq + Clone> FairQueue<K> {
     /// An idle scheduler. Fails on an invalid config.
-    pub fn new(config: FairConfig) -> Result<Self, ConfigError> {
+    pub fn new(config: QueriesConfig) -> Result<Self, ConfigError> {
         config.validate()?;
         Ok(FairQueue {
             config,
@@ -306,12 +229,12 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         })
     }
 
-    pub fn config(&self) -> &FairConfig {
+    pub fn config(&self) -> &QueriesConfig {
         &self.config
     }
 
     /// Replaces the config (reload). Queries in progress are kept.
-    pub fn set_config(&mut self, config: FairConfig) -> Result<(), ConfigError> {
+    pub fn set_config(&mut self, config: QueriesConfig) -> Result<(), ConfigError> {
         config.validate()?;
         self.config = config;
         Ok(())
@@ -794,10 +717,10 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
-    fn cfg(slots: u32) -> FairConfig {
-        FairConfig {
+    fn cfg(slots: u32) -> QueriesConfig {
+        QueriesConfig {
             slots,
-            ..FairConfig::default()
+            ..QueriesConfig::default()
         }
     }
 
@@ -831,10 +754,10 @@ mod tests {
     fn clients_share_steps_by_cost_not_by_request() {
         // Client a's steps cost 1000 units, b's 100: b gets about ten steps
         // for each of a's.
-        let mut q = FairQueue::new(FairConfig {
+        let mut q = FairQueue::new(QueriesConfig {
             slots: 1,
             quantum_units: 100,
-            ..FairConfig::default()
+            ..QueriesConfig::default()
         })
         .unwrap();
         let a = q.submit("a", 1, 0).unwrap();
@@ -883,11 +806,11 @@ mod tests {
 
     #[test]
     fn refuses_what_would_wait_past_the_deadline() {
-        let mut q = FairQueue::new(FairConfig {
+        let mut q = FairQueue::new(QueriesConfig {
             slots: 1,
             deadline_ms: 100,
             max_queued_per_client: 1000,
-            ..FairConfig::default()
+            ..QueriesConfig::default()
         })
         .unwrap();
         // Teach it that a step takes 10 ms.
@@ -922,10 +845,10 @@ mod tests {
 
     #[test]
     fn queued_work_expires_at_its_deadline() {
-        let mut q = FairQueue::new(FairConfig {
+        let mut q = FairQueue::new(QueriesConfig {
             slots: 1,
             deadline_ms: 50,
-            ..FairConfig::default()
+            ..QueriesConfig::default()
         })
         .unwrap();
         let a = q.submit("a", 1, 0).unwrap();
@@ -955,12 +878,12 @@ mod tests {
 
     #[test]
     fn the_queue_bound_keeps_room_for_new_flows() {
-        let mut q = FairQueue::new(FairConfig {
+        let mut q = FairQueue::new(QueriesConfig {
             slots: 1,
             max_queued: 4,
             max_queued_per_client: 100,
             deadline_ms: 3_600_000,
-            ..FairConfig::default()
+            ..QueriesConfig::default()
         })
         .unwrap();
         for _ in 0..4 {
@@ -1013,12 +936,12 @@ mod tests {
             rng % n
         };
         for round in 0..50 {
-            let mut q = FairQueue::new(FairConfig {
+            let mut q = FairQueue::new(QueriesConfig {
                 slots: 1 + (round % 4),
                 max_queued: 16,
                 max_queued_per_client: 4,
                 deadline_ms: 1000,
-                ..FairConfig::default()
+                ..QueriesConfig::default()
             })
             .unwrap();
             let mut open: Vec<JobId> = Vec::new();

@@ -18,91 +18,17 @@
 use serde::{Deserialize, Serialize};
 
 use crate::admission::{Direction, Verdict};
-use crate::emergency::{Emergency, EmergencyConfig};
-use crate::error::{ConfigError, check_range};
+use crate::config::ThrottleConfig;
+use crate::emergency::Emergency;
+use crate::error::ConfigError;
 use crate::pid::{Pid, PidConfig, PidState};
-use crate::signals::{
-    LoadSignals, NormalizedSignals, SignalTargets, memory_pressure, process_variable,
-};
+use crate::signals::{LoadSignals, NormalizedSignals, memory_pressure, process_variable};
 
-/// Settings of the global control loop (the engine's `throttle.*` keys
-/// that are not per-client).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GovernorConfig {
-    /// Anonymous memory the relay aims to stay under, MiB, `1..=16_777_216`.
-    pub target_memory_mb: u64,
-    /// Weight of memory pressure in the process variable, `0..=10`.
-    pub memory_weight: f64,
-    /// Weight of the store load level in the process variable, `0..=10`;
-    /// the two weights must not both be 0.
-    pub load_weight: f64,
-    /// Where each load signal reaches 1.0.
-    pub signals: SignalTargets,
-    /// Emergency mode thresholds.
-    pub emergency: EmergencyConfig,
-    /// Write controller (EVENT; use [`PidConfig::import_default`] for import).
-    pub write: PidConfig,
-    /// Read controller (REQ, COUNT).
-    pub read: PidConfig,
-}
-
-impl Default for GovernorConfig {
-    /// The relay defaults: 1024 MiB target, weights 0.7 / 0.3, default
-    /// signal targets and emergency thresholds, seed 000's write and read
-    /// tunings.
-    fn default() -> Self {
-        Self {
-            target_memory_mb: 1024,
-            memory_weight: 0.7,
-            load_weight: 0.3,
-            signals: SignalTargets::default(),
-            emergency: EmergencyConfig::default(),
-            write: PidConfig::write_default(),
-            read: PidConfig::read_default(),
-        }
-    }
-}
-
-impl GovernorConfig {
-    /// The defaults for `sluice import`: the write controller uses
-    /// [`PidConfig::import_default`] (setpoint 0.70, Ki 0.15).
-    pub fn import_default() -> Self {
-        Self {
-            write: PidConfig::import_default(),
-            ..Self::default()
-        }
-    }
-
-    /// Checks every field and nested config.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        check_range(
-            "target_memory_mb",
-            self.target_memory_mb as f64,
-            1.0,
-            16_777_216.0,
-            "in 1..=16777216",
-        )?;
-        check_range("memory_weight", self.memory_weight, 0.0, 10.0, "in 0..=10")?;
-        check_range("load_weight", self.load_weight, 0.0, 10.0, "in 0..=10")?;
-        if self.memory_weight + self.load_weight <= 0.0 {
-            return Err(ConfigError::new(
-                "load_weight",
-                self.load_weight,
-                "memory_weight + load_weight > 0",
-            ));
-        }
-        self.signals.validate()?;
-        self.emergency.validate()?;
-        self.write.validate()?;
-        self.read.validate()
-    }
-
-    /// [`GovernorConfig::target_memory_mb`] in bytes.
-    pub fn target_memory_bytes(&self) -> u64 {
-        self.target_memory_mb.saturating_mul(1 << 20)
-    }
-}
+/// The governor's settings are the whole `[throttle]` section
+/// ([`ThrottleConfig`]); the loop reads its global keys (`target_memory_mb`,
+/// the weights) and the `signals`, `emergency`, `write` and `read` tables.
+/// This name is kept for `sluice import`, which builds its own governor.
+pub type GovernorConfig = ThrottleConfig;
 
 /// One direction's controller after a tick.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -148,7 +74,7 @@ pub struct GovernorState {
 /// The global control loop. See the module docs.
 #[derive(Debug, Clone)]
 pub struct Governor {
-    config: GovernorConfig,
+    config: ThrottleConfig,
     write: Pid,
     read: Pid,
     emergency: Emergency,
@@ -158,7 +84,7 @@ pub struct Governor {
 impl Governor {
     /// A governor that allows everything until its first tick. Fails on an
     /// invalid config.
-    pub fn new(config: GovernorConfig) -> Result<Self, ConfigError> {
+    pub fn new(config: ThrottleConfig) -> Result<Self, ConfigError> {
         config.validate()?;
         let write = Pid::new(config.write)?;
         let read = Pid::new(config.read)?;
@@ -182,10 +108,10 @@ impl Governor {
             read: idle(&config.read),
         };
         Ok(Self {
+            emergency: Emergency::new(config.emergency)?,
             config,
             write,
             read,
-            emergency: Emergency::new(config.emergency)?,
             state,
         })
     }
@@ -236,13 +162,13 @@ impl Governor {
     }
 
     /// The current config.
-    pub fn config(&self) -> &GovernorConfig {
+    pub fn config(&self) -> &ThrottleConfig {
         &self.config
     }
 
     /// Applies a new config (SIGHUP reload), keeping controller state; the
     /// next tick uses it. On error nothing changes.
-    pub fn set_config(&mut self, config: GovernorConfig) -> Result<(), ConfigError> {
+    pub fn set_config(&mut self, config: ThrottleConfig) -> Result<(), ConfigError> {
         config.validate()?;
         // Validated as a whole above, so the parts cannot fail.
         self.write.set_config(config.write)?;
@@ -280,7 +206,7 @@ mod tests {
 
     #[test]
     fn quiet_relay_allows_everything() {
-        let mut g = Governor::new(GovernorConfig::default()).unwrap();
+        let mut g = Governor::new(ThrottleConfig::default()).unwrap();
         assert_eq!(g.verdict(Direction::Write), Verdict::Allow);
         for k in 0..100 {
             let s = g.tick(300 * MIB, &LoadSignals::default(), k * TICK_NS);
@@ -293,7 +219,7 @@ mod tests {
 
     #[test]
     fn process_variable_uses_weights_and_the_bottleneck() {
-        let mut g = Governor::new(GovernorConfig::default()).unwrap();
+        let mut g = Governor::new(ThrottleConfig::default()).unwrap();
         let signals = LoadSignals {
             writer_wait_secs: 0.2,
             read_latency_secs: 0.05,
@@ -311,7 +237,7 @@ mod tests {
 
     #[test]
     fn emergency_refuses_both_directions_and_clears() {
-        let mut g = Governor::new(GovernorConfig::default()).unwrap();
+        let mut g = Governor::new(ThrottleConfig::default()).unwrap();
         let s = g.tick(1100 * MIB, &LoadSignals::default(), 0);
         assert!(s.emergency);
         for v in [s.write.verdict, s.read.verdict] {
@@ -333,15 +259,15 @@ mod tests {
 
     #[test]
     fn reload_applies_and_bad_reload_changes_nothing() {
-        let mut g = Governor::new(GovernorConfig::default()).unwrap();
-        let c = GovernorConfig {
+        let mut g = Governor::new(ThrottleConfig::default()).unwrap();
+        let c = ThrottleConfig {
             target_memory_mb: 2048,
-            ..GovernorConfig::default()
+            ..ThrottleConfig::default()
         };
-        g.set_config(c).unwrap();
+        g.set_config(c.clone()).unwrap();
         let s = g.tick(1024 * MIB, &LoadSignals::default(), 0);
         assert!((s.memory_pressure - 0.5).abs() < 1e-12);
-        let mut bad = c;
+        let mut bad = c.clone();
         bad.read.derivative_alpha = 2.0;
         assert!(g.set_config(bad).is_err());
         assert_eq!(g.config().read.derivative_alpha, 0.3);
@@ -352,16 +278,8 @@ mod tests {
     }
 
     #[test]
-    fn import_defaults_use_the_import_tuning() {
-        let c = GovernorConfig::import_default();
-        assert_eq!(c.write.setpoint, 0.70);
-        assert_eq!(c.read.setpoint, 0.85);
-        c.validate().unwrap();
-    }
-
-    #[test]
     fn state_serializes_to_flat_json() {
-        let mut g = Governor::new(GovernorConfig::default()).unwrap();
+        let mut g = Governor::new(ThrottleConfig::default()).unwrap();
         let s = *g.tick(2000 * MIB, &LoadSignals::default(), 7);
         let json = serde_json::to_value(s).unwrap();
         assert_eq!(json["now_ns"], 7);
@@ -376,14 +294,5 @@ mod tests {
         let delay = serde_json::to_value(Verdict::Delay(std::time::Duration::from_millis(3)));
         assert_eq!(delay.unwrap(), serde_json::json!({ "delay_ns": 3_000_000 }));
         assert_eq!(serde_json::to_value(Verdict::Allow).unwrap(), "allow");
-        // Config round-trips, and unknown keys are an error.
-        let c = serde_json::to_value(GovernorConfig::default()).unwrap();
-        assert_eq!(
-            serde_json::from_value::<GovernorConfig>(c.clone()).unwrap(),
-            GovernorConfig::default()
-        );
-        let mut extra = c;
-        extra["write"]["kq"] = serde_json::json!(1.0);
-        assert!(serde_json::from_value::<GovernorConfig>(extra).is_err());
     }
 }

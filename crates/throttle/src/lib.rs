@@ -8,10 +8,14 @@
 //! no I/O and depends on no other Sluice crate. Time comes in as `now_ns`,
 //! nanoseconds of the caller's monotonic clock, so a simulation drives it
 //! exactly (see `tests/simulation.rs`). The engine owns the clock, the
-//! sampling task, the atomics the verdicts are published through, and the
-//! waiting.
+//! sampling task, the atomics the verdicts are published through, the
+//! locks around the bucket maps, the metrics, and the waiting.
 //!
 //! Map of the crate:
+//! - [`config`]: the `[throttle]` section of the configuration, one type
+//!   per table: [`ThrottleConfig`], [`ClientsConfig`], [`QueriesConfig`],
+//!   [`ReliefConfig`] (and the tables owned by the modules below). An
+//!   error names the key as the operator writes it (`throttle.read.kp`).
 //! - [`pid`]: [`Pid`], [`PidConfig`] (`write_default`, `read_default`,
 //!   `import_default`), [`PidState`].
 //! - [`signals`]: [`LoadSignals`] (raw), [`NormalizedSignals`] (0..1+),
@@ -20,12 +24,17 @@
 //! - [`governor`]: [`Governor::tick`], one tick of the global loop.
 //! - [`admission`]: [`Verdict`] (published per direction), [`Admission`]
 //!   (per connection, batching), [`Mode`], [`Decision`].
+//! - [`connection`]: [`client_key`] (IPv4, or the IPv6 /64) and
+//!   [`ConnAdmission`], what a published verdict means for one operation
+//!   of one connection (politeness, batching, reads never delayed).
+//! - [`refusal`]: [`Admit`], [`Refusal`] and its [`Layer`].
 //! - [`bucket`]: [`TokenBucket`], [`scaled_rate`]; [`keyed`]:
 //!   [`KeyedBuckets`] per IP or pubkey, bounded.
 //! - [`fair`]: [`FairQueue`], the query scheduler: per-client queues, deficit
 //!   round robin by cost, new flows first, deadlines, bounded steps.
-//! - [`cost`]: [`QueryCost`], a query's cost estimated from its plan and
-//!   settled from the rows it scanned and the bytes it sent.
+//! - [`cost`]: [`CostConfig`], a query's cost estimated from its plan
+//!   ([`FilterShape`]) and settled from the rows it scanned and the bytes
+//!   it sent.
 //! - [`meter`]: [`RateMeter`], a connection's own rate, to aim the
 //!   controller at the connections that cause the load.
 //!
@@ -34,6 +43,8 @@
 
 pub mod admission;
 pub mod bucket;
+pub mod config;
+pub mod connection;
 pub mod cost;
 pub mod emergency;
 mod error;
@@ -42,20 +53,22 @@ pub mod governor;
 pub mod keyed;
 pub mod meter;
 pub mod pid;
+pub mod refusal;
 pub mod signals;
 
 pub use admission::{Admission, Decision, Direction, Mode, RefuseReason, Verdict};
 pub use bucket::{BucketConfig, TokenBucket, scaled_rate};
+pub use config::{ClientsConfig, QueriesConfig, ReliefConfig, ThrottleConfig};
+pub use connection::{ConnAdmission, client_key};
 pub use cost::{CostConfig, FilterShape};
 pub use emergency::{Emergency, EmergencyConfig};
 pub use error::ConfigError;
-pub use fair::{
-    AfterStep, FairConfig, FairQueue, FairRefusal, FairRefused, FairStats, JobId, StepFate,
-};
+pub use fair::{AfterStep, FairQueue, FairRefusal, FairRefused, FairStats, JobId, StepFate};
 pub use governor::{DirectionState, Governor, GovernorConfig, GovernorState};
 pub use keyed::{KeyedBuckets, KeyedStats};
 pub use meter::RateMeter;
 pub use pid::{Pid, PidConfig, PidState};
+pub use refusal::{Admit, Layer, Refusal};
 pub use signals::{
     LoadSignals, NormalizedSignals, SignalTargets, memory_pressure, process_variable,
 };

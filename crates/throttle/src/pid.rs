@@ -362,16 +362,16 @@ mod tests {
     fn invalid_configs_are_rejected_with_the_field_name() {
         let mut c = PidConfig::write_default();
         c.derivative_alpha = 0.0;
-        assert_eq!(c.validate().unwrap_err().field, "derivative_alpha");
+        assert_eq!(c.validate().unwrap_err().key, "derivative_alpha");
         let mut c = PidConfig::write_default();
         c.output_max = 1.5;
-        assert_eq!(Pid::new(c).unwrap_err().field, "output_max");
+        assert_eq!(Pid::new(c).unwrap_err().key, "output_max");
         let mut c = PidConfig::write_default();
         c.kp = f64::NAN;
-        assert_eq!(c.validate().unwrap_err().field, "kp");
+        assert_eq!(c.validate().unwrap_err().key, "kp");
         let mut c = PidConfig::write_default();
         c.max_delay_ms = 0;
-        assert_eq!(c.validate().unwrap_err().field, "max_delay_ms");
+        assert_eq!(c.validate().unwrap_err().key, "max_delay_ms");
     }
 
     #[test]

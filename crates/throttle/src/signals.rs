@@ -321,11 +321,11 @@ mod tests {
             map_fill_low: 0.99,
             ..SignalTargets::default()
         };
-        assert_eq!(t.validate().unwrap_err().field, "map_fill_low");
+        assert_eq!(t.validate().unwrap_err().key, "map_fill_low");
         let t = SignalTargets {
             commit_slowdown_at_full: 1.0,
             ..SignalTargets::default()
         };
-        assert_eq!(t.validate().unwrap_err().field, "commit_slowdown_at_full");
+        assert_eq!(t.validate().unwrap_err().key, "commit_slowdown_at_full");
     }
 }

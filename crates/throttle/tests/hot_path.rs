@@ -8,7 +8,7 @@ use std::cell::Cell;
 use std::time::Duration;
 
 use sluice_throttle::{
-    Admission, AfterStep, BucketConfig, FairConfig, FairQueue, KeyedBuckets, Mode, RefuseReason,
+    Admission, AfterStep, BucketConfig, FairQueue, KeyedBuckets, Mode, QueriesConfig, RefuseReason,
     TokenBucket, Verdict, scaled_rate,
 };
 
@@ -106,7 +106,7 @@ fn bucket_checks_do_not_allocate() {
 
 #[test]
 fn scheduler_decisions_do_not_allocate_once_warm() {
-    let mut q: FairQueue<u32> = FairQueue::new(FairConfig::default()).unwrap();
+    let mut q: FairQueue<u32> = FairQueue::new(QueriesConfig::default()).unwrap();
     let cycle = |q: &mut FairQueue<u32>, i: u64| {
         let a = q.submit((i % 4) as u32, i % 4, i).unwrap();
         let b = q.submit(((i + 1) % 4) as u32, (i + 1) % 4, i).unwrap();

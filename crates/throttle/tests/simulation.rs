@@ -25,8 +25,8 @@
 use std::time::Duration;
 
 use sluice_throttle::{
-    Admission, Direction, Governor, GovernorConfig, GovernorState, LoadSignals, Mode, Pid,
-    PidConfig, RefuseReason, Verdict,
+    Admission, Direction, Governor, GovernorState, LoadSignals, Mode, Pid, PidConfig, RefuseReason,
+    ThrottleConfig, Verdict,
 };
 
 const TICK_NS: u64 = 100_000_000;
@@ -146,7 +146,7 @@ struct Sim {
 }
 
 impl Sim {
-    fn new(config: GovernorConfig) -> Self {
+    fn new(config: ThrottleConfig) -> Self {
         Self {
             store: SimStore::new(),
             governor: Governor::new(config).expect("valid config"),
@@ -232,7 +232,7 @@ fn column(samples: &[Sample], f: impl Fn(&Sample) -> f64) -> Vec<f64> {
 
 #[test]
 fn step_to_three_times_load_settles_without_oscillation() {
-    let config = GovernorConfig::default();
+    let config = ThrottleConfig::default();
     let setpoint = config.write.setpoint;
     let mut sim = Sim::new(config);
     let light = sim.run(LIGHT_CONNS, 100);
@@ -279,11 +279,11 @@ fn step_to_three_times_load_settles_without_oscillation() {
 #[test]
 fn steps_of_three_to_five_times_settle_for_relay_and_import_tunings() {
     for (name, config) in [
-        ("relay", GovernorConfig::default()),
-        ("import", GovernorConfig::import_default()),
+        ("relay", ThrottleConfig::default()),
+        ("import", ThrottleConfig::import_default()),
     ] {
         for factor in [3, 4, 5] {
-            let mut sim = Sim::new(config);
+            let mut sim = Sim::new(config.clone());
             sim.run(LIGHT_CONNS, 100);
             let heavy = sim.run(factor * LIGHT_CONNS, 600);
             let delay = column(&heavy, |s| s.delay_s);
@@ -316,7 +316,7 @@ fn steps_of_three_to_five_times_settle_for_relay_and_import_tunings() {
 fn noise_on_the_signal_does_not_make_the_delay_jitter() {
     // Writer-wait samples with 20 ms of noise (a fifth of the target).
     let run = |alpha: f64| {
-        let mut config = GovernorConfig::default();
+        let mut config = ThrottleConfig::default();
         config.write.derivative_alpha = alpha;
         let mut sim = Sim::new(config);
         sim.wait_noise_s = 0.02;
@@ -347,9 +347,9 @@ fn noise_on_the_signal_does_not_make_the_delay_jitter() {
 
 #[test]
 fn integrator_recovers_quickly_after_a_long_saturation() {
-    let config = GovernorConfig::default();
+    let config = ThrottleConfig::default();
     let setpoint = config.write.setpoint;
-    let mut sim = Sim::new(config);
+    let mut sim = Sim::new(config.clone());
     sim.run(LIGHT_CONNS, 100);
     // 40x load for a minute: even the longest delay (1 s per 10 events)
     // lets 2000 events/s in, so the controller sits at its cap and refuses.
@@ -414,7 +414,7 @@ fn conditional_integration_prevents_windup_even_without_clamps() {
 #[test]
 fn below_the_setpoint_the_delay_is_zero() {
     // Light load with noisy signals: nothing is ever delayed or refused.
-    let mut sim = Sim::new(GovernorConfig::default());
+    let mut sim = Sim::new(ThrottleConfig::default());
     sim.wait_noise_s = 0.02;
     for s in sim.run(LIGHT_CONNS, 1000) {
         assert_eq!(s.write, Verdict::Allow);
@@ -424,7 +424,7 @@ fn below_the_setpoint_the_delay_is_zero() {
 
     // A process variable creeping up to just below the setpoint (0.84 vs
     // 0.85) and staying there: still zero delay in both directions.
-    let mut governor = Governor::new(GovernorConfig::default()).unwrap();
+    let mut governor = Governor::new(ThrottleConfig::default()).unwrap();
     let memory_bytes = (512.0 * MIB) as u64; // pressure 0.5: 0.35 of the pv
     for k in 0..1200u64 {
         let pv = (0.30 + 0.54 * k as f64 / 600.0).min(0.84);
@@ -443,8 +443,8 @@ fn below_the_setpoint_the_delay_is_zero() {
 
 #[test]
 fn emergency_mode_refuses_everything_and_always_clears() {
-    let config = GovernorConfig::default();
-    let mut sim = Sim::new(config);
+    let config = ThrottleConfig::default();
+    let mut sim = Sim::new(config.clone());
     sim.store.memory_lag_s = TICK_S; // memory follows the external term at once
     let target = config.target_memory_bytes() as f64;
     let mut samples = Vec::new();
@@ -487,8 +487,8 @@ fn emergency_mode_refuses_everything_and_always_clears() {
 
 #[test]
 fn shadow_mode_reports_every_decision_and_applies_none() {
-    let mut enforce = Sim::new(GovernorConfig::default());
-    let mut shadow = Sim::new(GovernorConfig::default());
+    let mut enforce = Sim::new(ThrottleConfig::default());
+    let mut shadow = Sim::new(ThrottleConfig::default());
     shadow.mode = Mode::Shadow;
     for sim in [&mut enforce, &mut shadow] {
         sim.run(LIGHT_CONNS, 100);
@@ -519,7 +519,7 @@ fn shadow_mode_reports_every_decision_and_applies_none() {
     assert!(last_shadow > 10.0 * last_enforce.max(1.0));
 
     // Off reports nothing and applies nothing.
-    let mut off = Sim::new(GovernorConfig::default());
+    let mut off = Sim::new(ThrottleConfig::default());
     off.mode = Mode::Off;
     off.run(LIGHT_CONNS, 100);
     assert!(
@@ -532,7 +532,7 @@ fn shadow_mode_reports_every_decision_and_applies_none() {
 #[test]
 fn simulation_is_deterministic() {
     let run = || {
-        let mut sim = Sim::new(GovernorConfig::default());
+        let mut sim = Sim::new(ThrottleConfig::default());
         sim.wait_noise_s = 0.02;
         sim.run(LIGHT_CONNS, 50);
         column(&sim.run(3 * LIGHT_CONNS, 200), |s| s.delay_s)

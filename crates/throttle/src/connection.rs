@@ -1,0 +1,203 @@
+//! One connection's side of admission, pure: the key a client is limited
+//! under ([`client_key`]) and what the global controller's published
+//! verdict means for one operation of one connection ([`ConnAdmission`]:
+//! politeness, seed 000's batching, reads never delayed).
+//!
+//! Invariants: a connection below the polite rate is never delayed or
+//! refused by the controller, but an emergency refusal reaches everyone;
+//! the decision is computed the same way in every mode, and `enforced`
+//! says whether the mode applies it.
+
+use std::net::IpAddr;
+
+use crate::admission::{Admission, Decision, Direction, Mode, RefuseReason, Verdict};
+use crate::meter::RateMeter;
+
+/// The key a client is limited under: its IPv4 address (an IPv4-mapped
+/// IPv6 address counts as IPv4), or its IPv6 /64 (one host can rotate
+/// through the addresses of its /64 at will).
+pub fn client_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & (u128::MAX << 64)).into()),
+        },
+    }
+}
+
+/// One connection's admission state for one direction: seed 000 batching
+/// of delays, and the connection's own rate. 24 bytes, no allocation.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnAdmission {
+    batching: Admission,
+    meter: RateMeter,
+}
+
+impl ConnAdmission {
+    /// Applies controller delays once every `check_every_ops` operations
+    /// (0 counts as 1).
+    pub fn new(check_every_ops: u32) -> Self {
+        ConnAdmission {
+            batching: Admission::new(check_every_ops),
+            meter: RateMeter::default(),
+        }
+    }
+
+    /// Decides one operation in direction `dir` at `now_ns`, given the
+    /// verdict published for that direction. Call once per operation.
+    ///
+    /// The connection's rate is recorded; below `polite_ops_per_s` it
+    /// passes unless the verdict is an emergency refusal (the controller
+    /// is aimed at the connections causing the load). Delays are batched
+    /// ([`Admission`]), refusals are not. Reads are never delayed: the
+    /// read controller acts through the read budgets' rates and its
+    /// refusals, and the query scheduler orders what runs.
+    pub fn check(
+        &mut self,
+        dir: Direction,
+        mode: Mode,
+        published: Verdict,
+        polite_ops_per_s: f64,
+        now_ns: u64,
+    ) -> Decision {
+        let rate = self.meter.record(now_ns);
+        let verdict = match published {
+            Verdict::Refuse {
+                reason: RefuseReason::Emergency,
+                ..
+            } => published,
+            _ if rate < polite_ops_per_s => Verdict::Allow,
+            other => other,
+        };
+        let mut decision = self.batching.check(mode, verdict);
+        if dir == Direction::Read && matches!(decision.verdict, Verdict::Delay(_)) {
+            decision.verdict = Verdict::Allow;
+        }
+        decision
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn delay() -> Verdict {
+        Verdict::Delay(Duration::from_millis(100))
+    }
+
+    fn refuse(reason: RefuseReason) -> Verdict {
+        Verdict::Refuse {
+            retry_after: Duration::from_secs(1),
+            reason,
+        }
+    }
+
+    /// Runs `n` operations one `gap_ns` apart; returns the decisions.
+    fn run(
+        adm: &mut ConnAdmission,
+        dir: Direction,
+        mode: Mode,
+        published: Verdict,
+        n: u64,
+        gap_ns: u64,
+    ) -> Vec<Decision> {
+        (1..=n)
+            .map(|i| adm.check(dir, mode, published, 5.0, i * gap_ns))
+            .collect()
+    }
+
+    #[test]
+    fn client_keys_group_an_ipv6_64_and_unmap_ipv4() {
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:bbbb::9".parse().unwrap();
+        let c: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(client_key(a), client_key(b));
+        assert_ne!(client_key(a), client_key(c));
+        assert_eq!(client_key(a), "2001:db8:1:2::".parse::<IpAddr>().unwrap());
+        let v4: IpAddr = "192.0.2.7".parse().unwrap();
+        assert_eq!(client_key(v4), v4);
+        let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
+        assert_eq!(client_key(mapped), v4);
+    }
+
+    #[test]
+    fn a_polite_connection_passes_everything_but_emergency() {
+        // One operation a second: under the polite rate of 5/s.
+        let slow = 1000 * MS;
+        for published in [delay(), refuse(RefuseReason::OverCap)] {
+            let mut adm = ConnAdmission::new(1);
+            let d = run(
+                &mut adm,
+                Direction::Write,
+                Mode::Enforce,
+                published,
+                20,
+                slow,
+            );
+            assert!(d.iter().all(|d| d.action() == Verdict::Allow), "{d:?}");
+        }
+        let mut adm = ConnAdmission::new(1);
+        let emergency = refuse(RefuseReason::Emergency);
+        let d = run(
+            &mut adm,
+            Direction::Write,
+            Mode::Enforce,
+            emergency,
+            20,
+            slow,
+        );
+        assert!(d.iter().all(|d| d.action() == emergency));
+    }
+
+    #[test]
+    fn a_busy_connection_is_delayed_in_batches_and_refused_every_time() {
+        // 1000 operations a second: far over the polite rate.
+        let fast = MS;
+        let mut adm = ConnAdmission::new(4);
+        let d = run(
+            &mut adm,
+            Direction::Write,
+            Mode::Enforce,
+            delay(),
+            100,
+            fast,
+        );
+        // The meter passes the polite rate within a few operations; from
+        // then on every fourth operation is delayed: of operations 11-100,
+        // 12, 16, ..., 100.
+        let delayed: Vec<usize> = (10..100).filter(|&i| d[i].action() == delay()).collect();
+        assert_eq!(delayed, (11..100).step_by(4).collect::<Vec<_>>(), "{d:?}");
+        let over = refuse(RefuseReason::OverCap);
+        let d = run(&mut adm, Direction::Write, Mode::Enforce, over, 100, fast);
+        assert!(d[10..].iter().all(|d| d.action() == over));
+    }
+
+    #[test]
+    fn reads_are_refused_but_never_delayed() {
+        let mut adm = ConnAdmission::new(1);
+        let d = run(&mut adm, Direction::Read, Mode::Enforce, delay(), 100, MS);
+        assert!(d.iter().all(|d| d.verdict == Verdict::Allow));
+        let over = refuse(RefuseReason::OverCap);
+        let d = run(&mut adm, Direction::Read, Mode::Enforce, over, 100, MS);
+        assert!(d[10..].iter().all(|d| d.action() == over));
+    }
+
+    #[test]
+    fn shadow_decides_the_same_and_applies_nothing() {
+        let over = refuse(RefuseReason::OverCap);
+        let mut enforce = ConnAdmission::new(1);
+        let mut shadow = ConnAdmission::new(1);
+        let e = run(&mut enforce, Direction::Write, Mode::Enforce, over, 50, MS);
+        let s = run(&mut shadow, Direction::Write, Mode::Shadow, over, 50, MS);
+        for (e, s) in e.iter().zip(&s) {
+            assert_eq!(e.verdict, s.verdict);
+            assert!(e.enforced && !s.enforced);
+            assert_eq!(s.action(), Verdict::Allow);
+        }
+    }
+}
