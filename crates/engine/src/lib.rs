@@ -3,6 +3,8 @@
 //! - [`writer`]: the single writer thread. Events wait in a bounded queue;
 //!   the writer takes a batch, writes it in one LMDB transaction, commits,
 //!   then answers each sender and fans the stored events out.
+//!   A bulk client (the import) hands it whole ordered batches instead
+//!   ([`Engine::write_batch_blocking`]).
 //! - [`reads`]: REQs and COUNTs run in bounded steps on
 //!   `throttle.queries.slots` worker threads, scheduled fairly between
 //!   clients by cost, their answers streamed to each session's sink; no
@@ -10,6 +12,13 @@
 //! - Live fan-out: a bounded broadcast channel of stored (and ephemeral)
 //!   events; a receiver that falls behind by more than its capacity is told
 //!   so and its connection is dropped by the server.
+//! - The store monitor (`monitor.rs`): a thread ticking the governor every
+//!   `throttle.tick_ms`; [`Engine::health`] says whether the writer, the
+//!   monitor and the store are working.
+//!
+//! [`Engine::start`] starts the threads; [`Engine::shutdown`] stops and
+//! joins them. An engine thread that panics is logged and counted
+//! (`sluice_engine_thread_panics_total`) and turns [`Engine::health`] red.
 //!
 //! Invariants: only the writer thread writes to the store (besides another
 //! process, which LMDB serialises); an OK true is sent only after the commit
@@ -24,7 +33,8 @@ pub mod throttle;
 mod writer;
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sluice_proto::Event;
 use tokio::sync::{broadcast, oneshot};
@@ -33,7 +43,14 @@ pub use config::EngineConfig;
 pub use reads::{ReadEnd, ReadGuard, ReadMsg, ReadSink, Reads};
 pub use sluice_store::{QueryOutput, Store, StoreError, StoreOptions, StoreStats, WriteOutcome};
 pub use throttle::{Admit, Refusal, Throttle, ThrottleConfig};
-pub use writer::{SubmitError, WriteError, WriteResult, outcome_label};
+pub use writer::{Backlog, BulkError, SubmitError, WriteError, WriteResult, outcome_label};
+
+/// The monitor counts as stalled when it has not ticked for this many tick
+/// intervals...
+const MONITOR_STALE_TICKS: u64 = 10;
+/// ...and for at least this long (a relief sync of a large store, or a
+/// busy machine, may hold one tick up for a while).
+const MONITOR_STALE_MIN: Duration = Duration::from_secs(2);
 
 /// An event as live subscriptions receive it.
 #[derive(Debug)]
@@ -54,6 +71,86 @@ pub enum QueryError {
     Refused(Refusal),
 }
 
+/// Why the engine is not ready for traffic ([`Engine::health`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Unready {
+    #[error("shutting down")]
+    ShuttingDown,
+    #[error("writer stopped")]
+    WriterStopped,
+    #[error("monitor stopped")]
+    MonitorStopped,
+    #[error("monitor has not ticked for {0} ms")]
+    MonitorStalled(u64),
+    #[error("store stats read failed")]
+    StoreStats,
+}
+
+/// What [`Engine::health`] judges, read from the threads' records.
+#[derive(Debug, Clone, Copy)]
+struct HealthInputs {
+    shutting_down: bool,
+    writer_alive: bool,
+    monitor_running: bool,
+    /// Throttle clock now and at the monitor's last tick, and its tick, ns.
+    now_ns: u64,
+    last_tick_ns: u64,
+    tick_ns: u64,
+    stats_ok: bool,
+}
+
+fn judge(h: HealthInputs) -> Result<(), Unready> {
+    if h.shutting_down {
+        return Err(Unready::ShuttingDown);
+    }
+    if !h.writer_alive {
+        return Err(Unready::WriterStopped);
+    }
+    if !h.monitor_running {
+        return Err(Unready::MonitorStopped);
+    }
+    let since = h.now_ns.saturating_sub(h.last_tick_ns);
+    let stale_after = h
+        .tick_ns
+        .saturating_mul(MONITOR_STALE_TICKS)
+        .max(MONITOR_STALE_MIN.as_nanos() as u64);
+    if since > stale_after {
+        return Err(Unready::MonitorStalled(since / 1_000_000));
+    }
+    if !h.stats_ok {
+        return Err(Unready::StoreStats);
+    }
+    Ok(())
+}
+
+/// Held by an engine thread for its whole life: when the thread ends,
+/// however (a panic included), it clears `running`; a panic is logged and
+/// counted.
+pub(crate) struct ThreadExit {
+    thread: &'static str,
+    running: Arc<AtomicBool>,
+}
+
+impl ThreadExit {
+    pub(crate) fn new(thread: &'static str, running: Arc<AtomicBool>) -> ThreadExit {
+        ThreadExit { thread, running }
+    }
+}
+
+impl Drop for ThreadExit {
+    fn drop(&mut self) {
+        self.running.store(false, Ordering::Release);
+        if std::thread::panicking() {
+            tracing::error!(
+                thread = self.thread,
+                "engine thread panicked; the relay is not ready (see /readyz) until restarted"
+            );
+            metrics::counter!(metrics_names::ENGINE_THREAD_PANICS_TOTAL, "thread" => self.thread)
+                .increment(1);
+        }
+    }
+}
+
 /// The running core. Shared by reference (`Arc<Engine>`) among sessions.
 pub struct Engine {
     store: Store,
@@ -62,6 +159,8 @@ pub struct Engine {
     live: broadcast::Sender<Arc<LiveEvent>>,
     throttle: Arc<Throttle>,
     reads: Reads,
+    monitor: monitor::MonitorHandle,
+    shutting_down: AtomicBool,
 }
 
 /// Current unix time in seconds.
@@ -73,20 +172,28 @@ pub fn unix_now() -> u64 {
 }
 
 impl Engine {
-    /// Starts the writer thread over `store`.
+    /// Starts the writer thread, the query workers and the monitor over
+    /// `store`, and returns once the monitor has ticked once (so the first
+    /// verdict anyone reads is a real one). The governor runs with
+    /// `throttle` as given: `import` passes its own write tuning and
+    /// memory target.
     pub fn start(store: Store, cfg: EngineConfig, throttle: ThrottleConfig) -> Arc<Engine> {
         let (live, _) = broadcast::channel(cfg.live_buffer_events);
         let writer = writer::spawn(store.clone(), cfg.clone(), live.clone());
         let throttle = Throttle::new(throttle);
         let reads = Reads::start(store.clone(), throttle.clone(), &cfg);
-        Arc::new(Engine {
+        let engine = Arc::new(Engine {
             throttle,
             reads,
             store,
             cfg,
             writer,
             live,
-        })
+            monitor: monitor::MonitorHandle::new(),
+            shutting_down: AtomicBool::new(false),
+        });
+        monitor::MonitorHandle::start(&engine);
+        engine
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -125,16 +232,21 @@ impl Engine {
         event: Arc<Event>,
         received: Instant,
     ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
-        self.writer.submit(event, false, received)
+        self.writer.submit(event, received)
     }
 
-    /// Queues an event, blocking the calling (non-async) thread while the
-    /// queue is full. For the import pipeline.
-    pub fn submit_blocking(
-        &self,
-        event: Arc<Event>,
-    ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
-        self.writer.submit(event, true, Instant::now())
+    /// Bulk mode: the writer writes `events` in order as one transaction
+    /// (the same write rules as single events), and this returns their
+    /// outcomes, in order, after the commit. Blocks the calling (non-async)
+    /// thread while the queue is full and during the write. For the import.
+    pub fn write_batch_blocking(&self, events: Vec<Event>) -> Result<Vec<WriteOutcome>, BulkError> {
+        self.writer.write_bulk(events)
+    }
+
+    /// Where a bulk client counts the input it holds for the writer; the
+    /// monitor reads its fill as the writer queue's.
+    pub fn bulk_backlog(&self) -> &Backlog {
+        &self.writer.backlog
     }
 
     /// Delivers an ephemeral event to live subscriptions; never stored.
@@ -152,23 +264,176 @@ impl Engine {
         self.live.subscribe()
     }
 
-    /// Events waiting for the writer.
-    pub fn writer_queue_len(&self) -> usize {
-        self.writer.queue_len()
+    /// Whether the engine can serve: not shutting down, the writer thread
+    /// running, the monitor running and ticking (within
+    /// [`MONITOR_STALE_TICKS`] ticks, at least [`MONITOR_STALE_MIN`]), and
+    /// its last store stats read successful. Reads atomics only.
+    pub fn health(&self) -> Result<(), Unready> {
+        let m = &self.monitor.health;
+        judge(HealthInputs {
+            shutting_down: self.shutting_down.load(Ordering::Acquire),
+            writer_alive: self.writer.alive(),
+            monitor_running: m.running.load(Ordering::Acquire),
+            now_ns: self.throttle.now_ns(),
+            last_tick_ns: m.last_tick_ns.load(Ordering::Acquire),
+            tick_ns: m.tick_ns.load(Ordering::Relaxed),
+            stats_ok: m.stats_ok.load(Ordering::Relaxed),
+        })
     }
 
-    /// False once the writer thread has stopped (shutdown or a fatal error).
-    pub fn writer_alive(&self) -> bool {
-        self.writer.alive()
-    }
-
-    /// Stops taking writes, lets the writer commit everything queued, and
-    /// waits for it. Idempotent.
+    /// Stops the monitor, the query workers and the writer (which first
+    /// commits everything queued), waits for each, and syncs the store.
+    /// Idempotent.
     pub fn shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Release);
+        self.monitor.stop();
         self.reads.shutdown();
         self.writer.shutdown();
         if let Err(e) = self.store.force_sync() {
             tracing::error!(error = %e, "final store sync failed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn start() -> (tempfile::TempDir, Arc<Engine>) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(
+            dir.path(),
+            &StoreOptions {
+                map_size_bytes: 64 << 20,
+                max_readers: 126,
+            },
+        )
+        .unwrap();
+        let engine = Engine::start(store, EngineConfig::default(), ThrottleConfig::default());
+        (dir, engine)
+    }
+
+    /// Waits (bounded) until `done` holds.
+    fn wait_until(what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out waiting until {what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn readiness_falls_when_the_writer_thread_dies() {
+        let (_dir, engine) = start();
+        assert_eq!(engine.health(), Ok(()));
+        engine.writer.panic_for_test();
+        wait_until("the writer is seen stopped", || !engine.writer.alive());
+        assert_eq!(engine.health(), Err(Unready::WriterStopped));
+        // Nothing can be written any more, and saying so does not hang.
+        let e = engine.write_batch_blocking(vec![note()]);
+        assert!(matches!(e, Err(BulkError::Closed)), "{e:?}");
+        engine.shutdown();
+        assert_eq!(engine.health(), Err(Unready::ShuttingDown));
+    }
+
+    #[test]
+    fn the_monitor_runs_from_start_to_shutdown() {
+        let (_dir, engine) = start();
+        // Started after its first tick: a verdict is published.
+        assert!(engine.throttle.state().is_some());
+        assert!(engine.monitor.health.running.load(Ordering::Acquire));
+        let first = engine.throttle.state().map(|s| s.ticks);
+        wait_until("the monitor ticks again", || {
+            engine.throttle.state().map(|s| s.ticks) > first
+        });
+        engine.shutdown();
+        // Joined: not running, and no tick after the shutdown.
+        assert!(!engine.monitor.health.running.load(Ordering::Acquire));
+        let last = engine.throttle.state().map(|s| s.ticks);
+        std::thread::sleep(Duration::from_millis(250));
+        assert_eq!(engine.throttle.state().map(|s| s.ticks), last);
+    }
+
+    #[test]
+    fn bulk_batches_and_single_events_go_through_the_one_writer_in_order() {
+        let (_dir, engine) = start();
+        let mut live = engine.subscribe();
+        let note = note();
+        let outcomes = engine
+            .write_batch_blocking(vec![note.clone(), note.clone()])
+            .unwrap();
+        assert!(matches!(outcomes[0], WriteOutcome::Stored { .. }));
+        assert_eq!(outcomes[1], WriteOutcome::Duplicate);
+        // Stored bulk events reach live subscribers, after the commit.
+        let got = live.try_recv().unwrap();
+        assert_eq!(got.event.raw(), note.raw());
+        assert!(live.try_recv().is_err());
+        // A single event after it sees it stored.
+        let rx = engine.submit(Arc::new(note), Instant::now()).unwrap();
+        assert_eq!(rx.blocking_recv().unwrap(), Ok(WriteOutcome::Duplicate));
+        assert_eq!(engine.write_batch_blocking(Vec::new()).unwrap(), vec![]);
+        engine.shutdown();
+    }
+
+    #[test]
+    fn health_judges_each_part() {
+        let ok = HealthInputs {
+            shutting_down: false,
+            writer_alive: true,
+            monitor_running: true,
+            now_ns: 10_000_000_000,
+            last_tick_ns: 9_900_000_000,
+            tick_ns: 100_000_000,
+            stats_ok: true,
+        };
+        assert_eq!(judge(ok), Ok(()));
+        let down = HealthInputs {
+            shutting_down: true,
+            ..ok
+        };
+        assert_eq!(judge(down), Err(Unready::ShuttingDown));
+        let writer = HealthInputs {
+            writer_alive: false,
+            ..ok
+        };
+        assert_eq!(judge(writer), Err(Unready::WriterStopped));
+        let monitor = HealthInputs {
+            monitor_running: false,
+            ..ok
+        };
+        assert_eq!(judge(monitor), Err(Unready::MonitorStopped));
+        // Ten ticks of 100 ms is under the 2 s floor: still fine at 1.9 s.
+        let late = HealthInputs {
+            last_tick_ns: ok.now_ns - 1_900_000_000,
+            ..ok
+        };
+        assert_eq!(judge(late), Ok(()));
+        let stalled = HealthInputs {
+            last_tick_ns: ok.now_ns - 2_500_000_000,
+            ..ok
+        };
+        assert_eq!(judge(stalled), Err(Unready::MonitorStalled(2500)));
+        // A slow tick setting: ten of its ticks.
+        let slow = HealthInputs {
+            tick_ns: 1_000_000_000,
+            ..stalled
+        };
+        assert_eq!(judge(slow), Ok(()));
+        let stats = HealthInputs {
+            stats_ok: false,
+            ..ok
+        };
+        assert_eq!(judge(stats), Err(Unready::StoreStats));
+        assert_eq!(
+            Unready::WriterStopped.to_string(),
+            "writer stopped",
+            "the /readyz body names it"
+        );
+    }
+
+    /// A real event: the first line of the shared fixture.
+    fn note() -> Event {
+        let fixture = include_str!("../../../tests/fixtures/real-events.jsonl");
+        Event::parse(fixture.lines().next().unwrap()).unwrap()
     }
 }

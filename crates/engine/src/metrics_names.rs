@@ -6,6 +6,8 @@ pub const WRITER_QUEUE_WAIT_SECONDS: &str = "sluice_writer_queue_wait_seconds";
 pub const WRITER_BATCH_EVENTS: &str = "sluice_writer_batch_events";
 pub const WRITER_COMMIT_SECONDS: &str = "sluice_writer_commit_seconds";
 pub const WRITER_ERRORS_TOTAL: &str = "sluice_writer_errors_total";
+/// Engine threads (writer, monitor) that ended in a panic.
+pub const ENGINE_THREAD_PANICS_TOTAL: &str = "sluice_engine_thread_panics_total";
 pub const WRITER_QUEUE_FULL_TOTAL: &str = "sluice_writer_queue_full_total";
 pub const EVENTS_WRITTEN_TOTAL: &str = "sluice_events_written_total";
 pub const EVENTS_PURGED_TOTAL: &str = "sluice_events_expired_purged_total";

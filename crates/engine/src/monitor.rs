@@ -1,16 +1,22 @@
-//! The store monitor: a task that samples the store and the process every
-//! `throttle.tick_ms`, turns what it sees into load signals, ticks the
-//! governor (PID controllers, emergency mode), publishes the verdicts for
-//! the hot path, exports everything as gauges, and takes relief actions
-//! when the write delay is large.
+//! The store monitor: a std thread owned by the engine (started by
+//! [`Engine::start`], stopped and joined by [`Engine::shutdown`]) that
+//! samples the store and the process every `throttle.tick_ms`, turns what
+//! it sees into load signals, ticks the governor (PID controllers,
+//! emergency mode), publishes the verdicts for the hot path, exports
+//! everything as gauges, and takes relief actions when the write delay is
+//! large. `serve` and `import` run this same tick; its LMDB calls (store
+//! stats, relief sync) never run on an async worker.
 //!
 //! Signals (each normalised by `sluice-throttle`, see docs/throttling.md):
 //! - writer wait: the longest time an event waited in the writer queue
 //!   before its batch committed, since the last tick; when no batch
 //!   committed but events are queued, the tick length (the writer is stuck);
-//! - commit latency: the slowest commit since the last tick, against a slow
-//!   moving average of past commits (the baseline);
-//! - writer queue fill: queued events / `engine.writer_queue_events`;
+//! - commit latency: the slowest group commit since the last tick, against
+//!   a slow moving average of past commits (the baseline); or, when it
+//!   weighs more, the recent cost of bulk commits per 1000 stored events
+//!   against their baseline (the writer keeps both, see `writer.rs`);
+//! - writer queue fill: queued events / `engine.writer_queue_events`, or a
+//!   bulk client's backlog over its bound when that is fuller;
 //! - map fill: LMDB used bytes / map size;
 //! - reader slots: LMDB readers in use / `store.max_readers`;
 //! - read latency: the longest wait of a query for its first step since
@@ -19,38 +25,68 @@
 //! Memory pressure is the process's anonymous memory (`RssAnon` from
 //! /proc/self/status: heap and stacks, not the file-backed LMDB map) over
 //! `throttle.target_memory_mb`.
+//!
+//! Health ([`MonitorHealth`]): the thread records when it last ticked and
+//! whether its last store stats read succeeded; `Engine::health` reads them.
+//! The thread holds only a weak reference to the engine, so the engine owns
+//! it and not the other way round.
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use sluice_throttle::{Governor, GovernorState, LoadSignals};
 
 use crate::metrics_names as m;
-use crate::{Engine, process};
+use crate::{Engine, ThreadExit, process};
 
 /// Weight of a new commit sample in the baseline average: slow, so a
 /// sustained slowdown shows as load for tens of seconds before it becomes
 /// the new normal.
 const BASELINE_ALPHA: f64 = 0.01;
 
-struct Monitor {
-    engine: Arc<Engine>,
-    governor: Governor,
-    commit_baseline_secs: f64,
-    last_relief: Option<Instant>,
-    last_tick: Instant,
+/// What the monitor thread tells `Engine::health`.
+#[derive(Debug)]
+pub(crate) struct MonitorHealth {
+    /// False once the thread has ended (stopped, or panicked).
+    pub running: Arc<AtomicBool>,
+    /// The throttle clock (`Throttle::now_ns`) at the end of the last tick.
+    pub last_tick_ns: AtomicU64,
+    /// The tick interval in force, ns.
+    pub tick_ns: AtomicU64,
+    /// Whether the last store stats read succeeded.
+    pub stats_ok: AtomicBool,
 }
 
-impl Engine {
-    /// Starts the monitor task; it stops when `stop` resolves.
-    pub fn spawn_monitor(
-        self: &Arc<Self>,
-        stop: impl Future<Output = ()> + Send + 'static,
-    ) -> tokio::task::JoinHandle<()> {
-        let cfg = self.throttle.config();
+/// The engine's handle on its monitor thread.
+pub(crate) struct MonitorHandle {
+    pub health: MonitorHealth,
+    /// Dropped to stop the thread.
+    stop: Mutex<Option<Sender<()>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl MonitorHandle {
+    pub fn new() -> MonitorHandle {
+        MonitorHandle {
+            health: MonitorHealth {
+                running: Arc::new(AtomicBool::new(false)),
+                last_tick_ns: AtomicU64::new(0),
+                tick_ns: AtomicU64::new(0),
+                stats_ok: AtomicBool::new(true),
+            },
+            stop: Mutex::new(None),
+            thread: Mutex::new(None),
+        }
+    }
+
+    /// Starts the thread and returns after its first tick, so the first
+    /// verdict anyone reads is a real one.
+    pub fn start(engine: &Arc<Engine>) {
+        let cfg = engine.throttle.config();
         let mut mon = Monitor {
-            engine: self.clone(),
             governor: Governor::new(cfg.governor()).expect("validated throttle config"),
             commit_baseline_secs: 0.0,
             last_relief: None,
@@ -58,32 +94,69 @@ impl Engine {
         };
         metrics::gauge!(m::THROTTLE_TARGET_MEMORY_BYTES)
             .set(cfg.governor().target_memory_bytes() as f64);
-        tokio::spawn(async move {
-            tokio::pin!(stop);
-            loop {
-                let tick = Duration::from_millis(mon.engine.throttle.config().tick_ms);
-                tokio::select! {
-                    _ = &mut stop => return,
-                    _ = tokio::time::sleep(tick) => {}
+        let handle = &engine.monitor;
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let (first_tx, first_rx) = std::sync::mpsc::sync_channel::<()>(1);
+        handle.health.running.store(true, Ordering::Release);
+        let exit = ThreadExit::new("monitor", handle.health.running.clone());
+        let weak: Weak<Engine> = Arc::downgrade(engine);
+        let thread = std::thread::Builder::new()
+            .name("sluice-monitor".into())
+            .spawn(move || {
+                let _exit = exit;
+                let mut first = Some(first_tx);
+                loop {
+                    // Gone when the engine is dropped without a shutdown.
+                    let Some(engine) = weak.upgrade() else { return };
+                    mon.tick(&engine);
+                    let tick = Duration::from_millis(engine.throttle.config().tick_ms);
+                    drop(engine);
+                    if let Some(tx) = first.take() {
+                        let _ = tx.send(());
+                    }
+                    match stop_rx.recv_timeout(tick) {
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+                    }
                 }
-                // Store stats open a read transaction: keep LMDB off the runtime.
-                let moved = tokio::task::spawn_blocking(move || {
-                    mon.tick();
-                    mon
-                })
-                .await;
-                match moved {
-                    Ok(m) => mon = m,
-                    Err(_) => return,
-                }
-            }
-        })
+            })
+            .expect("spawning the monitor thread");
+        *handle.stop.lock().unwrap_or_else(PoisonError::into_inner) = Some(stop_tx);
+        *handle.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(thread);
+        // Err: the first tick panicked; health reports the monitor stopped.
+        let _ = first_rx.recv();
+    }
+
+    /// Stops the thread after its current tick and waits for it. Idempotent.
+    pub fn stop(&self) {
+        drop(
+            self.stop
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(thread) = thread {
+            // A panic was logged and counted by the thread itself.
+            let _ = thread.join();
+        }
     }
 }
 
+struct Monitor {
+    governor: Governor,
+    commit_baseline_secs: f64,
+    last_relief: Option<Instant>,
+    last_tick: Instant,
+}
+
 impl Monitor {
-    fn tick(&mut self) {
-        let throttle = self.engine.throttle.clone();
+    fn tick(&mut self, engine: &Engine) {
+        let throttle = engine.throttle.clone();
         let cfg = throttle.config();
         if *self.governor.config() != cfg.governor() {
             if let Err(e) = self.governor.set_config(cfg.governor()) {
@@ -95,7 +168,7 @@ impl Monitor {
         let since_last = self.last_tick.elapsed();
         self.last_tick = Instant::now();
         let mem = process::memory();
-        let signals = self.sample_signals(since_last);
+        let signals = self.sample_signals(engine, since_last);
         let state = *self
             .governor
             .tick(mem.anonymous_bytes, &signals, throttle.now_ns());
@@ -110,15 +183,21 @@ impl Monitor {
                 .absolute(s.evicted_idle_total + s.evicted_active_total);
         }
         metrics::gauge!(m::QUERY_READ_BUDGET_RATE).set(throttle.read_cost_rate_per_ip());
-        self.relieve(&state, &cfg.relief);
+        self.relieve(engine, &state, &cfg.relief);
+        let health = &engine.monitor.health;
+        health
+            .tick_ns
+            .store(cfg.tick_ms.saturating_mul(1_000_000), Ordering::Relaxed);
+        health
+            .last_tick_ns
+            .store(throttle.now_ns(), Ordering::Release);
     }
 
-    fn sample_signals(&mut self, since_last: Duration) -> LoadSignals {
-        let engine = &self.engine;
+    fn sample_signals(&mut self, engine: &Engine, since_last: Duration) -> LoadSignals {
         let ws = &engine.writer.signals;
         let batches = ws.batches.swap(0, Ordering::Relaxed);
         let mut wait_ns = ws.max_wait_ns.swap(0, Ordering::Relaxed);
-        let queued = engine.writer_queue_len();
+        let queued = engine.writer.queue_len();
         if batches == 0 && queued > 0 {
             wait_ns = wait_ns.max(since_last.as_nanos() as u64);
         }
@@ -130,10 +209,25 @@ impl Monitor {
                 self.commit_baseline_secs * (1.0 - BASELINE_ALPHA) + commit_secs * BASELINE_ALPHA
             };
         }
+        let group = (
+            if batches > 0 { commit_secs } else { 0.0 },
+            self.commit_baseline_secs,
+        );
+        let f64_of = |a: &AtomicU64| f64::from_bits(a.load(Ordering::Relaxed));
+        let bulk = (f64_of(&ws.bulk_cost_secs), f64_of(&ws.bulk_baseline_secs));
+        let floor = self.governor.config().signals.commit_baseline_floor_us as f64 / 1e6;
+        let (commit_latency_secs, commit_baseline_secs) = heavier_commit(group, bulk, floor);
         export_reads(&engine.reads.stats());
         let read_secs = engine.reads.take_max_wait_secs();
         metrics::gauge!(m::WRITER_QUEUE_EVENTS).set(queued as f64);
-        let (map_fill, readers_fill) = match engine.store.stats() {
+        let queue_fill = queued as f64 / engine.cfg.writer_queue_events.max(1) as f64;
+        let stats = engine.store.stats();
+        engine
+            .monitor
+            .health
+            .stats_ok
+            .store(stats.is_ok(), Ordering::Relaxed);
+        let (map_fill, readers_fill) = match stats {
             Ok(s) => {
                 metrics::gauge!(m::STORE_MAP_SIZE_BYTES).set(s.map_size_bytes as f64);
                 metrics::gauge!(m::STORE_USED_BYTES).set(s.used_bytes as f64);
@@ -152,9 +246,9 @@ impl Monitor {
         };
         LoadSignals {
             writer_wait_secs: wait_ns as f64 / 1e9,
-            commit_latency_secs: if batches > 0 { commit_secs } else { 0.0 },
-            commit_baseline_secs: self.commit_baseline_secs,
-            writer_queue_fill: queued as f64 / engine.cfg.writer_queue_events.max(1) as f64,
+            commit_latency_secs,
+            commit_baseline_secs,
+            writer_queue_fill: queue_fill.max(engine.writer.backlog.fill()),
             map_fill,
             reader_slots_fill: readers_fill,
             read_latency_secs: read_secs,
@@ -163,7 +257,12 @@ impl Monitor {
 
     /// Seed 000's relief: when the write delay is large or memory is in
     /// emergency, flush LMDB (ForceFlush) and hand freed heap back to the OS.
-    fn relieve(&mut self, state: &GovernorState, cfg: &crate::throttle::ReliefConfig) {
+    fn relieve(
+        &mut self,
+        engine: &Engine,
+        state: &GovernorState,
+        cfg: &crate::throttle::ReliefConfig,
+    ) {
         let max_delay_ns = self.governor.config().write.max_delay_ns().max(1);
         let fraction = state.write.delay_ns as f64 / max_delay_ns as f64;
         if !(state.emergency || fraction >= cfg.at_delay_fraction) {
@@ -174,13 +273,26 @@ impl Monitor {
             return;
         }
         self.last_relief = Some(Instant::now());
-        if let Err(e) = self.engine.store.force_sync() {
+        if let Err(e) = engine.store.force_sync() {
             tracing::warn!(error = %e, "relief sync failed");
         }
         metrics::counter!(m::THROTTLE_RELIEF_TOTAL, "action" => "sync").increment(1);
         if release_free_heap() {
             metrics::counter!(m::THROTTLE_RELIEF_TOTAL, "action" => "heap_trim").increment(1);
         }
+    }
+}
+
+/// Of two (latency, baseline) pairs, the one whose latency is the larger
+/// multiple of its baseline (at least `floor`); the first on a tie. With no
+/// bulk commits the bulk pair is (0, 0) and the group-commit pair is used
+/// as is, so a relay's signal does not change.
+fn heavier_commit(group: (f64, f64), bulk: (f64, f64), floor: f64) -> (f64, f64) {
+    let slowdown = |(latency, base): (f64, f64)| latency / base.max(floor).max(f64::MIN_POSITIVE);
+    if slowdown(bulk) > slowdown(group) {
+        bulk
+    } else {
+        group
     }
 }
 
@@ -237,5 +349,37 @@ fn export(s: &GovernorState) {
         metrics::gauge!(m::THROTTLE_PID_TERM, "direction" => dir, "term" => "d").set(d.pid.d);
         metrics::gauge!(m::THROTTLE_OUTPUT_RATIO, "direction" => dir).set(d.pid.output);
         metrics::gauge!(m::THROTTLE_DELAY_SECONDS, "direction" => dir).set(d.delay_ns as f64 / 1e9);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::heavier_commit;
+
+    #[test]
+    fn the_heavier_commit_signal_is_used() {
+        // A relay: no bulk commits, the group-commit pair as is.
+        assert_eq!(
+            heavier_commit((0.004, 0.002), (0.0, 0.0), 0.001),
+            (0.004, 0.002)
+        );
+        assert_eq!(
+            heavier_commit((0.0, 0.002), (0.0, 0.0), 0.001),
+            (0.0, 0.002)
+        );
+        // An import: only bulk commits.
+        assert_eq!(
+            heavier_commit((0.0, 0.0), (0.09, 0.03), 0.001),
+            (0.09, 0.03)
+        );
+        // Both: the one further above its baseline; the floor counts.
+        assert_eq!(
+            heavier_commit((0.004, 0.002), (0.05, 0.04), 0.001),
+            (0.004, 0.002)
+        );
+        assert_eq!(
+            heavier_commit((0.0005, 0.0001), (0.05, 0.04), 0.001),
+            (0.05, 0.04)
+        );
     }
 }

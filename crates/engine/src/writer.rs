@@ -7,13 +7,27 @@
 //! batches grow and the commit cost is shared; when idle a lone event is
 //! committed at once.
 //!
-//! The queue is a `sync_channel` of `writer_queue_events` entries. When it
-//! is full the submitter loses: `submit` fails with `QueueFull` (the session
-//! answers `rate-limited:`), `submit_blocking` (import) waits.
+//! Bulk mode (the import): [`WriterHandle::write_bulk`] hands the writer a
+//! whole ordered batch, which it writes alone as one transaction with the
+//! same write rules, in queue order with the single events, and answers
+//! after the commit. The caller blocks until then, so each bulk client has
+//! at most one batch in the queue; its size is the client's choice
+//! (`sluice import --batch-events`), not `max_batch_events`.
+//!
+//! The queue is a `sync_channel` of `writer_queue_events` messages (an
+//! event, or one bulk batch). When it is full the submitter loses: `submit`
+//! fails with `QueueFull` (the session answers `rate-limited:`); a bulk
+//! client waits.
+//!
+//! Load signals for the monitor ([`WriterSignals`]): the longest queue wait
+//! and slowest group commit since the last tick, and for bulk batches the
+//! commit cost per 1000 stored events against a slow baseline, so batches
+//! of any size compare. A bulk client also reports the input it holds for
+//! the writer ([`Backlog`]), which the monitor counts as queue fill.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -22,7 +36,7 @@ use sluice_store::{Store, StoreError, WriteOutcome};
 use tokio::sync::{broadcast, oneshot};
 
 use crate::metrics_names as m;
-use crate::{EngineConfig, LiveEvent, unix_now};
+use crate::{EngineConfig, LiveEvent, ThreadExit, unix_now};
 
 /// What the writer answers for one event.
 pub type WriteResult = Result<WriteOutcome, WriteError>;
@@ -45,9 +59,27 @@ pub enum SubmitError {
     Closed,
 }
 
+/// Why a bulk batch was not written; none of its events is stored.
+#[derive(Debug, thiserror::Error)]
+pub enum BulkError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("writer has stopped")]
+    Closed,
+}
+
+/// Commit cost is compared per this many stored events.
+const COST_UNIT_EVENTS: f64 = 1000.0;
+/// Fewest stored events for a bulk commit's cost to count.
+const MIN_COST_SAMPLE: usize = 64;
+
 enum Msg {
     Write(Request),
+    Bulk(Bulk),
     Shutdown,
+    /// Makes the writer thread panic: how the engine's tests kill it.
+    #[cfg(test)]
+    Panic,
 }
 
 struct Request {
@@ -56,18 +88,74 @@ struct Request {
     reply: oneshot::Sender<WriteResult>,
 }
 
+struct Bulk {
+    events: Vec<Event>,
+    enqueued: Instant,
+    reply: SyncSender<Result<Vec<WriteOutcome>, StoreError>>,
+}
+
 /// What the writer saw since the monitor last looked: the longest queue
-/// wait and the slowest commit (ns), and how many batches committed. The
-/// monitor swaps them to zero each tick.
+/// wait and the slowest group commit (ns), and how many group-commit
+/// batches committed; the monitor swaps these to zero each tick. Bulk
+/// batches are measured apart: `bulk_cost_secs` and `bulk_baseline_secs`
+/// (f64 bits, kept between ticks) are the recent commit cost per 1000
+/// stored events and its slow baseline.
 #[derive(Default)]
 pub(crate) struct WriterSignals {
     pub max_wait_ns: AtomicU64,
     pub max_commit_ns: AtomicU64,
     pub batches: AtomicU64,
+    pub bulk_cost_secs: AtomicU64,
+    pub bulk_baseline_secs: AtomicU64,
+}
+
+/// Input a bulk client holds for the writer beyond the queue (the import:
+/// its chunks between the reader and the batcher). The client counts it
+/// here; the monitor's writer-queue fill is the larger of the queue's fill
+/// and `held / bound`, so the governor sees a bulk client's pipeline the
+/// way it sees the queue of a relay.
+#[derive(Debug, Default)]
+pub struct Backlog {
+    held: AtomicU64,
+    bound: AtomicU64,
+}
+
+impl Backlog {
+    /// The most the client will hold (its fill's denominator).
+    pub fn set_bound(&self, bound: u64) {
+        self.bound.store(bound, Ordering::Relaxed);
+    }
+
+    /// One more unit held.
+    pub fn add(&self) {
+        self.held.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One unit handed on.
+    pub fn remove(&self) {
+        let _ = self
+            .held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_sub(1))
+            });
+    }
+
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// `held / bound`; 0 while no bulk client has set a bound.
+    pub(crate) fn fill(&self) -> f64 {
+        match self.bound.load(Ordering::Relaxed) {
+            0 => 0.0,
+            bound => self.held() as f64 / bound as f64,
+        }
+    }
 }
 
 pub(crate) struct WriterHandle {
     pub(crate) signals: Arc<WriterSignals>,
+    pub(crate) backlog: Backlog,
     tx: SyncSender<Msg>,
     queued: Arc<AtomicUsize>,
     alive: Arc<AtomicBool>,
@@ -90,17 +178,20 @@ pub(crate) fn spawn(
         live,
         rx,
         queued: queued.clone(),
+        bulk_cost: CommitCost::default(),
     };
-    let alive2 = alive.clone();
+    let exit = ThreadExit::new("writer", alive.clone());
     let thread = std::thread::Builder::new()
         .name("sluice-writer".into())
         .spawn(move || {
+            // Clears `alive` however `run` ends, a panic included.
+            let _exit = exit;
             w.run();
-            alive2.store(false, Ordering::Release);
         })
         .expect("spawning the writer thread");
     WriterHandle {
         signals,
+        backlog: Backlog::default(),
         tx,
         queued,
         alive,
@@ -112,7 +203,6 @@ impl WriterHandle {
     pub(crate) fn submit(
         &self,
         event: Arc<Event>,
-        block: bool,
         received: Instant,
     ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
         let (reply, rx) = oneshot::channel();
@@ -123,14 +213,10 @@ impl WriterHandle {
         });
         // Count before sending so the writer's decrement never underflows.
         self.queued.fetch_add(1, Ordering::Relaxed);
-        let sent = if block {
-            self.tx.send(msg).map_err(|_| SubmitError::Closed)
-        } else {
-            self.tx.try_send(msg).map_err(|e| match e {
-                TrySendError::Full(_) => SubmitError::QueueFull,
-                TrySendError::Disconnected(_) => SubmitError::Closed,
-            })
-        };
+        let sent = self.tx.try_send(msg).map_err(|e| match e {
+            TrySendError::Full(_) => SubmitError::QueueFull,
+            TrySendError::Disconnected(_) => SubmitError::Closed,
+        });
         if let Err(e) = sent {
             self.queued.fetch_sub(1, Ordering::Relaxed);
             if e == SubmitError::QueueFull {
@@ -139,6 +225,29 @@ impl WriterHandle {
             return Err(e);
         }
         Ok(rx)
+    }
+
+    /// Queues `events` as one batch, waiting while the queue is full, and
+    /// waits for its commit. For non-async threads.
+    pub(crate) fn write_bulk(&self, events: Vec<Event>) -> Result<Vec<WriteOutcome>, BulkError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (reply, answer) = std::sync::mpsc::sync_channel(1);
+        let msg = Msg::Bulk(Bulk {
+            events,
+            enqueued: Instant::now(),
+            reply,
+        });
+        self.tx.send(msg).map_err(|_| BulkError::Closed)?;
+        // A writer that stops without answering drops `reply`.
+        Ok(answer.recv().map_err(|_| BulkError::Closed)??)
+    }
+
+    /// Makes the writer thread panic (engine tests only).
+    #[cfg(test)]
+    pub(crate) fn panic_for_test(&self) {
+        let _ = self.tx.send(Msg::Panic);
     }
 
     pub(crate) fn queue_len(&self) -> usize {
@@ -151,14 +260,53 @@ impl WriterHandle {
 
     /// Asks the writer to commit what is queued and stop, and waits for it.
     pub(crate) fn shutdown(&self) {
-        let Some(thread) = self.thread.lock().expect("writer handle lock").take() else {
+        let taken = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some(thread) = taken else {
             return;
         };
         // Blocks only while the queue is full, which the writer is draining.
         let _ = self.tx.send(Msg::Shutdown);
-        if thread.join().is_err() {
-            tracing::error!("writer thread panicked");
+        // A panic was logged and counted by the thread itself.
+        let _ = thread.join();
+    }
+}
+
+/// Recent commit cost per [`COST_UNIT_EVENTS`] stored and its slow
+/// baseline, both in seconds; 0 until the first sample.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct CommitCost {
+    recent: f64,
+    baseline: f64,
+}
+
+impl CommitCost {
+    /// Adds a commit that took `took` and stored `stored` events. The cost
+    /// is per stored event: a batch of duplicates (a re-run) writes almost
+    /// nothing, and would set a baseline that real writes then seem to
+    /// exceed many times. Batches that store fewer than [`MIN_COST_SAMPLE`]
+    /// events say too little and are skipped (returns false). The recent
+    /// cost is a fast average; the baseline follows drops at once and
+    /// rises slowly.
+    fn record(&mut self, took: Duration, stored: usize) -> bool {
+        if stored < MIN_COST_SAMPLE {
+            return false;
         }
+        let cost = took.as_secs_f64() * COST_UNIT_EVENTS / stored as f64;
+        self.recent = if self.recent == 0.0 {
+            cost
+        } else {
+            0.7 * self.recent + 0.3 * cost
+        };
+        self.baseline = if self.baseline == 0.0 || cost < self.baseline {
+            cost
+        } else {
+            self.baseline + 0.01 * (cost - self.baseline)
+        };
+        true
     }
 }
 
@@ -169,27 +317,34 @@ struct Writer {
     live: broadcast::Sender<Arc<LiveEvent>>,
     rx: Receiver<Msg>,
     queued: Arc<AtomicUsize>,
+    bulk_cost: CommitCost,
 }
 
 impl Writer {
-    fn run(self) {
+    fn run(mut self) {
         let purge_every = Duration::from_millis(self.cfg.expiry_purge_interval_ms);
         let mut next_purge = Instant::now() + purge_every;
-        let mut stopping = false;
-        while !stopping {
-            let wait = next_purge.saturating_duration_since(Instant::now());
-            let first = match self.rx.recv_timeout(wait) {
-                Ok(Msg::Write(r)) => r,
-                Ok(Msg::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
-                Err(RecvTimeoutError::Timeout) => {
-                    self.purge_expired();
-                    next_purge = Instant::now() + purge_every;
-                    continue;
+        // A message taken while filling a batch, handled next.
+        let mut held = None;
+        loop {
+            let msg = match held.take() {
+                Some(msg) => msg,
+                None => {
+                    let wait = next_purge.saturating_duration_since(Instant::now());
+                    match self.rx.recv_timeout(wait) {
+                        Ok(msg) => msg,
+                        Err(RecvTimeoutError::Disconnected) => break,
+                        Err(RecvTimeoutError::Timeout) => {
+                            self.purge_expired();
+                            next_purge = Instant::now() + purge_every;
+                            continue;
+                        }
+                    }
                 }
             };
-            let mut batch = vec![first];
-            stopping = self.fill(&mut batch);
-            self.write(batch);
+            if !self.handle(msg, &mut held) {
+                break;
+            }
             if Instant::now() >= next_purge {
                 self.purge_expired();
                 next_purge = Instant::now() + purge_every;
@@ -197,19 +352,38 @@ impl Writer {
         }
         // Commit whatever is still queued so every accepted event lands.
         loop {
-            let mut batch = Vec::new();
-            self.fill(&mut batch);
-            if batch.is_empty() {
-                break;
-            }
-            self.write(batch);
+            let msg = match held.take() {
+                Some(msg) => msg,
+                None => match self.rx.try_recv() {
+                    Ok(msg) => msg,
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                },
+            };
+            self.handle(msg, &mut held);
         }
         tracing::info!("writer stopped");
     }
 
-    /// Adds queued requests to `batch` up to the batch bounds. Returns true
-    /// when a shutdown request was seen.
-    fn fill(&self, batch: &mut Vec<Request>) -> bool {
+    /// Writes what `msg` asks for. Returns false for a shutdown request.
+    fn handle(&mut self, msg: Msg, held: &mut Option<Msg>) -> bool {
+        match msg {
+            Msg::Write(first) => {
+                let mut batch = vec![first];
+                *held = self.fill(&mut batch);
+                self.write(batch);
+            }
+            Msg::Bulk(bulk) => self.write_bulk(bulk),
+            Msg::Shutdown => return false,
+            #[cfg(test)]
+            Msg::Panic => panic!("writer panic requested by a test"),
+        }
+        true
+    }
+
+    /// Adds queued events to `batch` up to the batch bounds. Returns the
+    /// message that ended the batch early (a bulk batch or a shutdown), to
+    /// be handled next.
+    fn fill(&self, batch: &mut Vec<Request>) -> Option<Msg> {
         let mut bytes: usize = batch.iter().map(|r| r.event.raw().len()).sum();
         while batch.len() < self.cfg.max_batch_events && bytes < self.cfg.max_batch_bytes {
             match self.rx.try_recv() {
@@ -217,11 +391,11 @@ impl Writer {
                     bytes += r.event.raw().len();
                     batch.push(r);
                 }
-                Ok(Msg::Shutdown) => return true,
+                Ok(other) => return Some(other),
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
-        false
+        None
     }
 
     fn write(&self, batch: Vec<Request>) {
@@ -252,8 +426,7 @@ impl Writer {
             Ok(outcomes) => {
                 let mut stored = Vec::new();
                 for (r, outcome) in batch.into_iter().zip(outcomes) {
-                    metrics::counter!(m::EVENTS_WRITTEN_TOTAL, "outcome" => outcome_label(&outcome))
-                        .increment(1);
+                    count_outcome(&outcome);
                     if let WriteOutcome::Stored { serial, .. } = outcome {
                         stored.push(LiveEvent {
                             serial: Some(serial),
@@ -270,22 +443,74 @@ impl Writer {
             }
             Err(e) => {
                 let err = match &e {
-                    StoreError::MapFull { .. } => {
-                        tracing::error!(error = %e, events = batch.len(), "STORE IS FULL: writes are refused until store.map_size_mb is raised");
-                        metrics::counter!(m::WRITER_ERRORS_TOTAL, "reason" => "map_full")
-                            .increment(1);
-                        WriteError::StoreFull
-                    }
-                    other => {
-                        tracing::error!(error = %other, events = batch.len(), "write batch failed");
-                        metrics::counter!(m::WRITER_ERRORS_TOTAL, "reason" => "store").increment(1);
-                        WriteError::Store(other.to_string())
-                    }
+                    StoreError::MapFull { .. } => WriteError::StoreFull,
+                    other => WriteError::Store(other.to_string()),
                 };
+                report_failure(&e, batch.len());
                 for r in batch {
                     let _ = r.reply.send(Err(err.clone()));
                 }
             }
+        }
+    }
+
+    /// Writes a bulk batch alone in one transaction, answers, then fans
+    /// the stored events out (when anyone listens).
+    fn write_bulk(&mut self, bulk: Bulk) {
+        let started = Instant::now();
+        let n = bulk.events.len();
+        let waited = started.duration_since(bulk.enqueued);
+        let wait = metrics::histogram!(m::WRITER_QUEUE_WAIT_SECONDS);
+        for _ in 0..n {
+            wait.record(waited.as_secs_f64());
+        }
+        self.signals
+            .max_wait_ns
+            .fetch_max(waited.as_nanos() as u64, Ordering::Relaxed);
+        metrics::histogram!(m::WRITER_BATCH_EVENTS).record(n as f64);
+        let result = self.store.write_batch(bulk.events.iter(), unix_now());
+        let commit = started.elapsed();
+        metrics::histogram!(m::WRITER_COMMIT_SECONDS).record(commit.as_secs_f64());
+        let outcomes = match result {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                report_failure(&e, n);
+                let _ = bulk.reply.send(Err(e));
+                return;
+            }
+        };
+        let stored = outcomes
+            .iter()
+            .filter(|o| matches!(o, WriteOutcome::Stored { .. }))
+            .count();
+        if self.bulk_cost.record(commit, stored) {
+            let s = &self.signals;
+            let c = self.bulk_cost;
+            s.bulk_cost_secs
+                .store(c.recent.to_bits(), Ordering::Relaxed);
+            s.bulk_baseline_secs
+                .store(c.baseline.to_bits(), Ordering::Relaxed);
+        }
+        outcomes.iter().for_each(count_outcome);
+        let live: Vec<LiveEvent> = if self.live.receiver_count() > 0 {
+            bulk.events
+                .into_iter()
+                .zip(&outcomes)
+                .filter_map(|(event, o)| match o {
+                    WriteOutcome::Stored { serial, .. } => Some(LiveEvent {
+                        serial: Some(*serial),
+                        event: Arc::new(event),
+                    }),
+                    _ => None,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // A client that went away is fine: the batch is stored either way.
+        let _ = bulk.reply.send(Ok(outcomes));
+        for ev in live {
+            let _ = self.live.send(Arc::new(ev));
         }
     }
 
@@ -308,6 +533,21 @@ impl Writer {
     }
 }
 
+fn count_outcome(o: &WriteOutcome) {
+    metrics::counter!(m::EVENTS_WRITTEN_TOTAL, "outcome" => outcome_label(o)).increment(1);
+}
+
+/// Logs and counts a batch that did not commit.
+fn report_failure(e: &StoreError, events: usize) {
+    if let StoreError::MapFull { .. } = e {
+        tracing::error!(error = %e, events, "STORE IS FULL: writes are refused until store.map_size_mb is raised");
+        metrics::counter!(m::WRITER_ERRORS_TOTAL, "reason" => "map_full").increment(1);
+    } else {
+        tracing::error!(error = %e, events, "write batch failed");
+        metrics::counter!(m::WRITER_ERRORS_TOTAL, "reason" => "store").increment(1);
+    }
+}
+
 /// Metric label of a write outcome (a closed set).
 pub fn outcome_label(o: &WriteOutcome) -> &'static str {
     match o {
@@ -319,5 +559,41 @@ pub fn outcome_label(o: &WriteOutcome) -> &'static str {
         WriteOutcome::Deleted => "deleted",
         WriteOutcome::Expired => "expired",
         WriteOutcome::Ephemeral => "ephemeral",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bulk_cost_baseline_follows_drops_and_rises_slowly() {
+        let mut c = CommitCost::default();
+        assert!(c.record(Duration::from_millis(10), 1000));
+        assert!(c.record(Duration::from_millis(40), 1000));
+        assert!((c.baseline - 0.0103).abs() < 1e-9, "{c:?}");
+        assert!(c.recent > 0.018 && c.recent < 0.02, "{c:?}");
+        // Per stored event: twice the time for twice the events is the same cost.
+        let mut d = CommitCost::default();
+        d.record(Duration::from_millis(20), 2000);
+        assert!((d.recent - 0.01).abs() < 1e-12, "{d:?}");
+        c.record(Duration::from_millis(2), 1000);
+        // Too few stored to say anything: ignored.
+        assert!(!c.record(Duration::from_nanos(1), 10));
+        assert!((c.baseline - 0.002).abs() < 1e-12, "{c:?}");
+    }
+
+    #[test]
+    fn backlog_fill_is_held_over_bound() {
+        let b = Backlog::default();
+        b.add();
+        assert_eq!(b.fill(), 0.0, "no bound set: no bulk client");
+        b.set_bound(4);
+        b.add();
+        assert_eq!(b.fill(), 0.5);
+        b.remove();
+        b.remove();
+        b.remove();
+        assert_eq!(b.held(), 0);
     }
 }

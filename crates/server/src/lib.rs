@@ -262,10 +262,21 @@ async fn throttle_status(State(st): State<Arc<AppState>>) -> Response {
         .into_response()
 }
 
+/// 200 `ready` while the engine's writer, monitor and store work and no
+/// shutdown has begun; else 503 with what is wrong, e.g. `not ready:
+/// writer stopped`. Reads atomics only.
 async fn readyz(State(st): State<Arc<AppState>>) -> Response {
-    if st.engine.writer_alive() && !st.shutdown.is_cancelled() {
-        "ready\n".into_response()
+    let health = if st.shutdown.is_cancelled() {
+        Err(sluice_engine::Unready::ShuttingDown)
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
+        st.engine.health()
+    };
+    match health {
+        Ok(()) => "ready\n".into_response(),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        )
+            .into_response(),
     }
 }

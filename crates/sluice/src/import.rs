@@ -1,6 +1,15 @@
 //! `sluice import`: load JSONL dumps (plain, gzip or zstd) into the store
 //! with the relay's own acceptance rules, fast and in bounded memory.
 //!
+//! The import is a bulk client of the engine: the engine's writer thread
+//! writes its batches (bulk mode, one transaction each) and the engine's
+//! monitor ticks the one governor, with the import profile (the write
+//! controller's import tuning, setpoint 0.70, against
+//! `throttle.target_memory_mb` or `--target-memory-mb`). What is the
+//! import's own: reading, parsing and verifying in parallel, putting the
+//! chunks back in input order, batching, obeying the published verdict
+//! ([`limiter`]), counting, progress and the summary.
+//!
 //! Pipeline (threads, and the bounded channels between them):
 //! ```text
 //! reader ──token(in-flight ≤ max_in_flight)──► work: sync_channel(2 × workers) of Chunk
@@ -9,17 +18,22 @@
 //!    │                                              │
 //!    └── chunks numbered in input order     results: sync_channel(max_in_flight) of Parsed
 //!                                                   ▼
-//!                       writer (this thread): reorders by number, batches
+//!                       batcher (this thread): reorders by number, batches
 //!                       (smaller under pressure), limiter pause,
-//!                       store.write_batch (one txn), counts
-//! monitor: every 100 ms ticks the import governor and draws progress
+//!                       Engine::write_batch_blocking ──► engine writer thread
+//!                       (one txn per batch), counts the outcomes
+//! progress: every throttle.tick_ms draws progress and notes the heap the
+//!           engine's monitor measured
 //! ```
 //! Who waits when a bound is hit: the reader, always. It takes a token
-//! before sending a chunk and the writer returns it when it takes that
+//! before sending a chunk and the batcher returns it when it takes that
 //! chunk in order, so at most `max_in_flight` chunks (each at most
-//! [`CHUNK_LINES`] lines or [`CHUNK_BYTES`]) exist between reader and writer,
-//! including those waiting to be reordered; the writer holds at most one
-//! batch. Nothing is ever dropped.
+//! [`CHUNK_LINES`] lines or [`CHUNK_BYTES`]) exist between reader and
+//! batcher, including those waiting to be reordered; the batcher holds at
+//! most one batch, and waits while the engine writes it. Nothing is ever
+//! dropped. The chunks in flight are the engine's bulk backlog
+//! ([`Engine::bulk_backlog`]): the monitor reads their fill as the writer
+//! queue's.
 //!
 //! Invariants: events reach the store in input order, so the result equals
 //! publishing the lines one by one; each batch is one LMDB transaction, so a
@@ -37,15 +51,16 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use sluice_engine::{Store, WriteOutcome};
+use sluice_engine::{Engine, Store, WriteOutcome, unix_now};
 use sluice_proto::{Event, PubkeyCache};
+use sluice_throttle::PidConfig;
 
 use crate::config::Config;
 use input::{Line, LineKind, LineSplitter, Source};
-use limiter::{Control, Limiter};
+use limiter::Limiter;
 use parse::{Checks, Item};
 use report::{Live, Progress, Reporter, Sample, Summary};
 
@@ -70,8 +85,8 @@ pub struct ImportArgs {
     /// Stop at the first refused line with a non-zero exit (what came before it is kept).
     #[arg(long)]
     strict: bool,
-    /// Heap the import aims to stay under, MiB: the import limiter slows
-    /// the writer when pressure passes 0.70 of it [default: throttle.target_memory_mb].
+    /// Heap the import aims to stay under, MiB: the governor slows the
+    /// import when pressure passes 0.70 of it [default: throttle.target_memory_mb].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     target_memory_mb: Option<u64>,
     /// Parse and verify threads [default: all cores].
@@ -105,7 +120,7 @@ struct Plan {
 }
 
 pub fn run(args: ImportArgs) -> anyhow::Result<()> {
-    let cfg = Config::load(args.config.as_deref())?;
+    let mut cfg = Config::load(args.config.as_deref())?;
     crate::telemetry::init_logging(&cfg.log);
     let sources = sources(&args.files)?;
     let workers = args
@@ -129,6 +144,15 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
         strict: args.strict,
         sources,
     };
+    // The import profile of the one governor.
+    if let Some(mb) = args.target_memory_mb {
+        cfg.throttle.target_memory_mb = mb;
+    }
+    cfg.throttle.write = PidConfig::import_default();
+    cfg.throttle
+        .validate()
+        .map_err(|e| anyhow::anyhow!("import throttle configuration: {e}"))?;
+    let target_memory_mb = cfg.throttle.target_memory_mb;
     let store = cfg.store.open()?;
     let total_bytes = plan
         .sources
@@ -136,20 +160,16 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
         .map(Source::size_bytes)
         .sum::<Option<u64>>();
     let reporter = Reporter::new(total_bytes);
-    let enforce = cfg.throttle.mode == sluice_engine::throttle::ModeConfig::Enforce;
-    let tick = Duration::from_millis(cfg.throttle.tick_ms);
-    let limiter = Limiter::new(plan.max_in_flight as u64, tick, enforce);
-    let mut governor = cfg.throttle.governor();
-    if let Some(mb) = args.target_memory_mb {
-        governor.target_memory_mb = mb;
-    }
-    let target_memory_mb = governor.target_memory_mb;
-    let mut control = Control::new(limiter.clone(), store.clone(), governor)?;
-    // A first verdict before the first batch, not an optimistic default.
-    control.tick();
+    // Returns after the monitor's first tick: a first verdict before the
+    // first batch, not an optimistic default.
+    let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone());
+    engine.bulk_backlog().set_bound(plan.max_in_flight as u64);
+    let limiter = Limiter::new(engine.throttle().clone());
     let started = Instant::now();
-    let result = pipeline(&plan, &store, &limiter, control, &reporter);
+    let result = pipeline(&plan, &engine, &limiter, &reporter);
     reporter.finish();
+    engine.shutdown();
+    drop(engine);
     let (mut summary, outcome) = result;
     summary.sources = plan.sources.iter().map(Source::name).collect();
     summary.verified = plan.checks.verify;
@@ -213,35 +233,43 @@ struct Parsed {
     blank: u64,
 }
 
-/// Runs reader, workers, monitor and writer; returns the counts even when
-/// the store failed, so the operator sees how far it got.
+/// Runs reader, workers, progress and batcher; returns the counts even
+/// when the store failed, so the operator sees how far it got.
 fn pipeline(
     plan: &Plan,
-    store: &Store,
-    limiter: &Arc<Limiter>,
-    mut control: Control,
+    engine: &Engine,
+    limiter: &Limiter,
     reporter: &Reporter,
 ) -> (Summary, anyhow::Result<()>) {
+    let store = engine.store();
     let live = Live::default();
     // The reader blocks on `tokens` when `max_in_flight` chunks are out.
     let (tokens_tx, tokens_rx) = sync_channel::<()>(plan.max_in_flight);
     // Workers take chunks from a shared receiver; a full channel blocks the reader.
     let (work_tx, work_rx) = sync_channel::<Chunk>(2 * plan.workers);
     let work_rx = Arc::new(Mutex::new(work_rx));
-    // Sized to the in-flight bound, so workers block only if the writer is gone.
+    // Sized to the in-flight bound, so workers block only if the batcher is gone.
     let (results_tx, results_rx) = sync_channel::<Parsed>(plan.max_in_flight);
-    // Dropped by the writer when it ends: the monitor's stop signal.
+    // Dropped when the batcher ends: the progress thread's stop signal.
     let (done_tx, done_rx) = sync_channel::<()>(1);
-    // Set when the writer has returned, for a reader waiting on the
+    // Set when the batcher has returned, for a reader waiting on the
     // in-flight count rather than on a channel.
-    let writer_done = std::sync::atomic::AtomicBool::new(false);
-    let writer_done = &writer_done;
+    let batcher_done = std::sync::atomic::AtomicBool::new(false);
+    let batcher_done = &batcher_done;
     std::thread::scope(|s| {
         let bytes_read = live.bytes_read.clone();
         let reader = std::thread::Builder::new()
             .name("import-read".into())
             .spawn_scoped(s, move || {
-                read(plan, bytes_read, tokens_tx, work_tx, limiter, writer_done)
+                read(
+                    plan,
+                    bytes_read,
+                    tokens_tx,
+                    work_tx,
+                    engine,
+                    limiter,
+                    batcher_done,
+                )
             })
             .expect("spawn reader");
         for i in 0..plan.workers {
@@ -256,14 +284,17 @@ fn pipeline(
         drop(work_rx);
         drop(results_tx);
         let live_ref = &live;
-        let monitor = std::thread::Builder::new()
-            .name("import-monitor".into())
+        // Draws progress; the heap and the process variable are what the
+        // engine's monitor measured at its last tick.
+        let progress = std::thread::Builder::new()
+            .name("import-progress".into())
             .spawn_scoped(s, move || {
                 let mut progress = Progress::new(reporter.clone());
                 let mut peak = 0u64;
                 loop {
-                    let pv = control.tick();
-                    peak = peak.max(sluice_engine::process::memory().anonymous_bytes);
+                    let state = engine.throttle().state();
+                    let pv = state.map_or(0.0, |st| st.process_variable);
+                    peak = peak.max(state.map_or(0, |st| st.memory_bytes));
                     progress.update(live_ref, limiter.throttled(), pv);
                     match done_rx.recv_timeout(limiter.tick) {
                         Err(RecvTimeoutError::Timeout) => {}
@@ -271,20 +302,20 @@ fn pipeline(
                     }
                 }
             })
-            .expect("spawn monitor");
-        let mut writer = Writer::new(plan, store, limiter, reporter, &live);
+            .expect("spawn progress");
+        let mut batcher = Batcher::new(plan, engine, limiter, reporter, &live);
         let outcome = {
             // Set however run ends, a panic included.
-            let _done = SetOnDrop(writer_done);
-            writer.run(results_rx, tokens_rx)
+            let _done = SetOnDrop(batcher_done);
+            batcher.run(results_rx, tokens_rx)
         };
         // Receivers are dropped: the reader and workers see closed channels
         // and end (this matters when --strict or a store error stops early).
         drop(done_tx);
         let read_error = reader.join().unwrap_or(Ok(()));
-        let mut summary = writer.summary;
+        let mut summary = batcher.summary;
         summary.bytes = live.bytes_read.load(Ordering::Relaxed);
-        summary.peak_anon_memory_bytes = monitor.join().unwrap_or(0);
+        summary.peak_anon_memory_bytes = progress.join().unwrap_or(0);
         (summary, outcome.and(read_error))
     })
 }
@@ -304,21 +335,23 @@ fn read(
     bytes_read: Arc<std::sync::atomic::AtomicU64>,
     tokens: SyncSender<()>,
     work: SyncSender<Chunk>,
+    engine: &Engine,
     limiter: &Limiter,
-    writer_done: &std::sync::atomic::AtomicBool,
+    batcher_done: &std::sync::atomic::AtomicBool,
 ) -> anyhow::Result<()> {
-    // Numbers are given at sending, so they have no gaps: the writer
+    let in_flight = engine.bulk_backlog();
+    // Numbers are given at sending, so they have no gaps: the batcher
     // waits for each in turn.
     let mut seq = 0u64;
-    // False when the writer is gone (stopped early): stop quietly.
+    // False when the batcher is gone (stopped early): stop quietly.
     let mut send = |mut chunk: Chunk| -> bool {
         // Under pressure only the base share of the in-flight bound is used.
-        // The wait ends when the writer takes a chunk, or when it has stopped
-        // (--strict, a store error): then nothing will make room.
-        while limiter.in_flight_chunks.load(Ordering::Relaxed)
+        // The wait ends when the batcher takes a chunk, or when it has
+        // stopped (--strict, a store error): then nothing will make room.
+        while in_flight.held()
             >= limiter.chunk_limit(plan.max_in_flight, plan.base_in_flight) as u64
         {
-            if writer_done.load(Ordering::Acquire) {
+            if batcher_done.load(Ordering::Acquire) {
                 return false;
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -328,7 +361,7 @@ fn read(
         }
         chunk.seq = seq;
         seq += 1;
-        limiter.in_flight_chunks.fetch_add(1, Ordering::Relaxed);
+        in_flight.add();
         work.send(chunk).is_ok()
     };
     for (index, source) in plan.sources.iter().enumerate() {
@@ -447,10 +480,11 @@ fn work(plan: &Plan, store: &Store, chunks: &Mutex<Receiver<Chunk>>, results: &S
     }
 }
 
-/// The writer: in-order consumer, batcher and counter.
-struct Writer<'a> {
+/// The batcher: in-order consumer, batcher and counter; the engine's
+/// writer writes its batches.
+struct Batcher<'a> {
     plan: &'a Plan,
-    store: &'a Store,
+    engine: &'a Engine,
     limiter: &'a Limiter,
     reporter: &'a Reporter,
     live: &'a Live,
@@ -462,17 +496,17 @@ struct Writer<'a> {
     batch_last: (usize, u64),
 }
 
-impl<'a> Writer<'a> {
+impl<'a> Batcher<'a> {
     fn new(
         plan: &'a Plan,
-        store: &'a Store,
+        engine: &'a Engine,
         limiter: &'a Limiter,
         reporter: &'a Reporter,
         live: &'a Live,
     ) -> Self {
-        Writer {
+        Batcher {
             plan,
-            store,
+            engine,
             limiter,
             reporter,
             live,
@@ -518,9 +552,7 @@ impl<'a> Writer<'a> {
             next_seq += 1;
             // Its token goes back: the reader may read one more chunk.
             let _ = tokens.recv();
-            self.limiter
-                .in_flight_chunks
-                .fetch_sub(1, Ordering::Relaxed);
+            self.engine.bulk_backlog().remove();
             if !self.take(parsed)? {
                 return self.flush();
             }
@@ -576,7 +608,8 @@ impl<'a> Writer<'a> {
         Ok(true)
     }
 
-    /// Writes the batch in one transaction (after the limiter's pause).
+    /// Has the engine write the batch in one transaction (after the
+    /// limiter's pause).
     fn flush(&mut self) -> anyhow::Result<()> {
         self.batch_started = None;
         if self.batch.is_empty() {
@@ -584,23 +617,15 @@ impl<'a> Writer<'a> {
         }
         self.limiter
             .pause(self.batch.len() as f64 / self.plan.batch_events as f64);
-        let started = Instant::now();
-        let outcomes = self
-            .store
-            .write_batch(self.batch.iter(), unix_now())
-            .with_context(|| {
-                let (source, line) = self.batch_last;
-                format!(
-                    "writing the batch ending at {}:{line} (re-run the same import to continue)",
-                    self.plan.sources[source].name()
-                )
-            })?;
-        let took = started.elapsed();
-        let stored = outcomes
-            .iter()
-            .filter(|o| matches!(o, WriteOutcome::Stored { .. }))
-            .count();
-        self.limiter.record_commit(took, stored);
+        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(self.plan.batch_events));
+        self.batch_bytes = 0;
+        let outcomes = self.engine.write_batch_blocking(batch).with_context(|| {
+            let (source, line) = self.batch_last;
+            format!(
+                "writing the batch ending at {}:{line} (re-run the same import to continue)",
+                self.plan.sources[source].name()
+            )
+        })?;
         let s = &mut self.summary;
         s.batches += 1;
         s.events += outcomes.len() as u64;
@@ -621,14 +646,6 @@ impl<'a> Writer<'a> {
             }
         }
         self.live.stored.store(s.stored, Ordering::Relaxed);
-        self.batch.clear();
-        self.batch_bytes = 0;
         Ok(())
     }
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }

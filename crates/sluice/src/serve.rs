@@ -25,9 +25,12 @@ pub fn run(cfg: Config, config_file: Option<PathBuf>) -> anyhow::Result<()> {
         .thread_name("sluice-rt")
         .build()
         .context("starting the async runtime")?;
+    // The writer, query workers and monitor are engine threads, started
+    // here (outside the runtime) and stopped by `shutdown`.
     let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone());
     let result = runtime.block_on(serve(cfg, config_file, engine.clone(), metrics));
-    // Sessions are gone: let the writer commit what is queued, then close.
+    // Sessions are gone: stop the monitor, let the writer commit what is
+    // queued, then close.
     engine.shutdown();
     runtime.shutdown_timeout(Duration::from_secs(5));
     drop(engine);
@@ -57,7 +60,6 @@ async fn serve(
         cfg.metrics.on_relay_port.then(|| render.clone()),
         shutdown.clone(),
     );
-    engine.spawn_monitor(shutdown.clone().cancelled_owned());
     tokio::spawn(reload_on_sighup(config_file, engine.clone()));
     spawn_metrics_upkeep(metrics, shutdown.clone());
     if !cfg.metrics.listen.is_empty() {

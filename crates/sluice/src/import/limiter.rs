@@ -1,109 +1,88 @@
-//! The import limiter (seed 000, "Integration with Import Loop"): a
-//! [`Governor`] built from the `[throttle]` section with the import tuning
-//! of the write controller (setpoint 0.70, Ki 0.15), ticked every
-//! `throttle.tick_ms` by the monitor thread from the process's anonymous
-//! memory against `throttle.target_memory_mb` (or `--target-memory-mb`)
-//! and the load signals the import has: the
-//! cost of its own commits against a slow baseline, the fill of its
-//! pipeline and the fill of the LMDB map. The writer asks
-//! [`Limiter::pause`] before each batch.
+//! How the import obeys the engine's write verdict (seed 000,
+//! "Integration with Import Loop"). The import runs the engine's one
+//! governor, ticked by the engine's monitor, with the import profile: the
+//! write controller's import tuning (setpoint 0.70, Ki 0.15) and the memory
+//! target of `throttle.target_memory_mb` or `--target-memory-mb` (see
+//! `import::run`). This module only reads the verdict the engine publishes
+//! and turns it into a bulk client's three levers: a pause before each
+//! batch ([`Limiter::pause`]), smaller batches ([`Limiter::batch_limit`])
+//! and fewer chunks in flight ([`Limiter::chunk_limit`]).
 //!
 //! For an import a refusal never drops data: it means "wait longer". The
 //! wait before one batch is capped at [`MAX_PAUSE`], so an import whose
 //! target is below what it needs still progresses, one batch at a time.
-//! With `throttle.mode` `shadow` or `off` the governor runs but the writer
-//! never pauses.
-//!
-//! Not used as signals: the writer wait (an import keeps its pipeline full
-//! on purpose, so the age of a chunk says nothing about overload), reader
-//! slots and read latency (an import does not read).
+//! With `throttle.mode` `shadow` or `off` the governor runs but the import
+//! never waits.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use sluice_engine::Store;
-use sluice_throttle::{Direction, Governor, GovernorConfig, LoadSignals, PidConfig, Verdict};
+use sluice_engine::Throttle;
+use sluice_throttle::{Mode, Verdict};
 
 /// Memory pressure (heap / target) under which the reader may use the
 /// whole in-flight bound.
 pub const HEADROOM: f64 = 0.25;
 /// Longest wait before one batch, whatever the verdict.
 pub const MAX_PAUSE: Duration = Duration::from_secs(2);
-/// Commit cost is compared per this many events, so batches of any size
-/// give comparable figures.
-const COST_UNIT_EVENTS: f64 = 1000.0;
-/// Fewest stored events for a commit's cost to count.
-const MIN_COST_SAMPLE: usize = 64;
 
-/// State shared by the writer (which records commits and pauses), the
-/// monitor (which ticks) and the pipeline (which reports its fill).
+/// What the engine published at its last tick.
+#[derive(Debug, Clone, Copy)]
+pub struct Published {
+    pub verdict: Verdict,
+    /// Heap over target.
+    pub memory_pressure: f64,
+}
+
+type Source = Box<dyn Fn() -> Published + Send + Sync>;
+
+/// The import's side of throttling, shared by the reader (chunk limit) and
+/// the batcher (pauses, batch limit).
 pub struct Limiter {
-    /// The published write verdict ([`Verdict::to_bits`]).
-    verdict: AtomicU64,
-    /// Recent commit cost per [`COST_UNIT_EVENTS`] stored, seconds (f64 bits).
-    commit_secs: AtomicU64,
-    /// Slow baseline of the same (f64 bits): follows drops at once and
-    /// rises slowly.
-    baseline_secs: AtomicU64,
-    /// Chunks between the reader and the writer; the reader adds, the writer
-    /// subtracts.
-    pub in_flight_chunks: AtomicU64,
-    /// Heap over target at the last tick (f64 bits).
-    memory_pressure: AtomicU64,
-    /// Bound of `in_flight_chunks`.
-    max_in_flight_chunks: u64,
-    /// Nanoseconds the writer spent paused.
+    /// The engine's last published verdict.
+    published: Source,
+    /// Nanoseconds the batcher spent paused.
     throttled_ns: AtomicU64,
-    /// Times the writer paused.
+    /// Times the batcher paused.
     pauses: AtomicU64,
-    /// How often the governor ticks (and a refused writer looks again).
+    /// How often the governor ticks (and a refused batcher looks again).
     pub tick: Duration,
     /// False in shadow and off modes: verdicts are computed, never applied.
     enforce: bool,
 }
 
 impl Limiter {
-    pub fn new(max_in_flight_chunks: u64, tick: Duration, enforce: bool) -> Arc<Limiter> {
-        Arc::new(Limiter {
-            verdict: AtomicU64::new(Verdict::Allow.to_bits()),
-            commit_secs: AtomicU64::new(0f64.to_bits()),
-            baseline_secs: AtomicU64::new(0f64.to_bits()),
-            in_flight_chunks: AtomicU64::new(0),
-            // Unknown until the first tick: assume no headroom.
-            memory_pressure: AtomicU64::new(1f64.to_bits()),
-            max_in_flight_chunks,
+    /// Follows the verdicts `throttle` publishes.
+    pub fn new(throttle: Arc<Throttle>) -> Limiter {
+        let tick = Duration::from_millis(throttle.config().tick_ms);
+        let enforce = throttle.mode() == Mode::Enforce;
+        let published = move || match throttle.state() {
+            Some(s) => Published {
+                verdict: s.write.verdict,
+                memory_pressure: s.memory_pressure,
+            },
+            // Before any tick the heap is unknown: assume no headroom.
+            None => Published {
+                verdict: Verdict::Allow,
+                memory_pressure: 1.0,
+            },
+        };
+        Limiter::with_source(Box::new(published), tick, enforce)
+    }
+
+    fn with_source(published: Source, tick: Duration, enforce: bool) -> Limiter {
+        Limiter {
+            published,
             throttled_ns: AtomicU64::new(0),
             pauses: AtomicU64::new(0),
             tick,
             enforce,
-        })
+        }
     }
 
-    /// Called by the writer (one thread) after each commit with the number
-    /// of events it stored. The cost is per stored event: a batch of
-    /// duplicates (a re-run) writes almost nothing, and would set a baseline
-    /// that real writes then seem to exceed many times. Batches that store
-    /// fewer than [`MIN_COST_SAMPLE`] events say too little and are skipped.
-    pub fn record_commit(&self, took: Duration, stored: usize) {
-        if stored < MIN_COST_SAMPLE {
-            return;
-        }
-        let cost = took.as_secs_f64() * COST_UNIT_EVENTS / stored as f64;
-        let load = |a: &AtomicU64| f64::from_bits(a.load(Ordering::Relaxed));
-        let (recent, base) = (load(&self.commit_secs), load(&self.baseline_secs));
-        let recent = if recent == 0.0 {
-            cost
-        } else {
-            0.7 * recent + 0.3 * cost
-        };
-        let base = if base == 0.0 || cost < base {
-            cost
-        } else {
-            base + 0.01 * (cost - base)
-        };
-        self.commit_secs.store(recent.to_bits(), Ordering::Relaxed);
-        self.baseline_secs.store(base.to_bits(), Ordering::Relaxed);
+    fn verdict(&self) -> Verdict {
+        (self.published)().verdict
     }
 
     /// Waits as the current verdict says before a batch holding `fraction`
@@ -111,7 +90,7 @@ impl Limiter {
     /// [`MAX_PAUSE`] cap is per full batch, scaled by `fraction`, so the
     /// slow-down is a rate (events per second), whatever size the batches
     /// shrank to: pausing the full amount before each small batch would
-    /// compound the two levers. Under a refusal the writer looks again
+    /// compound the two levers. Under a refusal the batcher looks again
     /// every tick until it clears or the scaled cap is reached.
     pub fn pause(&self, fraction: f64) -> Duration {
         if !self.enforce {
@@ -127,7 +106,7 @@ impl Limiter {
         let mut slept = false;
         loop {
             let left = cap.saturating_sub(started.elapsed());
-            let wait = match Verdict::from_bits(self.verdict.load(Ordering::Relaxed)) {
+            let wait = match self.verdict() {
                 Verdict::Allow => Duration::ZERO,
                 // A delay is served once per batch.
                 Verdict::Delay(d) if !slept => d.mul_f64(fraction).min(left),
@@ -159,9 +138,9 @@ impl Limiter {
         if !self.enforce {
             return max;
         }
-        let roomy = f64::from_bits(self.memory_pressure.load(Ordering::Relaxed)) < HEADROOM;
-        match Verdict::from_bits(self.verdict.load(Ordering::Relaxed)) {
-            Verdict::Allow if roomy => max,
+        let p = (self.published)();
+        match p.verdict {
+            Verdict::Allow if p.memory_pressure < HEADROOM => max,
             _ => base.min(max),
         }
     }
@@ -174,7 +153,7 @@ impl Limiter {
         if !self.enforce {
             return batch_events;
         }
-        let divisor = match Verdict::from_bits(self.verdict.load(Ordering::Relaxed)) {
+        let divisor = match self.verdict() {
             Verdict::Allow => 1,
             Verdict::Delay(_) => 2,
             Verdict::Refuse { .. } => 16,
@@ -182,7 +161,7 @@ impl Limiter {
         (batch_events / divisor).max(1)
     }
 
-    /// Total time the writer spent paused.
+    /// Total time the batcher spent paused.
     pub fn throttled(&self) -> Duration {
         Duration::from_nanos(self.throttled_ns.load(Ordering::Relaxed))
     }
@@ -192,107 +171,37 @@ impl Limiter {
     }
 }
 
-/// The governor and what it samples; owned by the monitor thread.
-pub struct Control {
-    governor: Governor,
-    limiter: Arc<Limiter>,
-    store: Store,
-    started: Instant,
-    map_fill: f64,
-    last_map_sample: Option<Instant>,
-}
-
-impl Control {
-    /// `config` is the relay's governor config; its write controller is
-    /// replaced by the import tuning.
-    pub fn new(
-        limiter: Arc<Limiter>,
-        store: Store,
-        config: GovernorConfig,
-    ) -> anyhow::Result<Self> {
-        let config = GovernorConfig {
-            write: PidConfig::import_default(),
-            ..config
-        };
-        let governor = Governor::new(config)
-            .map_err(|e| anyhow::anyhow!("import limiter configuration: {e}"))?;
-        Ok(Control {
-            governor,
-            limiter,
-            store,
-            started: Instant::now(),
-            map_fill: 0.0,
-            last_map_sample: None,
-        })
-    }
-
-    /// One tick: sample, update the governor, publish the verdict.
-    /// Returns the process variable (for progress lines).
-    pub fn tick(&mut self) -> f64 {
-        let now = Instant::now();
-        // Map fill changes slowly and needs a read transaction: once a second.
-        if self
-            .last_map_sample
-            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
-        {
-            if let Ok(s) = self.store.stats() {
-                self.map_fill = s.map_fill_ratio();
-            }
-            self.last_map_sample = Some(now);
-        }
-        let l = &self.limiter;
-        let f = |a: &AtomicU64| f64::from_bits(a.load(Ordering::Relaxed));
-        let signals = LoadSignals {
-            commit_latency_secs: f(&l.commit_secs),
-            commit_baseline_secs: f(&l.baseline_secs),
-            writer_queue_fill: l.in_flight_chunks.load(Ordering::Relaxed) as f64
-                / l.max_in_flight_chunks.max(1) as f64,
-            map_fill: self.map_fill,
-            ..LoadSignals::default()
-        };
-        let anon = sluice_engine::process::memory().anonymous_bytes;
-        let now_ns = now.duration_since(self.started).as_nanos() as u64;
-        let state = self.governor.tick(anon, &signals, now_ns);
-        l.memory_pressure
-            .store(state.memory_pressure.to_bits(), Ordering::Relaxed);
-        let pv = state.process_variable;
-        l.verdict.store(
-            self.governor.verdict(Direction::Write).to_bits(),
-            Ordering::Relaxed,
-        );
-        pv
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
     use super::*;
 
-    #[test]
-    fn baseline_follows_drops_and_rises_slowly() {
-        let l = Limiter::new(4, Duration::from_millis(100), true);
-        l.record_commit(Duration::from_millis(10), 1000);
-        l.record_commit(Duration::from_millis(40), 1000);
-        let base = f64::from_bits(l.baseline_secs.load(Ordering::Relaxed));
-        let recent = f64::from_bits(l.commit_secs.load(Ordering::Relaxed));
-        assert!((base - 0.0103).abs() < 1e-9, "{base}");
-        assert!(recent > 0.018 && recent < 0.02, "{recent}");
-        l.record_commit(Duration::from_millis(2), 1000);
-        // Too few stored to say anything: ignored.
-        l.record_commit(Duration::from_nanos(1), 10);
-        let base = f64::from_bits(l.baseline_secs.load(Ordering::Relaxed));
-        assert!((base - 0.002).abs() < 1e-12);
+    /// A limiter over a published value the test sets.
+    fn limiter(enforce: bool) -> (Arc<Mutex<Published>>, Limiter) {
+        let cell = Arc::new(Mutex::new(Published {
+            verdict: Verdict::Allow,
+            memory_pressure: 1.0,
+        }));
+        let read = cell.clone();
+        let source = Box::new(move || *read.lock().unwrap());
+        let l = Limiter::with_source(source, Duration::from_millis(100), enforce);
+        (cell, l)
+    }
+
+    fn set(cell: &Mutex<Published>, verdict: Verdict, memory_pressure: f64) {
+        *cell.lock().unwrap() = Published {
+            verdict,
+            memory_pressure,
+        };
     }
 
     #[test]
     fn allow_does_not_pause_and_refusal_is_capped() {
-        let l = Limiter::new(4, Duration::from_millis(100), true);
+        let (cell, l) = limiter(true);
         assert_eq!(l.pause(1.0), Duration::ZERO);
         assert_eq!(l.pauses(), 0);
-        l.verdict.store(
-            Verdict::Delay(Duration::from_millis(20)).to_bits(),
-            Ordering::Relaxed,
-        );
+        set(&cell, Verdict::Delay(Duration::from_millis(20)), 1.0);
         let d = l.pause(1.0);
         assert!(d >= Duration::from_millis(20) && d < MAX_PAUSE, "{d:?}");
         assert_eq!(l.pauses(), 1);
@@ -304,39 +213,28 @@ mod tests {
         );
         assert_eq!(l.batch_limit(4096), 2048);
         assert_eq!(l.chunk_limit(40, 12), 12);
-        l.verdict.store(
-            Verdict::Refuse {
-                retry_after: Duration::from_millis(1),
-                reason: sluice_throttle::RefuseReason::Emergency,
-            }
-            .to_bits(),
-            Ordering::Relaxed,
-        );
+        let refuse = Verdict::Refuse {
+            retry_after: Duration::from_millis(1),
+            reason: sluice_throttle::RefuseReason::Emergency,
+        };
+        set(&cell, refuse, 1.0);
         assert_eq!(l.batch_limit(4096), 256);
         assert_eq!(l.batch_limit(3), 1);
         assert_eq!(l.chunk_limit(40, 12), 12);
-        l.verdict.store(Verdict::Allow.to_bits(), Ordering::Relaxed);
-        // Before the first tick the heap is unknown: the base share.
+        // Before the first tick the heap is unknown (pressure 1): the base share.
+        set(&cell, Verdict::Allow, 1.0);
         assert_eq!(l.chunk_limit(40, 12), 12);
-        l.memory_pressure.store(0.1f64.to_bits(), Ordering::Relaxed);
+        set(&cell, Verdict::Allow, 0.1);
         assert_eq!(l.chunk_limit(40, 12), 40);
         // Allowed, but the heap is past a quarter of its target: the base share.
-        l.memory_pressure.store(0.3f64.to_bits(), Ordering::Relaxed);
+        set(&cell, Verdict::Allow, 0.3);
         assert_eq!(l.chunk_limit(40, 12), 12);
     }
-}
-
-#[cfg(test)]
-mod shadow_tests {
-    use super::*;
 
     #[test]
     fn shadow_never_pauses() {
-        let l = Limiter::new(4, Duration::from_millis(100), false);
-        l.verdict.store(
-            Verdict::Delay(Duration::from_millis(50)).to_bits(),
-            Ordering::Relaxed,
-        );
+        let (cell, l) = limiter(false);
+        set(&cell, Verdict::Delay(Duration::from_millis(50)), 1.0);
         assert_eq!(l.pause(1.0), Duration::ZERO);
         assert_eq!(l.pauses(), 0);
         assert_eq!(l.batch_limit(4096), 4096);
