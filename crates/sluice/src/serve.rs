@@ -25,6 +25,11 @@ pub fn run(cfg: Config, config_file: Option<PathBuf>) -> anyhow::Result<()> {
         .thread_name("sluice-rt")
         .build()
         .context("starting the async runtime")?;
+    // No LMDB transaction on an async worker: checked at every transaction
+    // (a panic in debug builds, so in every black-box test).
+    sluice_engine::Store::forbid_transactions_where(|| {
+        tokio::runtime::Handle::try_current().is_ok()
+    });
     // The writer, query workers and monitor are engine threads, started
     // here (outside the runtime) and stopped by `shutdown`.
     let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone());
