@@ -381,11 +381,7 @@ async fn before_clients(relay: &Relay) -> String {
     loop {
         let body = scrape(relay).await;
         if value(&body, "sluice_process_open_fds") > 0.0 {
-            // The monitor thread starts before the listeners are bound: its
-            // first tick may count fewer descriptors than the idle relay
-            // holds. Take a sample from a later tick.
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            return scrape(relay).await;
+            return body;
         }
         assert!(Instant::now() < deadline, "the monitor never ticked");
         tokio::time::sleep(POLL).await;

@@ -167,13 +167,14 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     let limiter = Limiter::new(engine.throttle().clone());
     let started = Instant::now();
     let result = pipeline(&plan, &engine, &limiter, &reporter);
+    let elapsed = started.elapsed();
     reporter.finish();
     engine.shutdown();
     drop(engine);
     let (mut summary, outcome) = result;
     summary.sources = plan.sources.iter().map(Source::name).collect();
     summary.verified = plan.checks.verify;
-    summary.elapsed_secs = started.elapsed().as_secs_f64();
+    summary.elapsed_secs = elapsed.as_secs_f64();
     summary.lines_per_sec = summary.lines as f64 / summary.elapsed_secs.max(1e-9);
     summary.target_memory_mb = target_memory_mb;
     summary.throttled_secs = limiter.throttled().as_secs_f64();

@@ -1,6 +1,7 @@
-//! `sluice serve`: open the store, start the engine, bind, report the bound
-//! address, serve until SIGTERM/SIGINT, then shut down in order: stop
-//! accepting, let sessions answer pending EVENTs, let the writer commit
+//! `sluice serve`: bind, open the store, start the engine (its writer,
+//! query workers and monitor threads), report the bound address, serve
+//! until SIGTERM/SIGINT, then shut down in order: stop accepting, let
+//! sessions answer pending EVENTs, stop the monitor, let the writer commit
 //! what it has, sync and close the store.
 
 use std::path::PathBuf;
@@ -18,13 +19,16 @@ use crate::telemetry;
 pub fn run(cfg: Config, config_file: Option<PathBuf>) -> anyhow::Result<()> {
     telemetry::init_logging(&cfg.log);
     let metrics = telemetry::init_metrics()?;
-    let store = cfg.store.open()?;
-    tracing::info!(path = %cfg.store.path.display(), "store open");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("sluice-rt")
         .build()
         .context("starting the async runtime")?;
+    // Bound first, so a taken port fails before anything starts and the
+    // monitor's first tick sees the relay's file descriptors.
+    let listeners = runtime.block_on(bind(&cfg))?;
+    let store = cfg.store.open()?;
+    tracing::info!(path = %cfg.store.path.display(), "store open");
     // No LMDB transaction on an async worker: checked at every transaction
     // (a panic in debug builds, so in every black-box test).
     sluice_engine::Store::forbid_transactions_where(|| {
@@ -33,7 +37,7 @@ pub fn run(cfg: Config, config_file: Option<PathBuf>) -> anyhow::Result<()> {
     // The writer, query workers and monitor are engine threads, started
     // here (outside the runtime) and stopped by `shutdown`.
     let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone());
-    let result = runtime.block_on(serve(cfg, config_file, engine.clone(), metrics));
+    let result = runtime.block_on(serve(cfg, config_file, listeners, engine.clone(), metrics));
     // Sessions are gone: stop the monitor, let the writer commit what is
     // queued, then close.
     engine.shutdown();
@@ -44,18 +48,39 @@ pub fn run(cfg: Config, config_file: Option<PathBuf>) -> anyhow::Result<()> {
     result
 }
 
+/// The relay's listener, and the metrics-only one when `metrics.listen` is set.
+struct Listeners {
+    relay: tokio::net::TcpListener,
+    metrics: Option<tokio::net::TcpListener>,
+}
+
+async fn bind(cfg: &Config) -> anyhow::Result<Listeners> {
+    let relay = tokio::net::TcpListener::bind(&cfg.server.listen)
+        .await
+        .with_context(|| format!("binding server.listen {}", cfg.server.listen))?;
+    let metrics = if cfg.metrics.listen.is_empty() {
+        None
+    } else {
+        let addr = &cfg.metrics.listen;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding metrics.listen {addr}"))?;
+        Some(listener)
+    };
+    Ok(Listeners { relay, metrics })
+}
+
 async fn serve(
     cfg: Config,
     config_file: Option<PathBuf>,
+    listeners: Listeners,
     engine: Arc<Engine>,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
 ) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let upkeep = metrics.clone();
     let render: sluice_server::MetricsRenderer = Arc::new(move || upkeep.render());
-    let listener = tokio::net::TcpListener::bind(&cfg.server.listen)
-        .await
-        .with_context(|| format!("binding server.listen {}", cfg.server.listen))?;
+    let listener = listeners.relay;
     let addr = listener.local_addr()?;
     let state = AppState::new(
         engine.clone(),
@@ -67,8 +92,13 @@ async fn serve(
     );
     tokio::spawn(reload_on_sighup(config_file, engine.clone()));
     spawn_metrics_upkeep(metrics, shutdown.clone());
-    if !cfg.metrics.listen.is_empty() {
-        spawn_metrics_listener(&cfg.metrics.listen, render, shutdown.clone()).await?;
+    if let Some(listener) = listeners.metrics {
+        tracing::info!("metrics on http://{}/metrics", listener.local_addr()?);
+        tokio::spawn(sluice_server::serve_metrics_only(
+            listener,
+            render,
+            shutdown.clone(),
+        ));
     }
     tokio::spawn(wait_for_signal(shutdown.clone()));
     tracing::info!("listening on ws://{addr}");
@@ -131,17 +161,4 @@ fn spawn_metrics_upkeep(
             }
         }
     });
-}
-
-async fn spawn_metrics_listener(
-    addr: &str,
-    render: sluice_server::MetricsRenderer,
-    stop: CancellationToken,
-) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("binding metrics.listen {addr}"))?;
-    tracing::info!("metrics on http://{}/metrics", listener.local_addr()?);
-    tokio::spawn(sluice_server::serve_metrics_only(listener, render, stop));
-    Ok(())
 }

@@ -15,7 +15,7 @@ pub const SAMPLES_PER_REASON: u64 = 5;
 /// Interval of progress log lines when standard error is not a terminal.
 const LOG_EVERY: Duration = Duration::from_secs(5);
 
-/// Counters the writer publishes for the progress display.
+/// Counters the batcher publishes for the progress display.
 #[derive(Default)]
 pub struct Live {
     pub bytes_read: std::sync::Arc<AtomicU64>,
@@ -70,11 +70,12 @@ pub struct Summary {
     pub batches: u64,
     pub elapsed_secs: f64,
     pub lines_per_sec: f64,
-    /// The import limiter's memory target, MiB.
+    /// The governor's memory target, MiB.
     pub target_memory_mb: u64,
     pub throttled_secs: f64,
     pub throttle_pauses: u64,
-    /// Highest anonymous memory (heap) of the process seen by the limiter.
+    /// Highest anonymous memory (heap) of the process the engine's monitor
+    /// measured (at its ticks).
     pub peak_anon_memory_bytes: u64,
     /// Events in the store at the end.
     pub store_events: u64,
@@ -193,7 +194,7 @@ impl Reporter {
     }
 }
 
-/// Progress, updated by the monitor thread every tick.
+/// Progress, updated by the import's progress thread every tick.
 pub struct Progress {
     reporter: Reporter,
     started: Instant,
