@@ -87,13 +87,12 @@ impl MonitorHandle {
     pub fn start(engine: &Arc<Engine>) {
         let cfg = engine.throttle.config();
         let mut mon = Monitor {
-            governor: Governor::new(cfg.governor()).expect("validated throttle config"),
+            governor: Governor::new(cfg.clone()).expect("validated throttle config"),
             commit_baseline_secs: 0.0,
             last_relief: None,
             last_tick: Instant::now(),
         };
-        metrics::gauge!(m::THROTTLE_TARGET_MEMORY_BYTES)
-            .set(cfg.governor().target_memory_bytes() as f64);
+        metrics::gauge!(m::THROTTLE_TARGET_MEMORY_BYTES).set(cfg.target_memory_bytes() as f64);
         let handle = &engine.monitor;
         let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
         let (first_tx, first_rx) = std::sync::mpsc::sync_channel::<()>(1);
@@ -158,12 +157,11 @@ impl Monitor {
     fn tick(&mut self, engine: &Engine) {
         let throttle = engine.throttle.clone();
         let cfg = throttle.config();
-        if *self.governor.config() != cfg.governor() {
-            if let Err(e) = self.governor.set_config(cfg.governor()) {
+        if *self.governor.config() != cfg {
+            if let Err(e) = self.governor.set_config(cfg.clone()) {
                 tracing::error!(error = %e, "throttle reload rejected by the governor");
             }
-            metrics::gauge!(m::THROTTLE_TARGET_MEMORY_BYTES)
-                .set(cfg.governor().target_memory_bytes() as f64);
+            metrics::gauge!(m::THROTTLE_TARGET_MEMORY_BYTES).set(cfg.target_memory_bytes() as f64);
         }
         let since_last = self.last_tick.elapsed();
         self.last_tick = Instant::now();

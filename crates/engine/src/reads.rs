@@ -202,7 +202,7 @@ impl Reads {
         let slots = cfg.slots;
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
-                sched: FairQueue::new(cfg.fair()).expect("validated queries config"),
+                sched: FairQueue::new(cfg.clone()).expect("validated queries config"),
                 cfg,
                 bodies: HashMap::new(),
                 stopping: false,
@@ -391,7 +391,7 @@ impl Reads {
     /// workers is fixed at start.
     pub(crate) fn reload(&self, cfg: QueriesConfig) {
         let mut st = self.inner.lock();
-        if let Err(e) = st.sched.set_config(cfg.fair()) {
+        if let Err(e) = st.sched.set_config(cfg.clone()) {
             tracing::error!(error = %e, "query scheduler reload rejected");
             return;
         }

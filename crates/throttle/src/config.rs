@@ -102,11 +102,6 @@ impl ThrottleConfig {
         }
     }
 
-    /// What a [`crate::Governor`] is built from: the section itself.
-    pub fn governor(&self) -> ThrottleConfig {
-        self.clone()
-    }
-
     /// [`ThrottleConfig::target_memory_mb`] in bytes.
     pub fn target_memory_bytes(&self) -> u64 {
         self.target_memory_mb.saturating_mul(1 << 20)
@@ -312,11 +307,6 @@ impl Default for QueriesConfig {
 }
 
 impl QueriesConfig {
-    /// What the [`crate::FairQueue`] is built from: the table itself.
-    pub fn fair(&self) -> QueriesConfig {
-        self.clone()
-    }
-
     /// Checks every key against the range documented on it, relative to
     /// the table.
     pub fn validate(&self) -> Result<(), ConfigError> {

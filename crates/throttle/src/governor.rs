@@ -24,12 +24,6 @@ use crate::error::ConfigError;
 use crate::pid::{Pid, PidConfig, PidState};
 use crate::signals::{LoadSignals, NormalizedSignals, memory_pressure, process_variable};
 
-/// The governor's settings are the whole `[throttle]` section
-/// ([`ThrottleConfig`]); the loop reads its global keys (`target_memory_mb`,
-/// the weights) and the `signals`, `emergency`, `write` and `read` tables.
-/// This name is kept for `sluice import`, which builds its own governor.
-pub type GovernorConfig = ThrottleConfig;
-
 /// One direction's controller after a tick.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct DirectionState {

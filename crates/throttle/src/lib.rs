@@ -64,7 +64,7 @@ pub use cost::{CostConfig, FilterShape};
 pub use emergency::{Emergency, EmergencyConfig};
 pub use error::ConfigError;
 pub use fair::{AfterStep, FairQueue, FairRefusal, FairRefused, FairStats, JobId, StepFate};
-pub use governor::{DirectionState, Governor, GovernorConfig, GovernorState};
+pub use governor::{DirectionState, Governor, GovernorState};
 pub use keyed::{KeyedBuckets, KeyedStats};
 pub use meter::RateMeter;
 pub use pid::{Pid, PidConfig, PidState};
