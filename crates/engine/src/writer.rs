@@ -454,8 +454,8 @@ impl Writer {
         }
     }
 
-    /// Writes a bulk batch alone in one transaction, answers, then fans
-    /// the stored events out (when anyone listens).
+    /// Writes a bulk batch alone in one transaction, fans the stored
+    /// events out (when anyone listens), then answers.
     fn write_bulk(&mut self, bulk: Bulk) {
         let started = Instant::now();
         let n = bulk.events.len();
@@ -507,11 +507,12 @@ impl Writer {
         } else {
             Vec::new()
         };
-        // A client that went away is fine: the batch is stored either way.
-        let _ = bulk.reply.send(Ok(outcomes));
+        // Committed: live subscribers first, then the importer hears (a
+        // client that went away is fine: the batch is stored either way).
         for ev in live {
             let _ = self.live.send(Arc::new(ev));
         }
+        let _ = bulk.reply.send(Ok(outcomes));
     }
 
     fn purge_expired(&self) {
