@@ -298,6 +298,7 @@ enum Idle {
 const PER_CLIENT_GAUGES: &[(&str, Idle)] = &[
     ("sluice_connections_open", Idle::Is(0.0)),
     ("sluice_subscriptions_open", Idle::Is(0.0)),
+    ("sluice_live_subscriptions", Idle::Is(0.0)),
     ("sluice_query_window_in_flight", Idle::Is(0.0)),
     ("sluice_query_window_queued", Idle::Is(0.0)),
     ("sluice_query_open", Idle::Is(0.0)),
@@ -347,6 +348,7 @@ const NOT_PER_CLIENT: &[&str] = &[
 const QUERY_GAUGES: &[(&str, Idle)] = &[
     ("sluice_connections_open", Idle::Is(0.0)),
     ("sluice_subscriptions_open", Idle::Is(0.0)),
+    ("sluice_live_subscriptions", Idle::Is(0.0)),
     ("sluice_query_window_in_flight", Idle::Is(0.0)),
     ("sluice_query_window_queued", Idle::Is(0.0)),
     ("sluice_query_open", Idle::Is(0.0)),

@@ -12,8 +12,11 @@ pub struct EngineConfig {
     pub max_batch_events: usize,
     /// Most bytes of event JSON written in one LMDB transaction.
     pub max_batch_bytes: usize,
-    /// Live events buffered per receiver before a slow receiver is dropped.
+    /// Live events queued per connection before a slow one is dropped.
     pub live_buffer_events: usize,
+    /// Bytes of live event JSON queued per connection before a slow one is
+    /// dropped.
+    pub live_buffer_bytes: usize,
     /// Most index entries one REQ may read.
     pub max_scan_rows: u64,
     /// Most index entries one COUNT may read.
@@ -29,6 +32,7 @@ impl Default for EngineConfig {
             max_batch_events: 1024,
             max_batch_bytes: 8 << 20,
             live_buffer_events: 4096,
+            live_buffer_bytes: 4 << 20,
             max_scan_rows: 200_000,
             max_count_rows: 2_000_000,
             expiry_purge_interval_ms: 60_000,
@@ -48,6 +52,7 @@ impl EngineConfig {
             ("engine.max_batch_events", self.max_batch_events as u64),
             ("engine.max_batch_bytes", self.max_batch_bytes as u64),
             ("engine.live_buffer_events", self.live_buffer_events as u64),
+            ("engine.live_buffer_bytes", self.live_buffer_bytes as u64),
             ("engine.max_scan_rows", self.max_scan_rows),
             ("engine.max_count_rows", self.max_count_rows),
         ];

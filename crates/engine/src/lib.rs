@@ -9,9 +9,11 @@
 //!   `throttle.queries.slots` worker threads, scheduled fairly between
 //!   clients by cost, their answers streamed to each session's sink; no
 //!   LMDB call ever runs on an async worker thread.
-//! - Live fan-out: a bounded broadcast channel of stored (and ephemeral)
-//!   events; a receiver that falls behind by more than its capacity is told
-//!   so and its connection is dropped by the server.
+//! - [`live`]: live fan-out. An index of open subscriptions (by id,
+//!   author, tag value, kind); each stored or ephemeral event goes only to
+//!   the connections with a matching subscription, through each one's
+//!   bounded queue (a connection that lets it fill is dropped by the
+//!   server as a slow consumer).
 //! - The store monitor (`monitor.rs`): a thread ticking the governor every
 //!   `throttle.tick_ms`; [`Engine::health`] says whether the writer, the
 //!   monitor and the store are working.
@@ -25,6 +27,7 @@
 //! that made the event durable.
 
 mod config;
+pub mod live;
 pub mod metrics_names;
 mod monitor;
 pub mod process;
@@ -37,9 +40,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sluice_proto::Event;
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::oneshot;
 
 pub use config::EngineConfig;
+pub use live::{Lagged, LiveConn, LiveDelivery, LiveHub, LiveSub, SubHandle};
 pub use reads::{ReadEnd, ReadGuard, ReadMsg, ReadSink, Reads};
 pub use sluice_store::{QueryOutput, Store, StoreError, StoreOptions, StoreStats, WriteOutcome};
 pub use throttle::{Admit, Refusal, Throttle, ThrottleConfig};
@@ -156,7 +160,7 @@ pub struct Engine {
     store: Store,
     cfg: EngineConfig,
     writer: writer::WriterHandle,
-    live: broadcast::Sender<Arc<LiveEvent>>,
+    live: Arc<LiveHub>,
     throttle: Arc<Throttle>,
     reads: Reads,
     monitor: monitor::MonitorHandle,
@@ -178,7 +182,7 @@ impl Engine {
     /// `throttle` as given: `import` passes its own write tuning and
     /// memory target.
     pub fn start(store: Store, cfg: EngineConfig, throttle: ThrottleConfig) -> Arc<Engine> {
-        let (live, _) = broadcast::channel(cfg.live_buffer_events);
+        let live = LiveHub::new(cfg.live_buffer_events, cfg.live_buffer_bytes);
         let writer = writer::spawn(store.clone(), cfg.clone(), live.clone());
         let throttle = Throttle::new(throttle);
         let reads = Reads::start(store.clone(), throttle.clone(), &cfg);
@@ -251,17 +255,17 @@ impl Engine {
 
     /// Delivers an ephemeral event to live subscriptions; never stored.
     pub fn publish_ephemeral(&self, event: Arc<Event>) {
-        // No receivers is not an error: nobody is listening.
-        let _ = self.live.send(Arc::new(LiveEvent {
+        self.live.publish(&[Arc::new(LiveEvent {
             serial: None,
             event,
-        }));
+        })]);
         metrics::counter!(metrics_names::LIVE_PUBLISHED_TOTAL).increment(1);
     }
 
-    /// A receiver of every event stored or published from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<LiveEvent>> {
-        self.live.subscribe()
+    /// A connection's place in the live index: it registers subscriptions
+    /// and receives the events that match them.
+    pub fn live_connect(&self) -> LiveConn {
+        self.live.connect()
     }
 
     /// Whether the engine can serve: not shutting down, the writer thread
@@ -298,6 +302,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_proto::Filter;
 
     fn start() -> (tempfile::TempDir, Arc<Engine>) {
         let dir = tempfile::tempdir().unwrap();
@@ -357,8 +362,10 @@ mod tests {
     #[test]
     fn bulk_batches_and_single_events_go_through_the_one_writer_in_order() {
         let (_dir, engine) = start();
-        let mut live = engine.subscribe();
+        let mut live = engine.live_connect();
         let note = note();
+        let everything = Filter::from_value(&serde_json::json!({})).unwrap();
+        let _sub = live.subscribe(vec![everything]);
         let outcomes = engine
             .write_batch_blocking(vec![note.clone(), note.clone()])
             .unwrap();
@@ -366,8 +373,8 @@ mod tests {
         assert_eq!(outcomes[1], WriteOutcome::Duplicate);
         // Stored bulk events reach live subscribers, after the commit.
         let got = live.try_recv().unwrap();
-        assert_eq!(got.event.raw(), note.raw());
-        assert!(live.try_recv().is_err());
+        assert_eq!(got.event.event.raw(), note.raw());
+        assert!(live.try_recv().is_none());
         // A single event after it sees it stored.
         let rx = engine.submit(Arc::new(note), Instant::now()).unwrap();
         assert_eq!(rx.blocking_recv().unwrap(), Ok(WriteOutcome::Duplicate));

@@ -2,8 +2,8 @@
 //!
 //! Group commit: the writer blocks for the first queued event, then takes
 //! whatever else is queued (up to `max_batch_events` / `max_batch_bytes`),
-//! writes the batch in one transaction and commits. Only then does it answer
-//! each sender and hand the stored events to live subscriptions. Under load
+//! writes the batch in one transaction and commits. Only then does it hand
+//! the stored events to the live index and answer each sender. Under load
 //! batches grow and the commit cost is shared; when idle a lone event is
 //! committed at once.
 //!
@@ -33,8 +33,9 @@ use std::time::{Duration, Instant};
 
 use sluice_proto::Event;
 use sluice_store::{Store, StoreError, WriteOutcome};
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::oneshot;
 
+use crate::live::LiveHub;
 use crate::metrics_names as m;
 use crate::{EngineConfig, LiveEvent, ThreadExit, unix_now};
 
@@ -162,11 +163,7 @@ pub(crate) struct WriterHandle {
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-pub(crate) fn spawn(
-    store: Store,
-    cfg: EngineConfig,
-    live: broadcast::Sender<Arc<LiveEvent>>,
-) -> WriterHandle {
+pub(crate) fn spawn(store: Store, cfg: EngineConfig, live: Arc<LiveHub>) -> WriterHandle {
     let (tx, rx) = std::sync::mpsc::sync_channel(cfg.writer_queue_events);
     let queued = Arc::new(AtomicUsize::new(0));
     let alive = Arc::new(AtomicBool::new(true));
@@ -314,7 +311,7 @@ struct Writer {
     signals: Arc<WriterSignals>,
     store: Store,
     cfg: EngineConfig,
-    live: broadcast::Sender<Arc<LiveEvent>>,
+    live: Arc<LiveHub>,
     rx: Receiver<Msg>,
     queued: Arc<AtomicUsize>,
     bulk_cost: CommitCost,
@@ -424,21 +421,26 @@ impl Writer {
         metrics::gauge!(m::WRITER_QUEUE_EVENTS).set(self.queued.load(Ordering::Relaxed) as f64);
         match result {
             Ok(outcomes) => {
-                let mut stored = Vec::new();
+                // Committed: live subscribers first (so an OK means the
+                // event is queued to every matching connection), then the
+                // OKs.
+                let stored: Vec<Arc<LiveEvent>> = batch
+                    .iter()
+                    .zip(&outcomes)
+                    .filter_map(|(r, outcome)| match outcome {
+                        WriteOutcome::Stored { serial, .. } => Some(Arc::new(LiveEvent {
+                            serial: Some(*serial),
+                            event: r.event.clone(),
+                        })),
+                        _ => None,
+                    })
+                    .collect();
+                self.live.publish(&stored);
                 for (r, outcome) in batch.into_iter().zip(outcomes) {
                     count_outcome(&outcome);
-                    if let WriteOutcome::Stored { serial, .. } = outcome {
-                        stored.push(LiveEvent {
-                            serial: Some(serial),
-                            event: r.event.clone(),
-                        });
-                    }
                     // A sender that went away (connection closed) is fine:
                     // the event is stored either way.
                     let _ = r.reply.send(Ok(outcome));
-                }
-                for ev in stored {
-                    let _ = self.live.send(Arc::new(ev));
                 }
             }
             Err(e) => {
@@ -492,15 +494,15 @@ impl Writer {
                 .store(c.baseline.to_bits(), Ordering::Relaxed);
         }
         outcomes.iter().for_each(count_outcome);
-        let live: Vec<LiveEvent> = if self.live.receiver_count() > 0 {
+        let live: Vec<Arc<LiveEvent>> = if self.live.subscriptions() > 0 {
             bulk.events
                 .into_iter()
                 .zip(&outcomes)
                 .filter_map(|(event, o)| match o {
-                    WriteOutcome::Stored { serial, .. } => Some(LiveEvent {
+                    WriteOutcome::Stored { serial, .. } => Some(Arc::new(LiveEvent {
                         serial: Some(*serial),
                         event: Arc::new(event),
-                    }),
+                    })),
                     _ => None,
                 })
                 .collect()
@@ -509,9 +511,7 @@ impl Writer {
         };
         // Committed: live subscribers first, then the importer hears (a
         // client that went away is fine: the batch is stored either way).
-        for ev in live {
-            let _ = self.live.send(Arc::new(ev));
-        }
+        self.live.publish(&live);
         let _ = bulk.reply.send(Ok(outcomes));
     }
 

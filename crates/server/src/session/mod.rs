@@ -31,10 +31,10 @@ use std::time::{Duration, Instant};
 use axum::extract::ws::{Message, WebSocket, close_code};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use sluice_engine::throttle::{ConnAdmission, ConnReadBudget, ConnectionGuard};
-use sluice_engine::{LiveEvent, ReadSink};
+use sluice_engine::{LiveConn, ReadSink};
 use sluice_proto::message::sniff_id;
 use sluice_proto::{ClientMessage, MessageError, PubkeyCache};
-use tokio::sync::{OwnedSemaphorePermit, broadcast};
+use tokio::sync::OwnedSemaphorePermit;
 
 use self::event::{Held, WriteFut};
 use self::out::{CloseReason, Out, Step};
@@ -69,10 +69,9 @@ struct Session {
     reads: ReadSink,
     /// This connection's read budget (cost units).
     read_budget: ConnReadBudget,
-    /// Subscribed to the live broadcast only while the connection has
-    /// subscriptions. Taken before a query is submitted, so no event
-    /// between the two is missed.
-    live: Option<broadcast::Receiver<Arc<LiveEvent>>>,
+    /// This connection's place in the engine's live index: its queue of
+    /// events matching its subscriptions.
+    live: LiveConn,
 }
 
 pub(crate) async fn run(
@@ -97,10 +96,11 @@ pub(crate) async fn run(
             // At most chunks_per_connection unsent: a client that does not read parks its own
             // queries, nobody else's.
             msg = s.reads.recv() => s.on_read(&mut out, msg).await,
-            // The broadcast keeps engine.live_buffer_events: a client that falls further behind
-            // is disconnected (slow consumer); held per subscription until EOSE at most
+            // Only events matching this connection's subscriptions, at most
+            // engine.live_buffer_events / live_buffer_bytes queued: past that the client is
+            // disconnected (slow consumer); held per subscription until EOSE at most
             // max_buffered_live_events (that subscription is CLOSED).
-            r = live::recv(&mut s.live), if s.live.is_some() => s.on_live(&mut out, r).await,
+            r = s.live.recv() => s.on_live(&mut out, r).await,
             // One EVENT at most, held by a write delay: meanwhile no client frame is read (the
             // delayed client waits, nobody else).
             () = event::held_until(&mut s.held), if s.held.is_some() => s.resume_held(&mut out).await,
@@ -110,11 +110,6 @@ pub(crate) async fn run(
         };
         if let Err(reason) = step {
             break reason;
-        }
-        // Off the broadcast without subscriptions: a publisher-only connection is
-        // never woken per stored event and never falls behind.
-        if s.subs.is_empty() {
-            s.live = None;
         }
     };
     // Subscriptions and queries are given back before the close is counted.
@@ -156,7 +151,7 @@ impl Session {
             subs: Subs::default(),
             reads: st.engine.reads().sink(st.limits.max_subscriptions),
             read_budget: throttle.connection_read_budget(),
-            live: None,
+            live: st.engine.live_connect(),
             st,
         }
     }

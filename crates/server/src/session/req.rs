@@ -2,7 +2,7 @@
 //! stored events in chunks, its EOSE, then the live events it held back.
 //!
 //! Invariant (live delivery without gaps or repeats): a REQ's subscription
-//! is registered and the live receiver taken before its query is
+//! is registered in the engine's live index before its query is
 //! submitted, so every event committed after the query's snapshot is seen
 //! live; live matches are held until EOSE, then only those with a serial at
 //! or above the snapshot are sent (the query sent the others, or cut them
@@ -26,16 +26,15 @@ impl Session {
         if let Err(refusal) = self.admit_req(&sub_id, &filters, true) {
             return out.send(refusal.closed(&sub_id)).await;
         }
-        // Subscribed before the query can take its snapshot: no gap.
-        if self.live.is_none() {
-            self.live = Some(self.st.engine.subscribe());
-        }
         let lim = &self.st.limits;
         for f in &mut filters {
             f.limit = Some(f.limit.unwrap_or(lim.default_limit).min(lim.max_limit));
         }
-        // Replacing a REQ drops the old one's guard: its query is cancelled.
-        self.subs.open(sub_id.clone(), filters.clone());
+        // In the live index before the query can take its snapshot: no gap.
+        // Replacing a REQ drops the old one's guards: its query is
+        // cancelled and it leaves the index.
+        let live = self.live.subscribe(filters.clone());
+        self.subs.open(sub_id.clone(), live);
         let reads = self.st.engine.reads();
         match reads.submit_query(&self.reads, self.ip, filters, &mut self.read_budget) {
             Ok(guard) => {

@@ -1,6 +1,6 @@
 //! The connection's subscriptions (REQ, by subscription id) and running
-//! COUNTs (by query id): what they match, the query each one owns, and the
-//! live events a subscription holds back until its EOSE.
+//! COUNTs (by query id): the query and the live-index entry each one owns,
+//! and the live events a subscription holds back until its EOSE.
 //!
 //! Invariants:
 //! - `sluice_subscriptions_open` counts exactly the [`Sub`]s that exist:
@@ -10,21 +10,23 @@
 //! - A [`Sub`] or [`Count`] owns its query's [`ReadGuard`]: removing or
 //!   replacing it cancels the query and gives back what it holds in the
 //!   scheduler.
+//! - A [`Sub`] owns its [`LiveSub`]: removing or replacing it takes it out
+//!   of the engine's live index at once. Deliveries already queued name
+//!   the old handle and find no subscription.
 //! - Subscriptions plus running COUNTs are what `limits.max_subscriptions`
 //!   bounds ([`Subs::open_len`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use sluice_engine::{LiveEvent, ReadGuard};
-use sluice_proto::Filter;
+use sluice_engine::{LiveEvent, LiveSub, ReadGuard, SubHandle};
 use sluice_throttle::JobId;
 
 use crate::metrics_names as m;
 
 /// One open subscription.
 pub(super) struct Sub {
-    pub(super) filters: Vec<Filter>,
+    live: LiveSub,
     /// The stored query while it runs; `None` once it ended (EOSE).
     pub(super) query: Option<ReadGuard>,
     /// Live matches held back while the stored query runs; `None` once
@@ -62,15 +64,12 @@ impl Drop for OpenGauge {
 #[derive(Default)]
 pub(super) struct Subs {
     reqs: HashMap<String, Sub>,
+    /// Each open subscription's live handle, to its id.
+    handles: HashMap<SubHandle, String>,
     counts: HashMap<JobId, Count>,
 }
 
 impl Subs {
-    /// No subscription is open (running COUNTs aside).
-    pub(super) fn is_empty(&self) -> bool {
-        self.reqs.is_empty()
-    }
-
     /// Open subscriptions plus running COUNTs.
     pub(super) fn open_len(&self) -> usize {
         self.reqs.len() + self.counts.len()
@@ -80,23 +79,40 @@ impl Subs {
         self.reqs.contains_key(sub_id)
     }
 
-    /// Opens `sub_id` with its query not yet submitted, holding live
-    /// matches until EOSE. A subscription with the same id is replaced:
-    /// its query is cancelled.
-    pub(super) fn open(&mut self, sub_id: String, filters: Vec<Filter>) {
+    /// Opens `sub_id`, registered in the live index (`live`) with its
+    /// query not yet submitted, holding live matches until EOSE. A
+    /// subscription with the same id is replaced: its query is cancelled
+    /// and it leaves the live index.
+    pub(super) fn open(&mut self, sub_id: String, live: LiveSub) {
+        self.handles.insert(live.handle(), sub_id.clone());
         let sub = Sub {
-            filters,
+            live,
             query: None,
             pending: Some(Vec::new()),
             snapshot_serial: 0,
             _open: OpenGauge::new(),
         };
-        self.reqs.insert(sub_id, sub);
+        if let Some(old) = self.reqs.insert(sub_id, sub) {
+            self.handles.remove(&old.live.handle());
+        }
     }
 
     /// Closes `sub_id` (cancelling its query); false if it was not open.
     pub(super) fn close(&mut self, sub_id: &str) -> bool {
-        self.reqs.remove(sub_id).is_some()
+        match self.reqs.remove(sub_id) {
+            Some(old) => {
+                self.handles.remove(&old.live.handle());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The open subscription a live delivery names, with its id.
+    pub(super) fn by_handle(&mut self, handle: SubHandle) -> Option<(String, &mut Sub)> {
+        let sub_id = self.handles.get(&handle)?;
+        let sub = self.reqs.get_mut(sub_id)?;
+        Some((sub_id.clone(), sub))
     }
 
     pub(super) fn get_mut(&mut self, sub_id: &str) -> Option<&mut Sub> {
@@ -109,10 +125,6 @@ impl Subs {
             .iter()
             .find(|(_, s)| s.query.as_ref().is_some_and(|q| q.job() == job))
             .map(|(id, _)| id.clone())
-    }
-
-    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = (&String, &mut Sub)> {
-        self.reqs.iter_mut()
     }
 
     /// Keeps a COUNT's query until its answer arrives.

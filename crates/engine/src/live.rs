@@ -1,0 +1,644 @@
+//! Live fan-out: the index of open subscriptions, and per connection a
+//! bounded queue of the live events that matched one of its subscriptions.
+//!
+//! Each filter of a subscription is indexed under one field, the most
+//! selective it has: its `ids`, else its `authors`, else the values of one
+//! of its tags (the one with fewest values), else its `kinds`; a filter
+//! with none of these (since/until only) goes on the short list of
+//! unindexed filters. For each stored or ephemeral event the hub looks up
+//! the event's id, author, kind and single-letter tag values, checks the
+//! candidates' full filters, and pushes one [`LiveDelivery`] (the event and
+//! the matching subscriptions) to each connection that has a match. A
+//! connection whose subscriptions match nothing is never woken.
+//!
+//! Bounds, and who loses: a connection's queue holds at most
+//! `engine.live_buffer_events` deliveries and `engine.live_buffer_bytes`
+//! of event JSON; a connection that lets it fill is marked lagged, gets
+//! nothing more, and its session ends it as a slow consumer (counted on
+//! `sluice_live_queue_full_total`). Nobody else waits for it.
+//!
+//! Ownership (the guard invariant): a connection's entry lives as long as
+//! its [`LiveConn`], a subscription's index entries as long as its
+//! [`LiveSub`]; both are removed by `Drop`, so a session that ends on any
+//! path leaves nothing in the index (`sluice_live_subscriptions` returns to
+//! 0).
+//!
+//! No gap, no repeat: a session registers a subscription before it submits
+//! the subscription's query; the query's snapshot is taken later, so every
+//! event committed after the snapshot is delivered live, and the session
+//! drops live events the snapshot already held (by store serial).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Instant;
+
+use sluice_proto::{Event, Filter};
+use tokio::sync::mpsc;
+
+use crate::LiveEvent;
+use crate::metrics_names as m;
+
+/// A subscription's handle, unique within its connection.
+pub type SubHandle = u64;
+
+/// What a connection receives: one event and which of its subscriptions
+/// matched it.
+#[derive(Debug)]
+pub struct LiveDelivery {
+    pub event: Arc<LiveEvent>,
+    pub subs: Vec<SubHandle>,
+}
+
+/// The connection fell behind: its queue filled, it got nothing since.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lagged;
+
+/// The index of every open subscription. One per engine.
+pub struct LiveHub {
+    index: RwLock<Index>,
+    next_conn: AtomicU64,
+    queue_events: usize,
+    queue_bytes: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct SubKey {
+    conn: u64,
+    sub: SubHandle,
+}
+
+/// The one field a filter is indexed under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Key {
+    Id([u8; 32]),
+    Author([u8; 32]),
+    Tag(u8, Box<str>),
+    Kind(u16),
+    Unindexed,
+}
+
+struct ConnEntry {
+    tx: mpsc::Sender<LiveDelivery>,
+    shared: Arc<ConnShared>,
+}
+
+/// What a connection's queue and its session share.
+#[derive(Default)]
+struct ConnShared {
+    lagged: AtomicBool,
+    /// Bytes of event JSON queued and not yet taken.
+    queued_bytes: AtomicUsize,
+}
+
+struct SubEntry {
+    filters: Vec<Filter>,
+    keys: Vec<Key>,
+}
+
+#[derive(Default)]
+struct Index {
+    conns: HashMap<u64, ConnEntry>,
+    subs: HashMap<SubKey, SubEntry>,
+    ids: HashMap<[u8; 32], HashSet<SubKey>>,
+    authors: HashMap<[u8; 32], HashSet<SubKey>>,
+    tags: HashMap<u8, HashMap<Box<str>, HashSet<SubKey>>>,
+    kinds: HashMap<u16, HashSet<SubKey>>,
+    unindexed: HashSet<SubKey>,
+}
+
+impl LiveHub {
+    /// `queue_events` and `queue_bytes` bound each connection's queue.
+    pub fn new(queue_events: usize, queue_bytes: usize) -> Arc<LiveHub> {
+        Arc::new(LiveHub {
+            index: RwLock::new(Index::default()),
+            next_conn: AtomicU64::new(1),
+            queue_events: queue_events.max(1),
+            queue_bytes: queue_bytes.max(1),
+        })
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Index> {
+        self.index.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Index> {
+        self.index.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A connection's entry and the receiving end of its queue.
+    pub fn connect(self: &Arc<Self>) -> LiveConn {
+        let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel(self.queue_events);
+        let shared = Arc::new(ConnShared::default());
+        self.write().conns.insert(
+            id,
+            ConnEntry {
+                tx,
+                shared: shared.clone(),
+            },
+        );
+        LiveConn {
+            hub: self.clone(),
+            id,
+            rx,
+            shared,
+            next_sub: 1,
+        }
+    }
+
+    /// Delivers events (in order) to the connections with a matching
+    /// subscription. Never blocks: a full queue marks its connection lagged.
+    pub fn publish(&self, events: &[Arc<LiveEvent>]) {
+        if events.is_empty() {
+            return;
+        }
+        let started = Instant::now();
+        let index = self.read();
+        if index.subs.is_empty() {
+            return;
+        }
+        let mut matched: Vec<SubKey> = Vec::new();
+        let (mut candidates, mut deliveries, mut full) = (0u64, 0u64, 0u64);
+        for ev in events {
+            candidates += index.matching(&ev.event, &mut matched) as u64;
+            for group in matched.chunk_by(|a, b| a.conn == b.conn) {
+                let Some(conn) = index.conns.get(&group[0].conn) else {
+                    continue;
+                };
+                let shared = &conn.shared;
+                if shared.lagged.load(Ordering::Relaxed) {
+                    continue;
+                }
+                let len = ev.event.raw().len();
+                let bytes = shared.queued_bytes.fetch_add(len, Ordering::AcqRel) + len;
+                let delivery = LiveDelivery {
+                    event: ev.clone(),
+                    subs: group.iter().map(|k| k.sub).collect(),
+                };
+                let sent = bytes <= self.queue_bytes && conn.tx.try_send(delivery).is_ok();
+                if sent {
+                    deliveries += 1;
+                } else {
+                    // Full: it gets nothing more and its session ends it
+                    // as a slow consumer.
+                    shared.queued_bytes.fetch_sub(len, Ordering::AcqRel);
+                    if !shared.lagged.swap(true, Ordering::AcqRel) {
+                        full += 1;
+                    }
+                }
+            }
+        }
+        drop(index);
+        metrics::counter!(m::LIVE_CANDIDATES_TOTAL).increment(candidates);
+        metrics::counter!(m::LIVE_QUEUED_TOTAL).increment(deliveries);
+        if full > 0 {
+            metrics::counter!(m::LIVE_QUEUE_FULL_TOTAL).increment(full);
+        }
+        metrics::histogram!(m::LIVE_MATCH_SECONDS).record(started.elapsed().as_secs_f64());
+    }
+
+    /// Subscriptions in the index.
+    pub fn subscriptions(&self) -> usize {
+        self.read().subs.len()
+    }
+
+    fn insert(&self, key: SubKey, filters: Vec<Filter>) {
+        let mut keys = Vec::new();
+        for f in &filters {
+            index_keys(f, &mut keys);
+        }
+        let mut index = self.write();
+        let ix = &mut *index;
+        for k in &keys {
+            ix.bucket(k).insert(key);
+        }
+        // Handles are never reused: nothing is replaced.
+        ix.subs.insert(key, SubEntry { filters, keys });
+        metrics::gauge!(m::LIVE_SUBSCRIPTIONS).set(ix.subs.len() as f64);
+    }
+
+    fn remove(&self, key: SubKey) {
+        let mut index = self.write();
+        if let Some(old) = index.subs.remove(&key) {
+            index.unlink(key, &old.keys);
+        }
+        metrics::gauge!(m::LIVE_SUBSCRIPTIONS).set(index.subs.len() as f64);
+    }
+}
+
+/// The buckets a filter goes in: one per value of its most selective
+/// field; none when it can match nothing.
+fn index_keys(f: &Filter, out: &mut Vec<Key>) {
+    if f.is_empty_match() {
+        return;
+    }
+    if let Some(ids) = &f.ids {
+        out.extend(ids.iter().map(|id| Key::Id(*id)));
+    } else if let Some(authors) = &f.authors {
+        out.extend(authors.iter().map(|a| Key::Author(*a)));
+    } else if let Some((letter, values)) = f.tags.iter().min_by_key(|(_, v)| v.len()) {
+        out.extend(values.iter().map(|v| Key::Tag(*letter, v.as_str().into())));
+    } else if let Some(kinds) = &f.kinds {
+        out.extend(kinds.iter().map(|k| Key::Kind(*k)));
+    } else {
+        out.push(Key::Unindexed);
+    }
+}
+
+impl Index {
+    fn bucket(&mut self, k: &Key) -> &mut HashSet<SubKey> {
+        match k {
+            Key::Id(id) => self.ids.entry(*id).or_default(),
+            Key::Author(a) => self.authors.entry(*a).or_default(),
+            Key::Tag(l, v) => self
+                .tags
+                .entry(*l)
+                .or_default()
+                .entry(v.clone())
+                .or_default(),
+            Key::Kind(k) => self.kinds.entry(*k).or_default(),
+            Key::Unindexed => &mut self.unindexed,
+        }
+    }
+
+    /// Removes `key` from the buckets `keys` name, dropping empty buckets.
+    fn unlink(&mut self, key: SubKey, keys: &[Key]) {
+        for k in keys {
+            match k {
+                Key::Id(id) => remove_from(&mut self.ids, id, key),
+                Key::Author(a) => remove_from(&mut self.authors, a, key),
+                Key::Tag(l, v) => {
+                    if let Some(values) = self.tags.get_mut(l) {
+                        remove_from(values, v, key);
+                        if values.is_empty() {
+                            self.tags.remove(l);
+                        }
+                    }
+                }
+                Key::Kind(k) => remove_from(&mut self.kinds, k, key),
+                Key::Unindexed => {
+                    self.unindexed.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Fills `out` with the subscriptions matching `ev`, sorted by
+    /// connection and deduplicated; returns how many candidates were checked.
+    fn matching(&self, ev: &Event, out: &mut Vec<SubKey>) -> usize {
+        out.clear();
+        let mut candidates: Vec<SubKey> = Vec::new();
+        let mut take = |set: Option<&HashSet<SubKey>>| {
+            if let Some(set) = set {
+                candidates.extend(set.iter().copied());
+            }
+        };
+        take(self.ids.get(&ev.id));
+        take(self.authors.get(&ev.pubkey));
+        take(self.kinds.get(&ev.kind));
+        if !self.tags.is_empty() {
+            for (letter, value) in ev.indexed_tags() {
+                take(self.tags.get(&letter).and_then(|values| values.get(value)));
+            }
+        }
+        take(Some(&self.unindexed));
+        candidates.sort_unstable();
+        candidates.dedup();
+        let checked = candidates.len();
+        out.extend(candidates.into_iter().filter(|k| {
+            self.subs
+                .get(k)
+                .is_some_and(|s| s.filters.iter().any(|f| f.matches(ev)))
+        }));
+        checked
+    }
+}
+
+fn remove_from<
+    K: std::hash::Hash + Eq + ?Sized,
+    Q: std::hash::Hash + Eq + std::borrow::Borrow<K>,
+>(
+    map: &mut HashMap<Q, HashSet<SubKey>>,
+    k: &K,
+    key: SubKey,
+) {
+    if let Some(set) = map.get_mut(k) {
+        set.remove(&key);
+        if set.is_empty() {
+            map.remove(k);
+        }
+    }
+}
+
+/// One connection's place in the hub: the receiving end of its queue.
+/// Dropping it removes the connection (its subscriptions go with their
+/// [`LiveSub`]s).
+pub struct LiveConn {
+    hub: Arc<LiveHub>,
+    id: u64,
+    rx: mpsc::Receiver<LiveDelivery>,
+    shared: Arc<ConnShared>,
+    next_sub: SubHandle,
+}
+
+impl LiveConn {
+    /// Registers a subscription; it receives live matches until the
+    /// returned guard is dropped.
+    pub fn subscribe(&mut self, filters: Vec<Filter>) -> LiveSub {
+        let sub = self.next_sub;
+        self.next_sub += 1;
+        let key = SubKey { conn: self.id, sub };
+        self.hub.insert(key, filters);
+        LiveSub {
+            hub: self.hub.clone(),
+            key,
+        }
+    }
+
+    /// The next delivery. `Err(Lagged)` once the queue has filled: the
+    /// connection must end.
+    pub async fn recv(&mut self) -> Result<LiveDelivery, Lagged> {
+        if self.shared.lagged.load(Ordering::Acquire) {
+            return Err(Lagged);
+        }
+        match self.rx.recv().await {
+            Some(d) => {
+                self.shared
+                    .queued_bytes
+                    .fetch_sub(d.event.event.raw().len(), Ordering::AcqRel);
+                if self.shared.lagged.load(Ordering::Acquire) {
+                    return Err(Lagged);
+                }
+                Ok(d)
+            }
+            // The hub holds the sender while this exists: not reached.
+            None => Err(Lagged),
+        }
+    }
+
+    /// A delivery already queued, if any (it does not report lagging).
+    pub fn try_recv(&mut self) -> Option<LiveDelivery> {
+        let d = self.rx.try_recv().ok()?;
+        self.shared
+            .queued_bytes
+            .fetch_sub(d.event.event.raw().len(), Ordering::AcqRel);
+        Some(d)
+    }
+
+    /// Whether the queue filled (the connection must end).
+    pub fn lagged(&self) -> bool {
+        self.shared.lagged.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for LiveConn {
+    fn drop(&mut self) {
+        self.hub.write().conns.remove(&self.id);
+    }
+}
+
+/// A subscription's entries in the index; dropping it removes them.
+pub struct LiveSub {
+    hub: Arc<LiveHub>,
+    key: SubKey,
+}
+
+impl LiveSub {
+    /// Its handle, as deliveries name it.
+    pub fn handle(&self) -> SubHandle {
+        self.key.sub
+    }
+}
+
+impl Drop for LiveSub {
+    fn drop(&mut self) {
+        self.hub.remove(self.key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// xorshift64*: a seeded, dependency-free source for the property test.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+        }
+        fn pick<T: Copy>(&mut self, from: &[T]) -> T {
+            from[self.below(from.len() as u64) as usize]
+        }
+        fn chance(&mut self, percent: u64) -> bool {
+            self.below(100) < percent
+        }
+    }
+
+    fn hex(b: u8) -> String {
+        format!("{b:02x}").repeat(32)
+    }
+
+    /// An event with the given fields (not signed: the hub never verifies).
+    fn event(rng: &mut Rng, serial: u64) -> Arc<LiveEvent> {
+        let mut tags = Vec::new();
+        for _ in 0..rng.below(4) {
+            let letter = rng.pick(&["e", "p", "t", "d", "title"]);
+            let value = match letter {
+                "e" | "p" => hex(rng.pick(&[1, 2, 3, 4])),
+                _ => rng.pick(&["nostr", "rust", "x"]).to_owned(),
+            };
+            tags.push(json!([letter, value]));
+        }
+        let raw = json!({
+            "id": hex(serial as u8),
+            "pubkey": hex(rng.pick(&[1, 2, 3, 4, 5])),
+            "created_at": 1000 + rng.below(100),
+            "kind": rng.pick(&[0, 1, 3, 7, 30023]),
+            "tags": tags,
+            "content": "",
+            "sig": "00".repeat(64),
+        })
+        .to_string();
+        Arc::new(LiveEvent {
+            serial: Some(serial),
+            event: Arc::new(Event::parse(&raw).unwrap()),
+        })
+    }
+
+    /// A filter on a few random fields (possibly none).
+    fn filter(rng: &mut Rng) -> Filter {
+        let mut f = serde_json::Map::new();
+        if rng.chance(20) {
+            let ids: Vec<String> = (0..1 + rng.below(3))
+                .map(|_| hex(rng.below(60) as u8))
+                .collect();
+            f.insert("ids".into(), json!(ids));
+        }
+        if rng.chance(35) {
+            let authors: Vec<String> = (0..1 + rng.below(2))
+                .map(|_| hex(rng.pick(&[1, 2, 3, 4, 5, 9])))
+                .collect();
+            f.insert("authors".into(), json!(authors));
+        }
+        if rng.chance(35) {
+            let kinds: Vec<u16> = (0..1 + rng.below(2))
+                .map(|_| rng.pick(&[0, 1, 3, 7, 30023, 4]))
+                .collect();
+            f.insert("kinds".into(), json!(kinds));
+        }
+        if rng.chance(30) {
+            f.insert("#p".into(), json!([hex(rng.pick(&[1, 2, 3, 4, 7]))]));
+        }
+        if rng.chance(20) {
+            f.insert("#t".into(), json!([rng.pick(&["nostr", "rust", "zig"])]));
+        }
+        if rng.chance(15) {
+            f.insert("since".into(), json!(1000 + rng.below(100)));
+        }
+        if rng.chance(5) {
+            f.insert("kinds".into(), json!([]));
+        }
+        Filter::from_value(&serde_json::Value::Object(f)).unwrap()
+    }
+
+    /// Every connection's queued deliveries, in order.
+    fn drain(conns: &mut [LiveConn]) -> Vec<Vec<LiveDelivery>> {
+        conns
+            .iter_mut()
+            .map(|c| std::iter::from_fn(|| c.try_recv()).collect())
+            .collect()
+    }
+
+    #[test]
+    fn deliveries_equal_a_naive_matcher_with_no_gap_or_repeat() {
+        for seed in 1..40u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let hub = LiveHub::new(100_000, usize::MAX);
+            let mut conns: Vec<LiveConn> = (0..6).map(|_| hub.connect()).collect();
+            // (connection, guard, filters) for every open subscription.
+            let mut subs: Vec<(usize, LiveSub, Vec<Filter>)> = Vec::new();
+            for serial in 1..200u64 {
+                // Open or close a subscription now and then.
+                if rng.chance(30) {
+                    let c = rng.below(conns.len() as u64) as usize;
+                    let filters: Vec<Filter> =
+                        (0..1 + rng.below(3)).map(|_| filter(&mut rng)).collect();
+                    let guard = conns[c].subscribe(filters.clone());
+                    subs.push((c, guard, filters));
+                }
+                if rng.chance(10) && !subs.is_empty() {
+                    let i = rng.below(subs.len() as u64) as usize;
+                    subs.swap_remove(i);
+                }
+                let ev = event(&mut rng, serial);
+                hub.publish(std::slice::from_ref(&ev));
+                // The naive answer: every open subscription whose filters match.
+                let mut want: Vec<Vec<SubHandle>> = vec![Vec::new(); conns.len()];
+                for (c, guard, filters) in &subs {
+                    if filters.iter().any(|f| f.matches(&ev.event)) {
+                        want[*c].push(guard.handle());
+                    }
+                }
+                let got = drain(&mut conns);
+                for (c, deliveries) in got.into_iter().enumerate() {
+                    let mut handles: Vec<SubHandle> = Vec::new();
+                    assert!(
+                        deliveries.len() <= 1,
+                        "one delivery per connection per event"
+                    );
+                    for d in deliveries {
+                        assert_eq!(d.event.serial, Some(serial));
+                        handles.extend(d.subs);
+                    }
+                    handles.sort_unstable();
+                    want[c].sort_unstable();
+                    assert_eq!(
+                        handles, want[c],
+                        "seed {seed}, event {serial}, connection {c}"
+                    );
+                }
+            }
+            drop(subs);
+            assert_eq!(hub.subscriptions(), 0);
+            drop(conns);
+            let ix = hub.read();
+            assert!(ix.conns.is_empty() && ix.ids.is_empty() && ix.authors.is_empty());
+            assert!(ix.tags.is_empty() && ix.kinds.is_empty() && ix.unindexed.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_closed_subscription_gets_nothing_more_and_others_keep_theirs() {
+        let mut rng = Rng(7);
+        let hub = LiveHub::new(16, usize::MAX);
+        let mut conn = hub.connect();
+        let all = Filter::from_value(&json!({})).unwrap();
+        let first = conn.subscribe(vec![all.clone()]);
+        let second = conn.subscribe(vec![all]);
+        hub.publish(&[event(&mut rng, 1)]);
+        let d = conn.try_recv().unwrap();
+        assert_eq!(d.subs, vec![first.handle(), second.handle()]);
+        drop(first);
+        hub.publish(&[event(&mut rng, 2)]);
+        assert_eq!(conn.try_recv().unwrap().subs, vec![second.handle()]);
+        drop(second);
+        hub.publish(&[event(&mut rng, 3)]);
+        assert!(conn.try_recv().is_none());
+    }
+
+    #[test]
+    fn a_connection_that_matches_nothing_is_never_queued_to() {
+        let mut rng = Rng(3);
+        let hub = LiveHub::new(1, usize::MAX);
+        let mut idle = hub.connect();
+        let nobody = Filter::from_value(&json!({"authors": [hex(0xee)]})).unwrap();
+        let _idle_sub = idle.subscribe(vec![nobody]);
+        for serial in 1..100 {
+            hub.publish(&[event(&mut rng, serial)]);
+        }
+        assert!(idle.try_recv().is_none());
+        assert!(!idle.lagged(), "a queue of one never fills with no match");
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_lags_only_its_connection() {
+        let mut rng = Rng(5);
+        let hub = LiveHub::new(2, usize::MAX);
+        let all = Filter::from_value(&json!({})).unwrap();
+        let (mut slow, mut fast) = (hub.connect(), hub.connect());
+        let _s = slow.subscribe(vec![all.clone()]);
+        let _f = fast.subscribe(vec![all]);
+        for serial in 1..=3 {
+            hub.publish(&[event(&mut rng, serial)]);
+            // The fast one reads as it goes.
+            assert_eq!(fast.recv().await.unwrap().event.serial, Some(serial));
+        }
+        assert!(slow.lagged());
+        assert_eq!(slow.recv().await.unwrap_err(), Lagged);
+        assert!(!fast.lagged());
+    }
+
+    #[test]
+    fn the_byte_bound_lags_a_connection_before_the_count_bound() {
+        let mut rng = Rng(9);
+        let first = event(&mut rng, 1);
+        let len = first.event.raw().len();
+        // Room for two events' bytes, and many more in count.
+        let hub = LiveHub::new(1000, 2 * len + len / 2);
+        let mut conn = hub.connect();
+        let _s = conn.subscribe(vec![Filter::from_value(&json!({})).unwrap()]);
+        hub.publish(&[first.clone(), first.clone()]);
+        assert!(!conn.lagged());
+        hub.publish(std::slice::from_ref(&first));
+        assert!(conn.lagged());
+        // Taking a delivery gives its bytes back.
+        assert!(conn.try_recv().is_some());
+        assert_eq!(conn.shared.queued_bytes.load(Ordering::Acquire), len);
+    }
+}
