@@ -3,10 +3,13 @@
 //! Parsing checks structure (lowercase hex of the right lengths, kind in
 //! 0..=65535, tags as arrays of strings) but not the id or signature:
 //! [`Event::verify`] does that, separately, so a trusted bulk import can skip
-//! it. The raw JSON is what the relay stores and serves back, byte for byte.
+//! it. The raw JSON is what the relay stores and serves back: byte for byte
+//! when the object has only the seven NIP-01 fields, else those seven with
+//! their exact bytes, in NIP-01 order (unsigned extra fields are dropped).
 
 use secp256k1::{XOnlyPublicKey, schnorr};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 use crate::hex32;
@@ -76,6 +79,8 @@ pub enum EventError {
     TooOld { created_at: u64, max_age_secs: u64 },
     #[error("event has expired")]
     Expired,
+    #[error("event nests deeper than {max} levels")]
+    TooDeep { max: usize },
     #[error("expiration tag is not a valid timestamp")]
     BadExpiration,
 }
@@ -115,38 +120,160 @@ pub struct Event {
     raw: Box<str>,
 }
 
+/// Deepest JSON nesting accepted anywhere in an event object (the event
+/// itself needs 3: the object, `tags`, a tag). Checked before parsing, so
+/// no parser ever walks a deeper document.
+pub const MAX_EVENT_DEPTH: usize = 8;
+
+/// The seven NIP-01 fields as their exact JSON text, and whether the
+/// object had any other field.
+#[derive(Default)]
+struct Fields<'a> {
+    id: Option<&'a RawValue>,
+    pubkey: Option<&'a RawValue>,
+    created_at: Option<&'a RawValue>,
+    kind: Option<&'a RawValue>,
+    tags: Option<&'a RawValue>,
+    content: Option<&'a RawValue>,
+    sig: Option<&'a RawValue>,
+    unknown: bool,
+}
+
 #[derive(Deserialize)]
-struct Wire<'a> {
-    #[serde(borrow)]
-    id: &'a str,
-    #[serde(borrow)]
-    pubkey: &'a str,
-    created_at: u64,
-    kind: u64,
-    tags: Vec<Vec<String>>,
-    content: String,
-    #[serde(borrow)]
-    sig: &'a str,
+#[serde(field_identifier, rename_all = "snake_case")]
+enum Field {
+    Id,
+    Pubkey,
+    CreatedAt,
+    Kind,
+    Tags,
+    Content,
+    Sig,
+    #[serde(other)]
+    Other,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Fields<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = Fields<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an event object")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut map: M,
+            ) -> Result<Fields<'a>, M::Error> {
+                let mut f = Fields::default();
+                while let Some(key) = map.next_key::<Field>()? {
+                    let (slot, name) = match key {
+                        Field::Id => (&mut f.id, "id"),
+                        Field::Pubkey => (&mut f.pubkey, "pubkey"),
+                        Field::CreatedAt => (&mut f.created_at, "created_at"),
+                        Field::Kind => (&mut f.kind, "kind"),
+                        Field::Tags => (&mut f.tags, "tags"),
+                        Field::Content => (&mut f.content, "content"),
+                        Field::Sig => (&mut f.sig, "sig"),
+                        Field::Other => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                            f.unknown = true;
+                            continue;
+                        }
+                    };
+                    if slot.is_some() {
+                        return Err(serde::de::Error::duplicate_field(name));
+                    }
+                    *slot = Some(map.next_value()?);
+                }
+                Ok(f)
+            }
+        }
+        d.deserialize_map(Visit(std::marker::PhantomData))
+    }
+}
+
+/// A field's JSON text, or the error serde gives for a missing one.
+fn field<'a>(v: Option<&'a RawValue>, name: &'static str) -> Result<&'a str, EventError> {
+    v.map(RawValue::get)
+        .ok_or_else(|| EventError::Malformed(format!("missing field `{name}`")))
+}
+
+/// A field's typed value.
+fn typed<'a, T: Deserialize<'a>>(text: &'a str) -> Result<T, EventError> {
+    serde_json::from_str(text).map_err(|e| EventError::Malformed(short_serde_error(&e)))
+}
+
+/// True when `text` nests arrays and objects deeper than `max` (strings
+/// are skipped, escapes included). Linear, no recursion.
+pub fn nests_deeper_than(text: &str, max: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in text.as_bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
 }
 
 impl Event {
-    /// Parses an event object from JSON text, keeping the text as the raw form.
-    pub fn parse(raw: &str) -> Result<Event, EventError> {
-        let wire: Wire<'_> =
-            serde_json::from_str(raw).map_err(|e| EventError::Malformed(short_serde_error(&e)))?;
-        let id = hex32::decode::<32>(wire.id).ok_or(EventError::BadIdHex)?;
-        let pubkey = hex32::decode::<32>(wire.pubkey).ok_or(EventError::BadPubkeyHex)?;
-        let sig = hex32::decode::<64>(wire.sig).ok_or(EventError::BadSigHex)?;
-        let kind = u16::try_from(wire.kind).map_err(|_| EventError::KindRange(wire.kind))?;
+    /// Parses an event object from JSON text. The raw form kept (what the
+    /// relay stores and serves) is the text itself when the object has only
+    /// the seven NIP-01 fields; otherwise those seven are rebuilt, each with
+    /// its exact bytes, in NIP-01 order, and anything else is dropped (the
+    /// signature covers only them). Nesting deeper than [`MAX_EVENT_DEPTH`]
+    /// is refused before any parsing.
+    pub fn parse(text: &str) -> Result<Event, EventError> {
+        if nests_deeper_than(text, MAX_EVENT_DEPTH) {
+            return Err(EventError::TooDeep {
+                max: MAX_EVENT_DEPTH,
+            });
+        }
+        let f: Fields<'_> = typed(text)?;
+        let (id, pubkey, created_at, kind, tags, content, sig) = (
+            field(f.id, "id")?,
+            field(f.pubkey, "pubkey")?,
+            field(f.created_at, "created_at")?,
+            field(f.kind, "kind")?,
+            field(f.tags, "tags")?,
+            field(f.content, "content")?,
+            field(f.sig, "sig")?,
+        );
+        let raw: Box<str> = if f.unknown {
+            format!(
+                r#"{{"id":{id},"pubkey":{pubkey},"created_at":{created_at},"kind":{kind},"tags":{tags},"content":{content},"sig":{sig}}}"#
+            )
+            .into()
+        } else {
+            text.into()
+        };
+        let kind: u64 = typed(kind)?;
         Ok(Event {
-            id,
-            pubkey,
-            created_at: wire.created_at,
-            kind,
-            tags: wire.tags,
-            content: wire.content,
-            sig,
-            raw: raw.into(),
+            id: hex32::decode::<32>(typed(id)?).ok_or(EventError::BadIdHex)?,
+            pubkey: hex32::decode::<32>(typed(pubkey)?).ok_or(EventError::BadPubkeyHex)?,
+            created_at: typed(created_at)?,
+            kind: u16::try_from(kind).map_err(|_| EventError::KindRange(kind))?,
+            tags: typed(tags)?,
+            content: typed(content)?,
+            sig: hex32::decode::<64>(typed(sig)?).ok_or(EventError::BadSigHex)?,
+            raw,
         })
     }
 
@@ -669,5 +796,85 @@ mod tests {
         assert!(!ev.supersedes(101, &[0xff; 32]));
         assert!(ev.supersedes(100, &[0xff; 32]));
         assert!(!ev.supersedes(100, &[0x00; 32]));
+    }
+}
+
+#[cfg(test)]
+mod unsigned_fields {
+    use super::*;
+
+    const SK: [u8; 32] = [9u8; 32];
+
+    /// `ev` as a JSON object text with `extra` spliced in before `"id"`.
+    fn with_extra(ev: &Event, extra: &str) -> String {
+        format!("{{{extra},{}", &ev.raw()[1..])
+    }
+
+    #[test]
+    fn unknown_fields_are_dropped_and_the_seven_kept_exactly_in_order() {
+        let ev = Event::sign(
+            &SK,
+            1_700_000_000,
+            1,
+            vec![vec!["t".into(), "x".into()]],
+            "hi \u{e9}",
+        );
+        let text = with_extra(
+            &ev,
+            r#""relays":["wss://a"],"junk":{"deep":[[1,2],{"x":null}]}"#,
+        );
+        let parsed = Event::parse(&text).unwrap();
+        parsed.verify().unwrap();
+        assert_eq!(parsed.content, ev.content);
+        assert!(!parsed.raw().contains("junk") && !parsed.raw().contains("relays"));
+        // The seven in NIP-01 order, each value's bytes as sent.
+        let v: serde_json::Value = serde_json::from_str(parsed.raw()).unwrap();
+        let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+        assert_eq!(keys.len(), 7);
+        assert!(
+            parsed
+                .raw()
+                .starts_with(&format!(r#"{{"id":"{}","pubkey":"#, ev.id_hex()))
+        );
+        assert!(
+            parsed
+                .raw()
+                .ends_with(&format!(r#""sig":"{}"}}"#, hex32::encode(&ev.sig)))
+        );
+        // Parsing the kept form again keeps it byte for byte.
+        assert_eq!(Event::parse(parsed.raw()).unwrap().raw(), parsed.raw());
+    }
+
+    #[test]
+    fn an_event_with_only_the_seven_is_kept_byte_for_byte() {
+        let ev = Event::sign(&SK, 1_700_000_000, 1, vec![], "x");
+        let spaced = ev.raw().replace(",\"", " ,  \"");
+        assert_eq!(Event::parse(&spaced).unwrap().raw(), spaced);
+    }
+
+    #[test]
+    fn a_duplicate_field_is_refused() {
+        let ev = Event::sign(&SK, 1_700_000_000, 1, vec![], "x");
+        let text = with_extra(&ev, r#""content":"other""#);
+        assert!(
+            matches!(Event::parse(&text), Err(EventError::Malformed(m)) if m.contains("duplicate field `content`"))
+        );
+    }
+
+    #[test]
+    fn nesting_is_refused_before_parsing_at_any_depth() {
+        let ev = Event::sign(&SK, 1_700_000_000, 1, vec![], "x");
+        let deep = format!("{}{}", "[".repeat(50_000), "]".repeat(50_000));
+        let text = with_extra(&ev, &format!(r#""junk":{deep}"#));
+        assert_eq!(
+            Event::parse(&text),
+            Err(EventError::TooDeep {
+                max: MAX_EVENT_DEPTH
+            })
+        );
+        // Brackets inside strings do not count; escapes are followed.
+        assert!(!nests_deeper_than(r#"{"a":"[[[[\"[[[[[[[[[["}"#, 1));
+        assert!(nests_deeper_than(r#"{"a":[[]]}"#, 2));
+        assert!(!nests_deeper_than(r#"{"a":[[]]}"#, 3));
     }
 }

@@ -13,6 +13,10 @@ use crate::{Event, hex32};
 pub enum FilterError {
     #[error("filter must be a JSON object")]
     NotAnObject,
+    #[error("malformed filter: {0}")]
+    Malformed(String),
+    #[error("filter nests deeper than {max} levels")]
+    TooDeep { max: usize },
     #[error("{0} must be an array")]
     NotAnArray(String),
     #[error("{field} must contain 64-character lowercase hex strings")]
@@ -69,7 +73,24 @@ impl<'a> TagValue<'a> {
     }
 }
 
+/// Deepest nesting a filter may have (the object, a list).
+pub const MAX_FILTER_DEPTH: usize = 2;
+
 impl Filter {
+    /// Parses one filter from its JSON text: deeper nesting than
+    /// [`MAX_FILTER_DEPTH`] and JSON the parser refuses (numbers out of
+    /// range among them) are reported as such, not as "not an object".
+    pub fn parse(text: &str) -> Result<Filter, FilterError> {
+        if crate::event::nests_deeper_than(text, MAX_FILTER_DEPTH) {
+            return Err(FilterError::TooDeep {
+                max: MAX_FILTER_DEPTH,
+            });
+        }
+        let v: Value = serde_json::from_str(text)
+            .map_err(|e| FilterError::Malformed(crate::event::short_serde_error(&e)))?;
+        Filter::from_value(&v)
+    }
+
     /// Parses one filter object.
     pub fn from_value(v: &Value) -> Result<Filter, FilterError> {
         let obj = v.as_object().ok_or(FilterError::NotAnObject)?;

@@ -65,6 +65,9 @@ pub enum MessageError {
 impl ClientMessage {
     /// Parses one WebSocket text message.
     pub fn parse(text: &str) -> Result<ClientMessage, MessageError> {
+        // Splitting into raw parts walks nesting iteratively (linear, no
+        // stack); each part's own parser bounds its depth (`Event::parse`,
+        // `Filter::parse`).
         let parts: Vec<&RawValue> = serde_json::from_str(text)
             .map_err(|e| MessageError::Malformed(short_serde_error(&e)))?;
         let Some(first) = parts.first() else {
@@ -91,11 +94,7 @@ impl ClientMessage {
                 let sub_id = sub_id(parts.get(1))?;
                 let filters = parts[2..]
                     .iter()
-                    .map(|raw| {
-                        let v: serde_json::Value = serde_json::from_str(raw.get())
-                            .map_err(|_| FilterError::NotAnObject)?;
-                        Filter::from_value(&v)
-                    })
+                    .map(|raw| Filter::parse(raw.get()))
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|error| MessageError::BadFilter {
                         sub_id: sub_id.clone(),

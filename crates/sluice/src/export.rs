@@ -1,6 +1,6 @@
 //! `sluice export`: every stored, unexpired event as JSONL on standard
 //! output, oldest first (created_at, then arrival order), each line the
-//! exact bytes the event was received as. Importing the output into an
+//! exact bytes the event was stored as. Importing the output into an
 //! empty store reproduces the store, and exporting that gives the same
 //! bytes again.
 //!

@@ -6,7 +6,8 @@
 //! [`check_signature`] does, so the caller can skip it for events the
 //! store already holds.
 //!
-//! Invariant: the event keeps the exact bytes of its object in the line, so
+//! Invariant: the event keeps the exact bytes of its object in the line
+//! (fields other than NIP-01's seven are dropped, as the relay does), so
 //! the store holds what the dump held.
 
 use serde_json::value::RawValue;
@@ -206,7 +207,8 @@ fn reason_of(e: &EventError) -> Reason {
         | EventError::BadIdHex
         | EventError::BadPubkeyHex
         | EventError::BadSigHex
-        | EventError::KindRange(_) => Reason::MalformedEvent,
+        | EventError::KindRange(_)
+        | EventError::TooDeep { .. } => Reason::MalformedEvent,
         EventError::IdMismatch => Reason::BadId,
         EventError::BadSignature => Reason::BadSignature,
         EventError::TooManyTags { .. } => Reason::TooManyTags,
