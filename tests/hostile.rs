@@ -84,3 +84,81 @@ async fn a_filter_the_parser_refuses_is_named_for_what_it_is() {
     assert!(!text.contains("must be a JSON object"), "{m}");
     assert!(text.contains("number out of range"), "{m}");
 }
+
+/// A TCP connection from `source` that sends half a request head and
+/// then nothing.
+async fn half_request(addr: &str, source: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    let mut s = socket.connect(addr.parse().unwrap()).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: relay\r\nUpgrade: websocket\r\n")
+        .await
+        .unwrap();
+    s
+}
+
+/// Waits until the relay closes `s` (EOF or reset); panics if it stays
+/// open past the answer timeout.
+async fn closed_by_relay(s: &mut tokio::net::TcpStream) {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 1024];
+    loop {
+        match tokio::time::timeout(ANSWER_TIMEOUT, s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return,
+            Ok(Ok(_)) => continue,
+            Err(_) => panic!("the relay kept a stalled connection open"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn stalled_handshakes_are_capped_per_address_and_timed_out() {
+    let relay = Relay::start_with(&[
+        ("SLUICE_SERVER__HANDSHAKE_TIMEOUT_MS", "1000"),
+        ("SLUICE_SERVER__MAX_HTTP_CONNECTIONS_PER_IP", "4"),
+    ]);
+    let mut stalled = Vec::new();
+    for _ in 0..12 {
+        stalled.push(half_request(&relay.addr, "127.0.0.3").await);
+    }
+    // Another address is served meanwhile: a WebSocket client publishes.
+    let mut c = Client::connect_from(&relay.url(), "127.0.0.4").await;
+    assert!(c.publish(&ev(1, now(), 1, &[], "served")).await.0);
+    // Every stalled socket is closed: 8 at accept (over the address's
+    // cap), the other 4 when their request head runs out of time.
+    for s in &mut stalled {
+        closed_by_relay(s).await;
+    }
+    let refused = relay
+        .metric(
+            "sluice_connections_refused_total",
+            &["reason=\"max_http_connections_per_ip\""],
+        )
+        .await;
+    assert_eq!(refused, 8.0);
+    let timed_out = relay
+        .metric(
+            "sluice_http_connections_closed_total",
+            &["reason=\"handshake_timeout\""],
+        )
+        .await;
+    assert_eq!(timed_out, 4.0);
+    // The WebSocket client is still connected.
+    assert!(c.publish(&ev(1, now(), 1, &[], "still served")).await.0);
+}
+
+#[tokio::test]
+async fn shutdown_is_not_held_up_by_a_stalled_client() {
+    // A head timeout longer than the test waits for the exit (20 s): the
+    // exit must come from the shutdown's own bound (shutdown_grace_ms).
+    let mut relay = Relay::start_with(&[
+        ("SLUICE_SERVER__HANDSHAKE_TIMEOUT_MS", "60000"),
+        ("SLUICE_SERVER__SHUTDOWN_GRACE_MS", "1000"),
+    ]);
+    let _stalled = half_request(&relay.addr, "127.0.0.5").await;
+    let mut c = relay.client().await;
+    assert!(c.publish(&ev(1, now(), 1, &[], "x")).await.0);
+    let status = relay.stop();
+    assert!(status.success(), "{status:?}");
+}

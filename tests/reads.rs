@@ -308,6 +308,8 @@ const PER_CLIENT_GAUGES: &[(&str, Idle)] = &[
     ("sluice_writer_queue_events", Idle::Is(0.0)),
     // One per connection, plus listeners and the store.
     ("sluice_process_open_fds", Idle::AtMostBefore),
+    // The scrape itself is one.
+    ("sluice_http_connections_open", Idle::AtMostBefore),
 ];
 
 /// The doc's other gauges, and why they have no idle value to return to.

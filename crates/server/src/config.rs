@@ -28,6 +28,16 @@ pub struct ServerConfig {
     pub max_write_buffer_bytes: usize,
     /// How long shutdown waits for sessions to answer pending EVENTs.
     pub shutdown_grace_ms: u64,
+    /// A connection must send its whole HTTP request head within this
+    /// long (and again for each request on a kept-alive connection), or it
+    /// is closed.
+    pub handshake_timeout_ms: u64,
+    /// TCP connections that are not (yet) WebSocket sessions: plain HTTP
+    /// and handshakes in progress. More are closed at accept.
+    pub max_http_connections: usize,
+    /// The same, per client address (IPv6: per /64); a trusted proxy's
+    /// address is not limited.
+    pub max_http_connections_per_ip: usize,
 }
 
 impl Default for ServerConfig {
@@ -42,6 +52,9 @@ impl Default for ServerConfig {
             write_buffer_bytes: 0,
             max_write_buffer_bytes: 4 << 20,
             shutdown_grace_ms: 5_000,
+            handshake_timeout_ms: 10_000,
+            max_http_connections: 1024,
+            max_http_connections_per_ip: 16,
         }
     }
 }
@@ -133,6 +146,11 @@ impl ServerConfig {
                 self.max_buffered_live_events,
             ),
             ("server.max_write_buffer_bytes", self.max_write_buffer_bytes),
+            ("server.max_http_connections", self.max_http_connections),
+            (
+                "server.max_http_connections_per_ip",
+                self.max_http_connections_per_ip,
+            ),
         ] {
             if v == 0 {
                 return Err(format!("{key} must be at least 1"));
@@ -143,6 +161,9 @@ impl ServerConfig {
         }
         if self.send_timeout_ms == 0 {
             return Err("server.send_timeout_ms must be at least 1".into());
+        }
+        if self.handshake_timeout_ms == 0 {
+            return Err("server.handshake_timeout_ms must be at least 1".into());
         }
         Ok(())
     }

@@ -4,6 +4,7 @@
 //! Architecture invariant: this is the only crate that names axum. It holds
 //! no store handle of its own: everything goes through the engine.
 
+mod accept;
 pub mod address;
 pub mod config;
 pub mod metrics_names;
@@ -20,7 +21,6 @@ use axum::extract::{ConnectInfo, State, WebSocketUpgrade};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::serve::ListenerExt;
 use sluice_engine::Engine;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -47,6 +47,8 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     sessions: TaskTracker,
     connections: Arc<Semaphore>,
+    /// TCP connections not (yet) sessions, counted from accept.
+    http_slots: Arc<accept::HttpSlots>,
 }
 
 impl AppState {
@@ -62,6 +64,10 @@ impl AppState {
             nip11: nip11::document(info, &limits),
             event_limits: limits.event_limits(),
             connections: Arc::new(Semaphore::new(server.max_connections)),
+            http_slots: accept::HttpSlots::new(
+                server.max_http_connections,
+                server.max_http_connections_per_ip,
+            ),
             engine,
             server,
             limits,
@@ -84,19 +90,11 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 /// Serves on an already bound listener until `state.shutdown` is
-/// cancelled, then waits (up to `shutdown_grace_ms`) for sessions to answer
-/// their pending EVENTs and close.
+/// cancelled (see `accept` for how each TCP connection is bounded), then
+/// waits (up to `shutdown_grace_ms`) for sessions to answer their pending
+/// EVENTs and close.
 pub async fn serve(listener: tokio::net::TcpListener, state: Arc<AppState>) -> std::io::Result<()> {
-    // Nagle's algorithm adds ~40 ms to small request/response exchanges.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "could not set TCP_NODELAY");
-        }
-    });
-    let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(state.shutdown.clone().cancelled_owned())
-        .await?;
+    accept::run(listener, router(state.clone()), state.clone()).await;
     state.sessions.close();
     let grace = Duration::from_millis(state.server.shutdown_grace_ms);
     if tokio::time::timeout(grace, state.sessions.wait())

@@ -15,3 +15,7 @@ pub const SUBSCRIPTIONS_OPEN: &str = "sluice_subscriptions_open";
 pub const LIVE_DELIVERIES_TOTAL: &str = "sluice_live_deliveries_total";
 pub const SLOW_CONSUMER_DISCONNECTS_TOTAL: &str = "sluice_slow_consumer_disconnects_total";
 pub const EVENTS_REFUSED_IN_FLIGHT_TOTAL: &str = "sluice_events_refused_in_flight_total";
+/// TCP connections that are not WebSocket sessions (plain HTTP, handshakes).
+pub const HTTP_CONNECTIONS_OPEN: &str = "sluice_http_connections_open";
+pub const HTTP_CONNECTIONS_CLOSED_TOTAL: &str = "sluice_http_connections_closed_total";
+pub const ACCEPT_ERRORS_TOTAL: &str = "sluice_accept_errors_total";
