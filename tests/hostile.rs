@@ -162,3 +162,100 @@ async fn shutdown_is_not_held_up_by_a_stalled_client() {
     let status = relay.stop();
     assert!(status.success(), "{status:?}");
 }
+
+#[tokio::test]
+async fn a_clients_close_is_answered_with_a_close() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    let relay = Relay::start();
+    let (mut ws, _) = tokio_tungstenite::connect_async(relay.url()).await.unwrap();
+    ws.send(Message::Close(Some(CloseFrame {
+        code: CloseCode::Normal,
+        reason: "bye".into(),
+    })))
+    .await
+    .unwrap();
+    let answer = tokio::time::timeout(ANSWER_TIMEOUT, ws.next())
+        .await
+        .expect("an answer in time");
+    match answer {
+        Some(Ok(Message::Close(Some(frame)))) => assert_eq!(frame.code, CloseCode::Normal),
+        other => panic!("expected the Close echoed, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn at_shutdown_every_stored_event_was_acknowledged_and_the_close_is_clean() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    let mut relay = Relay::start_with(&[
+        ("SLUICE_SERVER__MAX_PENDING_WRITES", "1000"),
+        ("SLUICE_THROTTLE__MODE", "off"),
+    ]);
+    let (ws, _) = tokio_tungstenite::connect_async(relay.url()).await.unwrap();
+    let (mut tx, mut rx) = ws.split();
+    let t = now();
+    let events: Vec<_> = (0..3000u64)
+        .map(|i| ev(7, t - 3000 + i, 1, &[], &format!("s{i}")))
+        .collect();
+    // The client keeps publishing through the shutdown: the relay always
+    // has unread frames from it when it closes.
+    let texts: Vec<String> = events
+        .iter()
+        .map(|e| format!(r#"["EVENT",{}]"#, e.raw()))
+        .collect();
+    let publisher = tokio::spawn(async move {
+        for text in texts {
+            if tx.send(Message::Text(text.into())).await.is_err() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        tx
+    });
+    let mut acked = std::collections::HashSet::new();
+    let mut signalled = false;
+    let close = loop {
+        match tokio::time::timeout(ANSWER_TIMEOUT, rx.next())
+            .await
+            .expect("in time")
+        {
+            Some(Ok(Message::Text(t))) => {
+                let m: serde_json::Value = serde_json::from_str(&t).unwrap();
+                if m[0] == "OK" && m[2] == true {
+                    acked.insert(m[1].as_str().unwrap().to_string());
+                }
+                // Shut down once some EVENTs are through, others in flight.
+                if !signalled && acked.len() >= 100 {
+                    relay.signal("TERM");
+                    signalled = true;
+                }
+            }
+            Some(Ok(Message::Close(frame))) => break frame,
+            Some(Ok(_)) => {}
+            other => panic!("the connection ended without a Close: {other:?}"),
+        }
+    };
+    assert_eq!(close.map(|f| f.code), Some(CloseCode::Away));
+    let tx = publisher.await.unwrap();
+    drop((tx, rx));
+    let status = relay.wait_stopped();
+    assert!(status.success(), "{status:?}");
+    // Every event the store holds got its OK true.
+    let again = Relay::start_in(&relay.dir, &[]);
+    let mut c = again.client().await;
+    let stored: std::collections::HashSet<String> = c
+        .req_ids("all", &[json!({"authors": [pubkey_hex(7)], "limit": 5000})])
+        .await
+        .into_iter()
+        .collect();
+    let unacked: Vec<_> = stored.difference(&acked).collect();
+    assert!(unacked.is_empty(), "{} stored without an OK", unacked.len());
+    assert!(
+        acked.is_subset(&stored),
+        "an OK true for an event not stored"
+    );
+}

@@ -128,6 +128,12 @@ impl Relay {
         wait_exit(&mut child)
     }
 
+    /// Waits for the process to exit (after a signal sent earlier).
+    pub fn wait_stopped(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("relay running");
+        wait_exit(&mut child)
+    }
+
     pub fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::ws::{Message, WebSocket, close_code};
-use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::stream::{FuturesUnordered, SplitStream, StreamExt};
 use sluice_engine::throttle::{ConnAdmission, ConnReadBudget, ConnectionGuard};
 use sluice_engine::{LiveConn, ReadSink};
 use sluice_proto::message::sniff_id;
@@ -89,7 +89,7 @@ pub(crate) async fn run(
         let step = tokio::select! {
             biased;
             // Bounded by shutdown_grace_ms; an EVENT the writer has not answered by then gets no OK.
-            () = st.shutdown.cancelled() => break s.finish_for_shutdown(&mut out).await,
+            () = st.shutdown.cancelled() => break s.finish_for_shutdown(&mut out, &mut stream).await,
             // At most max_pending_writes: past it this connection's EVENTs are refused with
             // rate-limited (the publisher loses); the writer's queue is engine.writer_queue_events.
             Some(done) = s.writes.next(), if !s.writes.is_empty() => s.on_write_done(&mut out, done).await,
@@ -165,7 +165,13 @@ impl Session {
         match frame {
             Some(Ok(Message::Text(t))) => self.on_text(out, t.as_str()).await,
             Some(Ok(Message::Binary(_))) => out.send(Refusal::Binary.notice()).await,
-            Some(Ok(Message::Close(_))) | None => Err("client_closed"),
+            Some(Ok(Message::Close(_))) => {
+                // The WebSocket layer has queued the echo of the client's
+                // Close; send it before the socket goes.
+                let _ = out.flush().await;
+                Err("client_closed")
+            }
+            None => Err("client_closed"),
             Some(Ok(_)) => Ok(()),
             Some(Err(e)) => {
                 let text = e.to_string();
@@ -234,10 +240,18 @@ impl Session {
 
     /// On shutdown: refuse the EVENT held by a write delay (it never reached
     /// the writer), answer the EVENTs already handed to the writer (it
-    /// commits them before it stops), then close with 1001 Going Away.
-    async fn finish_for_shutdown(&mut self, out: &mut Out) -> CloseReason {
-        let grace = Duration::from_millis(self.st.server.shutdown_grace_ms);
-        let _ = tokio::time::timeout(grace, async {
+    /// commits them before it stops), close with 1001 Going Away, then read
+    /// (and drop) what the client still sends until its Close, so the
+    /// socket is not reset with those answers unread. All within
+    /// `shutdown_grace_ms`.
+    async fn finish_for_shutdown(
+        &mut self,
+        out: &mut Out,
+        stream: &mut SplitStream<WebSocket>,
+    ) -> CloseReason {
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_millis(self.st.server.shutdown_grace_ms);
+        let _ = tokio::time::timeout_at(deadline, async {
             if let Some(held) = self.held.take() {
                 out.send(Refusal::ShuttingDown.ok(&held.id_hex())).await?;
             }
@@ -248,6 +262,14 @@ impl Session {
         })
         .await;
         out.close(close_code::AWAY, "relay is shutting down").await;
+        let _ = tokio::time::timeout_at(deadline, async {
+            while let Some(Ok(msg)) = stream.next().await {
+                if matches!(msg, Message::Close(_)) {
+                    break;
+                }
+            }
+        })
+        .await;
         "shutdown"
     }
 }
