@@ -259,3 +259,51 @@ async fn at_shutdown_every_stored_event_was_acknowledged_and_the_close_is_clean(
         "an OK true for an event not stored"
     );
 }
+
+#[tokio::test]
+async fn a_stalled_subscriber_is_dropped_by_bytes_not_after_thousands_of_big_events() {
+    // A queue of 4,096 events but only 1 MB: big events fill the bytes
+    // first. The send timeout is long, so the drop comes from the queue.
+    let relay = Relay::start_with(&[
+        ("SLUICE_ENGINE__LIVE_BUFFER_BYTES", "1000000"),
+        ("SLUICE_SERVER__SEND_TIMEOUT_MS", "600000"),
+        ("SLUICE_SERVER__MAX_PENDING_WRITES", "1000"),
+        ("SLUICE_THROTTLE__MODE", "off"),
+    ]);
+    // Subscribes, then never reads again.
+    let mut stalled = relay.client().await;
+    stalled
+        .req("all", &[json!({"authors": [pubkey_hex(8)]})])
+        .await;
+    let mut publisher = relay.client().await;
+    let big = "b".repeat(60_000);
+    let t = now();
+    // 500 events of 60 KB: 30 MB, more than the socket buffers on both
+    // sides and the write buffer can hold, so the live queue fills.
+    for chunk in (0..500u64).collect::<Vec<_>>().chunks(50) {
+        let events: Vec<_> = chunk
+            .iter()
+            .map(|i| ev(8, t - 500 + i, 1, &[], &format!("{i}{big}")))
+            .collect();
+        for e in &events {
+            publisher.send_event(e).await;
+        }
+        // OKs in whatever order they come.
+        let mut waiting: std::collections::HashSet<String> =
+            events.iter().map(|e| e.id_hex()).collect();
+        while !waiting.is_empty() {
+            let m = publisher.expect("OK").await;
+            assert_eq!(m[2], true, "{m}");
+            waiting.remove(m[1].as_str().unwrap());
+        }
+    }
+    // The stalled one was dropped for its queue's bytes, nobody else.
+    for _ in 0..200 {
+        if relay.metric("sluice_live_queue_full_total", &[]).await >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(relay.metric("sluice_live_queue_full_total", &[]).await, 1.0);
+    assert!(publisher.publish(&ev(8, t, 1, &[], "after")).await.0);
+}
