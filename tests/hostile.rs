@@ -307,3 +307,62 @@ async fn a_stalled_subscriber_is_dropped_by_bytes_not_after_thousands_of_big_eve
     assert_eq!(relay.metric("sluice_live_queue_full_total", &[]).await, 1.0);
     assert!(publisher.publish(&ev(8, t, 1, &[], "after")).await.0);
 }
+
+#[tokio::test]
+async fn operator_endpoints_answer_only_direct_connections_from_allowed_addresses() {
+    let relay = Relay::start_with(&[("SLUICE_METRICS__ALLOW_FROM", r#"["127.0.0.1/32"]"#)]);
+    // Direct, from an allowed address.
+    let (status, _, body) = http_get(&relay.addr, "/metrics", None).await;
+    assert_eq!(status, 200);
+    assert!(body.contains("sluice_build_info"));
+    // Another address, or through a proxy: 403, for both endpoints.
+    for path in ["/metrics", "/api/throttle"] {
+        let (status, _, body) = http_get_with(&relay.addr, path, "127.0.0.6", &[]).await;
+        assert_eq!(status, 403, "{path}: {body}");
+        let (status, _, _) = http_get_with(
+            &relay.addr,
+            path,
+            "127.0.0.1",
+            &[("X-Forwarded-For", "203.0.113.9")],
+        )
+        .await;
+        assert_eq!(status, 403, "{path} through a proxy");
+    }
+    assert_eq!(
+        relay
+            .metric("sluice_operator_requests_refused_total", &[])
+            .await,
+        4.0
+    );
+    // The relay's public endpoints are unaffected.
+    let (status, _, _) = http_get_with(&relay.addr, "/healthz", "127.0.0.6", &[]).await;
+    assert_eq!(status, 200);
+}
+
+/// GET from a chosen source address with extra headers; (status, headers, body).
+async fn http_get_with(
+    addr: &str,
+    path: &str,
+    source: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    let mut s = socket.connect(addr.parse().unwrap()).await.unwrap();
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{extra}Connection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    tokio::time::timeout(ANSWER_TIMEOUT, s.read_to_end(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let status = text[9..12].parse().unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (status, head.to_string(), body.to_string())
+}

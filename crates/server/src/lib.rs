@@ -43,6 +43,8 @@ pub struct AppState {
     nip11: String,
     /// `None` when /metrics is not served on the relay port.
     render_metrics: Option<MetricsRenderer>,
+    /// Who may read the operator endpoints on the relay port.
+    operators: address::TrustedProxies,
     /// Cancelled when the relay starts shutting down.
     pub shutdown: CancellationToken,
     sessions: TaskTracker,
@@ -58,6 +60,7 @@ impl AppState {
         limits: LimitsConfig,
         info: &RelayInfoConfig,
         render_metrics: Option<MetricsRenderer>,
+        operators: address::TrustedProxies,
         shutdown: CancellationToken,
     ) -> Arc<AppState> {
         Arc::new(AppState {
@@ -72,6 +75,7 @@ impl AppState {
             server,
             limits,
             render_metrics,
+            operators,
             shutdown,
             sessions: TaskTracker::new(),
         })
@@ -197,11 +201,36 @@ fn add_cors(h: &mut HeaderMap) {
     );
 }
 
-async fn metrics(State(st): State<Arc<AppState>>) -> Response {
+async fn metrics(
+    State(st): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
     match &st.render_metrics {
-        Some(render) => metrics_response(render),
+        Some(render) => match operator_refusal(&st, peer, &headers) {
+            None => metrics_response(render),
+            Some(refused) => refused,
+        },
         None => StatusCode::NOT_FOUND.into_response(),
     }
+}
+
+/// The operator endpoints on the relay port answer only a direct connection
+/// (no proxy headers: a proxy on the same host would otherwise expose them)
+/// from an address in `metrics.allow_from`; others get this 403.
+fn operator_refusal(st: &AppState, peer: SocketAddr, headers: &HeaderMap) -> Option<Response> {
+    let proxied = ["x-forwarded-for", "x-real-ip", "forwarded"]
+        .iter()
+        .any(|h| headers.contains_key(*h));
+    if !proxied && st.operators.contains(peer.ip()) {
+        return None;
+    }
+    metrics::counter!(m::OPERATOR_REQUESTS_REFUSED_TOTAL).increment(1);
+    Some((
+        StatusCode::FORBIDDEN,
+        "forbidden: operator endpoint (see metrics.allow_from)\n",
+    )
+        .into_response())
 }
 
 fn metrics_response(render: &MetricsRenderer) -> Response {
@@ -233,7 +262,14 @@ pub async fn serve_metrics_only(
 
 /// The controller's state as JSON, for humans and scripts: the same
 /// numbers /metrics exports, in one document.
-async fn throttle_status(State(st): State<Arc<AppState>>) -> Response {
+async fn throttle_status(
+    State(st): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refused) = operator_refusal(&st, peer, &headers) {
+        return refused;
+    }
     let t = st.engine.throttle();
     let buckets: serde_json::Map<String, serde_json::Value> = t
         .bucket_stats()

@@ -19,3 +19,5 @@ pub const EVENTS_REFUSED_IN_FLIGHT_TOTAL: &str = "sluice_events_refused_in_fligh
 pub const HTTP_CONNECTIONS_OPEN: &str = "sluice_http_connections_open";
 pub const HTTP_CONNECTIONS_CLOSED_TOTAL: &str = "sluice_http_connections_closed_total";
 pub const ACCEPT_ERRORS_TOTAL: &str = "sluice_accept_errors_total";
+/// Requests to /metrics or /api/throttle on the relay port refused (403).
+pub const OPERATOR_REQUESTS_REFUSED_TOTAL: &str = "sluice_operator_requests_refused_total";

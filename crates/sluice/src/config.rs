@@ -59,6 +59,9 @@ impl Default for StoreConfig {
 pub struct MetricsConfig {
     /// Serve /metrics on the relay's own port.
     pub on_relay_port: bool,
+    /// On the relay's port, /metrics and /api/throttle answer only direct
+    /// connections (no proxy headers) from these addresses or CIDRs.
+    pub allow_from: Vec<String>,
     /// Also serve /metrics on this separate address (empty: no).
     pub listen: String,
 }
@@ -67,6 +70,7 @@ impl Default for MetricsConfig {
     fn default() -> Self {
         MetricsConfig {
             on_relay_port: true,
+            allow_from: vec!["127.0.0.0/8".into(), "::1/128".into()],
             listen: String::new(),
         }
     }
@@ -165,6 +169,8 @@ impl MetricsConfig {
                 self.listen
             ));
         }
+        sluice_server::address::TrustedProxies::parse(&self.allow_from)
+            .map_err(|e| format!("metrics.allow_from: {e}"))?;
         Ok(())
     }
 }

@@ -88,6 +88,8 @@ async fn serve(
         cfg.limits.clone(),
         &cfg.relay,
         cfg.metrics.on_relay_port.then(|| render.clone()),
+        // Validated at load.
+        sluice_server::address::TrustedProxies::parse(&cfg.metrics.allow_from).unwrap_or_default(),
         shutdown.clone(),
     );
     tokio::spawn(reload_on_sighup(config_file, engine.clone()));
