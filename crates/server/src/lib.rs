@@ -226,11 +226,13 @@ fn operator_refusal(st: &AppState, peer: SocketAddr, headers: &HeaderMap) -> Opt
         return None;
     }
     metrics::counter!(m::OPERATOR_REQUESTS_REFUSED_TOTAL).increment(1);
-    Some((
-        StatusCode::FORBIDDEN,
-        "forbidden: operator endpoint (see metrics.allow_from)\n",
+    Some(
+        (
+            StatusCode::FORBIDDEN,
+            "forbidden: operator endpoint (see metrics.allow_from)\n",
+        )
+            .into_response(),
     )
-        .into_response())
 }
 
 fn metrics_response(render: &MetricsRenderer) -> Response {
