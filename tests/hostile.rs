@@ -366,3 +366,31 @@ async fn http_get_with(
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     (status, head.to_string(), body.to_string())
 }
+
+#[tokio::test]
+async fn a_connection_with_nothing_open_is_closed_when_idle_and_others_are_not() {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let relay = Relay::start_with(&[("SLUICE_SERVER__IDLE_TIMEOUT_MS", "300")]);
+    let mut subscribed = relay.client().await;
+    subscribed.req("s", &[json!({"kinds": [1]})]).await;
+    let (mut idle, _) = tokio_tungstenite::connect_async(relay.url()).await.unwrap();
+    match tokio::time::timeout(ANSWER_TIMEOUT, idle.next())
+        .await
+        .expect("closed in time")
+    {
+        Some(Ok(Message::Close(Some(frame)))) => assert_eq!(frame.reason.as_str(), "idle"),
+        other => panic!("expected a Close for idleness, got {other:?}"),
+    }
+    // The one holding a subscription is still served, and receives live events.
+    let mut p = relay.client().await;
+    assert!(p.publish(&ev(1, now(), 1, &[], "live")).await.0);
+    assert_eq!(subscribed.expect("EVENT").await[1], "s");
+    // (The publisher may be closed for idleness too by now.)
+    assert!(
+        relay
+            .metric("sluice_connections_closed_total", &["reason=\"idle\""])
+            .await
+            >= 1.0
+    );
+}

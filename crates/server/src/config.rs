@@ -38,6 +38,10 @@ pub struct ServerConfig {
     /// The same, per client address (IPv6: per /64); a trusted proxy's
     /// address is not limited.
     pub max_http_connections_per_ip: usize,
+    /// A WebSocket connection with no subscription, no running query and
+    /// no EVENT awaiting its OK, that sends nothing for this long, is
+    /// closed; 0 never closes one.
+    pub idle_timeout_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -55,6 +59,7 @@ impl Default for ServerConfig {
             handshake_timeout_ms: 10_000,
             max_http_connections: 1024,
             max_http_connections_per_ip: 16,
+            idle_timeout_ms: 300_000,
         }
     }
 }

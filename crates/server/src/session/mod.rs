@@ -85,6 +85,10 @@ pub(crate) async fn run(
     let (sink, mut stream) = socket.split();
     let mut out = Out::new(sink, Duration::from_millis(st.server.send_timeout_ms));
     let mut s = Session::new(st.clone(), ip);
+    let idle_after =
+        (st.server.idle_timeout_ms > 0).then(|| Duration::from_millis(st.server.idle_timeout_ms));
+    let idle = tokio::time::sleep(idle_after.unwrap_or(Duration::MAX / 4));
+    let mut idle = std::pin::pin!(idle);
     let reason: CloseReason = loop {
         let step = tokio::select! {
             biased;
@@ -106,7 +110,18 @@ pub(crate) async fn run(
             () = event::held_until(&mut s.held), if s.held.is_some() => s.resume_held(&mut out).await,
             // One message at a time, at most limits.max_message_bytes; a client that sends faster
             // than it is answered is held back by its own socket buffers.
-            msg = stream.next(), if s.held.is_none() => s.on_frame(&mut out, msg).await,
+            msg = stream.next(), if s.held.is_none() => {
+                if let Some(after) = idle_after {
+                    idle.as_mut().reset(tokio::time::Instant::now() + after);
+                }
+                s.on_frame(&mut out, msg).await
+            }
+            // Nothing open and nothing sent for server.idle_timeout_ms: the connection only
+            // holds a socket and a connection slot.
+            () = idle.as_mut(), if idle_after.is_some() && s.is_idle() => {
+                out.close(close_code::NORMAL, "idle").await;
+                break "idle";
+            }
         };
         if let Err(reason) = step {
             break reason;
@@ -154,6 +169,12 @@ impl Session {
             live: st.engine.live_connect(),
             st,
         }
+    }
+
+    /// Nothing this connection asked for is open: no subscription, no
+    /// COUNT, no EVENT held or awaiting its OK.
+    fn is_idle(&self) -> bool {
+        self.subs.open_len() == 0 && self.writes.is_empty() && self.held.is_none()
     }
 
     /// One WebSocket frame from the client (`None`: the stream ended).
