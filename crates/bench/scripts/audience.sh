@@ -14,7 +14,9 @@
 # per idle connection, default 10), SLUICE_MODE (Sluice's throttle.mode,
 # default off), STRFRY_CONF (a strfry.conf to start from; db, port, bind and
 # nofiles are set on the command line; default: a minimal one written here),
-# ONLY (sluice|strfry), EXTRA (more `audience` flags).
+# ONLY (sluice|strfry), EXTRA (more `audience` flags), TABLE_ONLY=1 (no runs:
+# only the table of the reports already in $OUT). The table reads every
+# NAME-nN-rR.json report in $OUT, including those of earlier runs.
 #
 # Each relay starts with its open-file limit raised to the hard limit
 # (`ulimit -Hn`); the bench raises its own. Sluice is allowed the connections
@@ -107,9 +109,14 @@ wanted() { [ -z "${ONLY:-}" ] || [ "$ONLY" = "$1" ]; }
 RELAYS=()
 if wanted sluice; then RELAYS+=("sluice 7821"); fi
 if wanted strfry; then
-  if [ -n "$STRFRY" ]; then RELAYS+=("strfry 7823"); else echo "== skipping strfry: set STRFRY to its binary"; fi
+  if [ -n "$STRFRY" ]; then
+    RELAYS+=("strfry 7823")
+  elif [ -z "${TABLE_ONLY:-}" ]; then
+    echo "== skipping strfry: set STRFRY to its binary"
+  fi
 fi
 
+[ -n "${TABLE_ONLY:-}" ] && REPEAT=0
 for r in $(seq "$REPEAT"); do
   for relay in "${RELAYS[@]}"; do
     read -r name port <<<"$relay"
@@ -132,7 +139,7 @@ table() {
       offered: .watcher.publish.offered,
       eose: .idle.eose,
       closed: .idle.closed,
-      prefixes: (.idle.closed_prefixes | to_entries | map("\(.key) \(.value)") | join(", ")),
+      prefixes: (.idle.closed_prefixes | keys),
       unanswered: .idle.unanswered,
       dropped: .idle.dropped,
       rss: ((.relay_rss_bytes_end // 0) / 1048576)
@@ -141,17 +148,18 @@ table() {
         (map(select(.n == 0)) | map(.cpu) | median) as $base
         | group_by(.n)[] | {
             relay: .[0].relay, n: .[0].n, runs: length,
-            cpu: (map(.cpu) | median), p50: (map(.p50) | median), p99: (map(.p99) | median),
+            cpu: (map(.cpu) | median), cpu_min: (map(.cpu) | min), cpu_max: (map(.cpu) | max),
+            p50: (map(.p50) | median), p99: (map(.p99) | median),
             accepted: (map(.accepted) | median), offered: (map(.offered) | median),
             eose: (map(.eose) | median), closed: (map(.closed) | median),
-            prefixes: (map(.prefixes) | unique | map(select(. != "")) | join("; ")),
+            prefixes: (map(.prefixes) | add | unique | join(", ")),
             unanswered: (map(.unanswered) | median), dropped: (map(.dropped) | median),
             rss: (map(.rss) | median), base: $base
           })
     | flatten
-    | ("| relay | N idle | CPU ms/event | x N=0 | delivery p50 ms | p99 ms | accepted/offered | idle REQs EOSE / CLOSED (unanswered) | idle dropped | RSS MiB | runs |",
+    | ("| relay | N idle | CPU ms/event (min-max) | x N=0 | delivery p50 ms | p99 ms | accepted/offered | idle REQs EOSE / CLOSED / unanswered | idle dropped | RSS MiB | runs |",
        "|---|---|---|---|---|---|---|---|---|---|---|"),
-      (.[] | "| \(.relay) | \(.n) | \(.cpu | f(3)) | \(if .base and .base > 0 and .cpu then (.cpu / .base | f(2)) else "n/a" end) | \(.p50 | f(1)) | \(.p99 | f(1)) | \(.accepted)/\(.offered) | \(.eose) / \(.closed)\(if .prefixes != "" then " (\(.prefixes))" else "" end) (\(.unanswered)) | \(.dropped) | \(.rss | f(1)) | \(.runs) |")
+      (.[] | "| \(.relay) | \(.n) | \(.cpu | f(3)) (\(.cpu_min | f(2))-\(.cpu_max | f(2))) | \(if .base and .base > 0 and .cpu then (.cpu / .base | f(2)) else "n/a" end) | \(.p50 | f(1)) | \(.p99 | f(1)) | \(.accepted)/\(.offered) | \(.eose) / \(.closed)\(if .prefixes != "" then " `\(.prefixes)`" else "" end) / \(.unanswered) | \(.dropped) | \(.rss | f(1)) | \(.runs) |")
   ' "$@"
 }
 shopt -s nullglob
