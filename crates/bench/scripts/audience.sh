@@ -20,8 +20,10 @@
 #
 # Each relay starts with its open-file limit raised to the hard limit
 # (`ulimit -Hn`); the bench raises its own. Sluice is allowed the connections
-# (server.max_connections, throttle.clients.max_connections_per_ip); strfry
-# gets relay.nofiles = 0 (it keeps the limit it was started with).
+# and subscriptions (server.max_connections, throttle.clients.
+# max_connections_per_ip, limits.max_subscriptions: its default 20 unless REQS
+# is more); strfry gets relay.nofiles = 0 (it keeps the limit it was started
+# with) and keeps its maxSubsPerConnection (200).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 SLUICE=${SLUICE:-$ROOT/target/release/sluice}
@@ -60,6 +62,7 @@ start_sluice() {
     SLUICE_THROTTLE__MODE=$SLUICE_MODE \
     SLUICE_SERVER__MAX_CONNECTIONS=$NOFILE \
     SLUICE_THROTTLE__CLIENTS__MAX_CONNECTIONS_PER_IP=$NOFILE \
+    SLUICE_LIMITS__MAX_SUBSCRIPTIONS=$((REQS > 20 ? REQS : 20)) \
       exec "$SLUICE" serve
   ) >"$2.log" 2>&1 &
   PID=$!
