@@ -28,7 +28,8 @@ FILE=$OUT/events.jsonl
 [ -s "$FILE" ] || "$B" gen --count "$EVENTS" --seed 1 --out "$FILE"
 
 PID=
-stop() { [ -n "$PID" ] && kill -TERM "$PID" 2>/dev/null && wait "$PID" 2>/dev/null; PID=; }
+# A relay may exit non-zero on SIGTERM (strfry does): that does not end the script.
+stop() { if [ -n "$PID" ]; then kill -TERM "$PID" 2>/dev/null && wait "$PID" 2>/dev/null || true; fi; PID=; }
 trap stop EXIT
 
 wait_port() {

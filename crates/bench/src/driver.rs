@@ -443,7 +443,8 @@ async fn receive(mut stream: SplitStream<Ws>, r: Receiver) -> Option<String> {
     Some(why)
 }
 
-fn close_reason(frame: Option<&CloseFrame>) -> String {
+/// Why the relay closed a connection, from its close frame.
+pub(crate) fn close_reason(frame: Option<&CloseFrame>) -> String {
     match frame {
         Some(f) => format!("closed by relay: {} {}", u16::from(f.code), f.reason),
         None => "closed by relay".to_owned(),

@@ -19,7 +19,7 @@ use serde::Serialize;
 use serde_json::json;
 use tokio::sync::{Semaphore, mpsc, watch};
 
-use crate::driver::{PublisherConfig, Shared, TallyReport, Totals, run_publisher};
+use crate::driver::{PublisherConfig, Shared, Tally, TallyReport, Totals, run_publisher};
 use crate::generate::{Spec, sign_parallel, text_of_len};
 use crate::report::{RunInfo, unix_now};
 use crate::rng::Rng;
@@ -59,6 +59,14 @@ pub struct FanoutArgs {
 #[derive(Debug, Serialize, serde::Deserialize)]
 pub struct FanoutReport {
     pub run: RunInfo,
+    #[serde(flatten)]
+    pub figures: FanoutFigures,
+}
+
+/// What a fan-out run measured (the report without its header), also part
+/// of other scenarios' reports.
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub struct FanoutFigures {
     pub subscribers: usize,
     pub subscribers_ready: usize,
     pub publishers: usize,
@@ -102,66 +110,119 @@ impl Deliveries {
 }
 
 pub async fn run(args: &FanoutArgs) -> anyhow::Result<FanoutReport> {
-    let relay = RelayUrl::parse(&args.relay)?;
     let mut run = RunInfo::new("fanout", Some(&args.relay));
-    let tag = format!("sluice-bench-fanout-{}-{}", unix_now(), args.seed);
-    let events = sign_events(args, &tag);
-    if events.is_empty() {
-        bail!("rate x duration gives no events");
-    }
-    let schedule = Schedule::Open(vec![Phase {
-        rate: args.rate,
-        secs: args.duration_secs,
-    }]);
-    let deliveries = Arc::new(Deliveries {
-        index: events
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.id, i as u64))
-            .collect(),
-        schedule: schedule.clone(),
-        t0: OnceLock::new(),
-        count: 0.into(),
-        latency: Mutex::default(),
-        last: Mutex::default(),
-    });
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let (handles, ready) = subscribe_all(&relay, args, &tag, &deliveries, stop_rx).await;
-    let t0 = Instant::now() + Duration::from_millis(100);
-    deliveries.t0.set(t0).expect("t0 is set once");
-    let publish = publish_all(&relay, args, events, schedule, t0).await;
-    let expected = publish.accepted * ready as u64;
-    wait_for(&deliveries, expected, Duration::from_millis(args.drain_ms)).await;
-    stop_tx.send(true).ok();
-    for h in handles {
-        let _ = h.await;
-    }
-    let elapsed = deliveries
-        .last
-        .lock()
-        .expect("last lock")
-        .map(|l| l.saturating_duration_since(t0));
-    let count = deliveries.count.load(Ordering::Relaxed);
-    let summary = deliveries.latency.lock().expect("latency lock").summary();
+    let mut fanout = Fanout::subscribe(args).await?;
+    let publish = fanout.publish().await;
+    let figures = fanout.finish(publish).await;
     run.finish();
-    Ok(FanoutReport {
-        run,
-        subscribers: args.subscribers,
-        subscribers_ready: ready,
-        publishers: args.publishers,
-        target_rate: args.rate,
-        duration_secs: args.duration_secs,
-        publish: publish.report(args.duration_secs),
-        expected_deliveries: expected,
-        deliveries: count,
-        delivery_ratio: if expected == 0 {
-            0.0
-        } else {
-            count as f64 / expected as f64
-        },
-        deliveries_per_sec: per_sec(count, elapsed.unwrap_or_default().as_secs_f64()),
-        delivery_latency: summary,
-    })
+    Ok(FanoutReport { run, figures })
+}
+
+/// A fan-out run in its steps, so another scenario can act and measure
+/// between them: `subscribe` (sign, open every subscriber), `publish`
+/// (publish on the schedule, wait for the deliveries), `finish` (close the
+/// subscribers, sum up).
+pub struct Fanout {
+    args: FanoutArgs,
+    relay: RelayUrl,
+    events: Vec<Prepared>,
+    schedule: Schedule,
+    deliveries: Arc<Deliveries>,
+    handles: Vec<tokio::task::JoinHandle<()>>,
+    ready: usize,
+    stop: watch::Sender<bool>,
+}
+
+impl Fanout {
+    /// Signs the events (before any clock starts) and opens every
+    /// subscriber; returns once each has its EOSE or failed.
+    pub async fn subscribe(args: &FanoutArgs) -> anyhow::Result<Fanout> {
+        let relay = RelayUrl::parse(&args.relay)?;
+        let tag = format!("sluice-bench-fanout-{}-{}", unix_now(), args.seed);
+        let events = sign_events(args, &tag);
+        if events.is_empty() {
+            bail!("rate x duration gives no events");
+        }
+        let schedule = Schedule::Open(vec![Phase {
+            rate: args.rate,
+            secs: args.duration_secs,
+        }]);
+        let deliveries = Arc::new(Deliveries {
+            index: events
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.id, i as u64))
+                .collect(),
+            schedule: schedule.clone(),
+            t0: OnceLock::new(),
+            count: 0.into(),
+            latency: Mutex::default(),
+            last: Mutex::default(),
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let (handles, ready) = subscribe_all(&relay, args, &tag, &deliveries, stop_rx).await;
+        Ok(Fanout {
+            args: args.clone(),
+            relay,
+            events,
+            schedule,
+            deliveries,
+            handles,
+            ready,
+            stop,
+        })
+    }
+
+    /// Publishes every event on the open-loop schedule (time zero 100 ms
+    /// from now), then waits until every ready subscriber has every accepted
+    /// event or `drain_ms` passes without a delivery. The subscribers stay open.
+    pub async fn publish(&mut self) -> Tally {
+        let t0 = Instant::now() + Duration::from_millis(100);
+        self.deliveries.t0.set(t0).expect("t0 is set once");
+        let events = std::mem::take(&mut self.events);
+        let publish = publish_all(&self.relay, &self.args, events, self.schedule.clone(), t0).await;
+        let expected = publish.accepted * self.ready as u64;
+        wait_for(
+            &self.deliveries,
+            expected,
+            Duration::from_millis(self.args.drain_ms),
+        )
+        .await;
+        publish
+    }
+
+    /// Closes the subscribers and sums up the run.
+    pub async fn finish(self, publish: Tally) -> FanoutFigures {
+        self.stop.send(true).ok();
+        for h in self.handles {
+            let _ = h.await;
+        }
+        let d = &self.deliveries;
+        let elapsed = match (d.t0.get(), *d.last.lock().expect("last lock")) {
+            (Some(t0), Some(last)) => last.saturating_duration_since(*t0),
+            _ => Duration::ZERO,
+        };
+        let expected = publish.accepted * self.ready as u64;
+        let count = d.count.load(Ordering::Relaxed);
+        let args = &self.args;
+        FanoutFigures {
+            subscribers: args.subscribers,
+            subscribers_ready: self.ready,
+            publishers: args.publishers,
+            target_rate: args.rate,
+            duration_secs: args.duration_secs,
+            publish: publish.report(args.duration_secs),
+            expected_deliveries: expected,
+            deliveries: count,
+            delivery_ratio: if expected == 0 {
+                0.0
+            } else {
+                count as f64 / expected as f64
+            },
+            deliveries_per_sec: per_sec(count, elapsed.as_secs_f64()),
+            delivery_latency: d.latency.lock().expect("latency lock").summary(),
+        }
+    }
 }
 
 fn sign_events(args: &FanoutArgs, tag: &str) -> Vec<Prepared> {
@@ -305,7 +366,7 @@ async fn publish_all(
     events: Vec<Prepared>,
     schedule: Schedule,
     t0: Instant,
-) -> crate::driver::Tally {
+) -> Tally {
     let limit = events.len() as u64;
     let totals = Arc::new(Totals::default());
     let shared = Shared {
@@ -353,21 +414,31 @@ impl FanoutReport {
         println!(
             "fanout: {} {} subscribers ({} ready), {} publishers at {:.0}/s for {:.1} s",
             self.run.relay.as_deref().unwrap_or("?"),
-            self.subscribers,
-            self.subscribers_ready,
-            self.publishers,
-            self.target_rate,
-            self.duration_secs
+            self.figures.subscribers,
+            self.figures.subscribers_ready,
+            self.figures.publishers,
+            self.figures.target_rate,
+            self.figures.duration_secs
         );
-        self.publish.print("  publish: ");
+        self.figures.print("  ");
+        println!("  {}", self.run.cpu_line());
+    }
+}
+
+impl FanoutFigures {
+    /// The publish and delivery lines of a summary.
+    pub fn print(&self, indent: &str) {
+        self.publish.print(&format!("{indent}publish: "));
         println!(
-            "  deliveries {} of {} expected ({:.1}%), {:.0}/s",
+            "{indent}deliveries {} of {} expected ({:.1}%), {:.0}/s",
             self.deliveries,
             self.expected_deliveries,
             self.delivery_ratio * 100.0,
             self.deliveries_per_sec
         );
-        println!("  publish-to-delivery latency: {}", self.delivery_latency);
-        println!("  {}", self.run.cpu_line());
+        println!(
+            "{indent}publish-to-delivery latency: {}",
+            self.delivery_latency
+        );
     }
 }

@@ -4,6 +4,7 @@
 //! publishing driver (`driver`), statistics (`stats`) and /metrics scraping
 //! (`metrics`). The binary in main.rs only parses arguments and dispatches.
 
+pub mod audience;
 pub mod connections;
 pub mod driver;
 pub mod fanout;

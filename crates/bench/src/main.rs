@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 use sluice_bench::generate::{self, GenConfig};
 use sluice_bench::report::{unix_now, write_json};
-use sluice_bench::{connections, fanout, overload, plot, publish, query, readflood};
+use sluice_bench::{audience, connections, fanout, overload, plot, publish, query, readflood};
 
 #[derive(Parser)]
 #[command(
@@ -29,6 +29,9 @@ enum Command {
     Query(query::QueryArgs),
     /// M subscribers, P publishers: deliveries/s and publish-to-delivery latency.
     Fanout(fanout::FanoutArgs),
+    /// One publisher and one watcher beside N idle subscribed connections:
+    /// relay CPU per event as the audience grows.
+    Audience(audience::AudienceArgs),
     /// Open N idle connections; the relay's memory per connection.
     Connections(connections::ConnectionsArgs),
     /// Polite clients beside abusive clients ramping through multiples of capacity.
@@ -77,6 +80,11 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Fanout(a) => {
             let r = fanout::run(&a).await?;
+            r.print();
+            write_json(a.json.as_deref(), &r)
+        }
+        Command::Audience(a) => {
+            let r = audience::run(&a).await?;
             r.print();
             write_json(a.json.as_deref(), &r)
         }

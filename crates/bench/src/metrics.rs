@@ -1,7 +1,8 @@
 //! Reading a relay's own figures: a minimal HTTP/1.1 GET for its Prometheus
 //! `/metrics` page (a text scrape needs no HTTP library), a parser for the
-//! Prometheus text format, and a process's memory from `/proc/<pid>/status`.
-//! Responses are capped at `MAX_RESPONSE_BYTES`.
+//! Prometheus text format, a process's memory from `/proc/<pid>/status` and
+//! its CPU time from `/proc/<pid>/stat`. Responses are capped at
+//! `MAX_RESPONSE_BYTES`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -175,6 +176,30 @@ fn parse_proc_status(text: &str) -> Option<ProcMemory> {
     })
 }
 
+/// Clock ticks per second in `/proc/<pid>/stat` (Linux's `USER_HZ`, 100 on
+/// every architecture this runs on).
+const USER_HZ: f64 = 100.0;
+
+/// User plus system CPU seconds a process has used so far, all its threads
+/// together, from `/proc/<pid>/stat`.
+pub fn proc_cpu_secs(pid: u32) -> anyhow::Result<f64> {
+    let path = format!("/proc/{pid}/stat");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    let ticks = parse_stat_cpu_ticks(&text).with_context(|| format!("no utime/stime in {path}"))?;
+    Ok(ticks as f64 / USER_HZ)
+}
+
+/// utime + stime (fields 14 and 15) of a `/proc/<pid>/stat` line, in clock
+/// ticks. The command name (field 2) is in parentheses and may hold spaces
+/// and parentheses, so fields are counted from the last `)`.
+pub fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
+    let rest = stat.get(stat.rfind(')')? + 1..)?;
+    let mut fields = rest.split_whitespace().skip(11); // fields 3..=13
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,5 +260,17 @@ mod tests {
             }
         );
         assert!(proc_memory(std::process::id()).unwrap().rss_bytes > 0);
+    }
+
+    #[test]
+    fn proc_stat_cpu_parses() {
+        // A command name with a space and a parenthesis, as the kernel writes it.
+        let line = "4242 (my (relay) x) S 1 4242 4242 0 -1 4194560 900 0 0 0 \
+                    1234 567 0 0 20 0 9 0 100 1000000 200 18446744073709551615";
+        assert_eq!(parse_stat_cpu_ticks(line), Some(1234 + 567));
+        assert_eq!(parse_stat_cpu_ticks("1 (x) S 1 2 3"), None);
+        assert_eq!(parse_stat_cpu_ticks("no parenthesis"), None);
+        assert!(proc_cpu_secs(std::process::id()).unwrap() >= 0.0);
+        assert!(proc_cpu_secs(u32::MAX).is_err());
     }
 }

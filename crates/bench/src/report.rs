@@ -57,15 +57,9 @@ impl RunInfo {
     }
 }
 
-/// User plus system CPU seconds of this process, from /proc/self/stat
-/// (fields 14 and 15, in clock ticks of 1/100 s on Linux).
+/// User plus system CPU seconds of this process (see `metrics::proc_cpu_secs`).
 pub fn process_cpu_secs() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i)?.parse::<f64>().ok();
-    Some((ticks(11)? + ticks(12)?) / 100.0)
+    crate::metrics::proc_cpu_secs(std::process::id()).ok()
 }
 
 pub fn unix_now() -> u64 {

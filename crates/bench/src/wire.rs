@@ -1,6 +1,7 @@
 //! The WebSocket client side of NIP-01: connecting to a relay URL (optionally
-//! from a chosen local address, so one machine can look like many clients),
-//! parsing the relay messages a benchmark needs without allocating for the
+//! from a chosen local address, so one machine can look like many clients;
+//! `loopback_spread` names such addresses and `raise_fd_limit` lets this
+//! process hold many sockets), parsing the relay messages a benchmark needs without allocating for the
 //! event bodies, and pre-built `["EVENT", ...]` messages.
 //!
 //! Only `ws://` URLs are supported: benchmarks run next to the relay, not
@@ -101,6 +102,68 @@ async fn connect_inner(relay: &RelayUrl, bind: Option<IpAddr>) -> anyhow::Result
         .await
         .with_context(|| format!("WebSocket handshake with {}", relay.url))?;
     Ok(ws)
+}
+
+/// Most source addresses `loopback_spread` hands out: 127.0.0.2 to 127.0.0.254.
+pub const MAX_LOOPBACK_SPREAD: usize = 253;
+
+/// `count` loopback source addresses from 127.0.0.2 upward, for spreading
+/// connections to a relay on loopback over several client addresses (so
+/// neither one address's ephemeral ports nor a per-IP cap decides a result).
+/// Linux routes all of 127/8 to `lo`, so each can be bound without setup.
+pub fn loopback_spread(count: usize) -> anyhow::Result<Vec<IpAddr>> {
+    if count > MAX_LOOPBACK_SPREAD {
+        bail!(
+            "at most {MAX_LOOPBACK_SPREAD} loopback source addresses (127.0.0.2-254), not {count}"
+        );
+    }
+    Ok((0..count)
+        .map(|i| IpAddr::from([127, 0, 0, 2 + i as u8]))
+        .collect())
+}
+
+/// The open-file limit of this process before and after `raise_fd_limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FdLimit {
+    pub soft_before: u64,
+    pub soft: u64,
+    pub hard: u64,
+}
+
+/// Raises this process's soft RLIMIT_NOFILE to its hard limit (to the
+/// kernel's `fs.nr_open` when the hard limit is unlimited): one socket per
+/// connection, and 10k connections need more than the usual 1,024.
+pub fn raise_fd_limit() -> std::io::Result<FdLimit> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let soft_before = lim.rlim_cur;
+    // An unlimited hard limit still stops at the kernel's fs.nr_open.
+    let target = if lim.rlim_max == libc::RLIM_INFINITY {
+        std::fs::read_to_string("/proc/sys/fs/nr_open")
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(1 << 20)
+    } else {
+        lim.rlim_max
+    };
+    if lim.rlim_cur < target {
+        lim.rlim_cur = target;
+        // SAFETY: setrlimit only reads the struct we pass.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(FdLimit {
+        soft_before,
+        soft: lim.rlim_cur,
+        hard: lim.rlim_max,
+    })
 }
 
 /// An event ready to send: its id and the whole `["EVENT",<event>]` text.
@@ -285,6 +348,27 @@ mod tests {
             Incoming::parse(r#"["OK","short",true,""]"#),
             Incoming::Other
         );
+    }
+
+    #[test]
+    fn loopback_spread_stays_in_127_0_0_2_to_254() {
+        assert!(loopback_spread(0).unwrap().is_empty());
+        let all = loopback_spread(MAX_LOOPBACK_SPREAD).unwrap();
+        assert_eq!(all.len(), 253);
+        assert_eq!(all[0], IpAddr::from([127, 0, 0, 2]));
+        assert_eq!(all[252], IpAddr::from([127, 0, 0, 254]));
+        let distinct: std::collections::HashSet<_> = all.iter().collect();
+        assert_eq!(distinct.len(), 253);
+        assert!(loopback_spread(254).is_err());
+    }
+
+    #[test]
+    fn fd_limit_is_raised_to_the_hard_limit() {
+        let l = raise_fd_limit().unwrap();
+        assert!(l.soft >= l.soft_before);
+        assert!(l.soft == l.hard || l.hard == libc::RLIM_INFINITY);
+        // Idempotent: a second call finds the soft limit already raised.
+        assert_eq!(raise_fd_limit().unwrap().soft_before, l.soft);
     }
 
     #[test]

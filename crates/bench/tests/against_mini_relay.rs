@@ -144,6 +144,59 @@ async fn fanout_delivers_every_event_to_every_subscriber() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audience_answers_every_idle_req_and_measures_the_relay() {
+    let url = support::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("audience.json");
+    // The mini relay runs in this process: its CPU and memory are ours.
+    let pid = std::process::id().to_string();
+    bench_async(strings(&[
+        "audience",
+        &url,
+        "--idle",
+        "30",
+        "--reqs-per-idle",
+        "4",
+        "--source-addrs",
+        "3",
+        "--rate",
+        "100",
+        "--duration-secs",
+        "1",
+        "--settle-secs",
+        "0.1",
+        "--relay-pid",
+        &pid,
+        "--json",
+        json.to_str().unwrap(),
+    ]))
+    .await;
+    let a = read_json(&json);
+    assert_eq!(a["run"]["command"], "audience");
+    let idle = &a["idle"];
+    assert_eq!(idle["opened"], 30);
+    assert_eq!(idle["reqs_sent"], 120);
+    assert_eq!(idle["eose"], 120);
+    assert_eq!(idle["closed"], 0);
+    assert_eq!(idle["unanswered"], 0);
+    assert_eq!(idle["dropped"], 0);
+    assert_eq!(idle["events"], 0);
+    assert_eq!(
+        a["source_addrs"],
+        serde_json::json!(["127.0.0.2", "127.0.0.3", "127.0.0.4"])
+    );
+    let w = &a["watcher"];
+    assert_eq!(w["subscribers_ready"], 1);
+    assert_eq!(w["publish"]["accepted"], 100);
+    assert_eq!(w["deliveries"], 100);
+    assert_eq!(w["delivery_latency"]["count"], 100);
+    assert!(a["relay_cpu_ms_per_event"].as_f64().unwrap() >= 0.0);
+    assert!(a["relay_rss_bytes_end"].as_u64().unwrap() > 0);
+    let fd = &a["fd_limit"];
+    assert!(fd["soft"].as_u64().unwrap() >= fd["soft_before"].as_u64().unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_opens_and_reads_process_memory() {
     let url = support::start().await;
     let dir = tempfile::tempdir().unwrap();
