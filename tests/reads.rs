@@ -15,7 +15,6 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
@@ -106,30 +105,14 @@ fn loaded_relay(slots: u32) -> (tempfile::TempDir, Relay) {
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     let base = now() - 100_000;
-    let mut file = Vec::new();
-    for i in 0..STORED {
-        let author = 1 + (i % AUTHORS) as u8;
-        let content = format!("{i:06} {}", "x".repeat(CONTENT_BYTES));
-        let e = ev(author, base + i as u64, 1, &[&["t", "reads"]], &content);
-        file.extend_from_slice(e.raw().as_bytes());
-        file.push(b'\n');
-    }
-    let path = tmp.path().join("notes.jsonl");
-    std::fs::write(&path, file).unwrap();
-    let out = Command::new(BIN)
-        .arg("import")
-        .arg(&path)
-        .env_clear()
-        .env("SLUICE_STORE__PATH", &store)
-        .env("SLUICE_STORE__MAP_SIZE_MB", "512")
-        .env("RUST_LOG", "info")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "import failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let notes: Vec<Event> = (0..STORED)
+        .map(|i| {
+            let author = 1 + (i % AUTHORS) as u8;
+            let content = format!("{i:06} {}", "x".repeat(CONTENT_BYTES));
+            ev(author, base + i as u64, 1, &[&["t", "reads"]], &content)
+        })
+        .collect();
+    import_events(&store, &notes);
     let env = settings(slots);
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let relay = Relay::start_in(&store, &env);
@@ -302,6 +285,7 @@ const PER_CLIENT_GAUGES: &[(&str, Idle)] = &[
     ("sluice_query_window_in_flight", Idle::Is(0.0)),
     ("sluice_query_window_queued", Idle::Is(0.0)),
     ("sluice_query_open", Idle::Is(0.0)),
+    ("sluice_query_open_units", Idle::Is(0.0)),
     ("sluice_query_parked", Idle::Is(0.0)),
     ("sluice_query_clients", Idle::Is(0.0)),
     ("sluice_query_clients_waiting", Idle::Is(0.0)),
@@ -354,6 +338,7 @@ const QUERY_GAUGES: &[(&str, Idle)] = &[
     ("sluice_query_window_in_flight", Idle::Is(0.0)),
     ("sluice_query_window_queued", Idle::Is(0.0)),
     ("sluice_query_open", Idle::Is(0.0)),
+    ("sluice_query_open_units", Idle::Is(0.0)),
     ("sluice_query_parked", Idle::Is(0.0)),
 ];
 

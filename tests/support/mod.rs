@@ -223,9 +223,30 @@ impl Client {
         source: Option<&str>,
         headers: &[(&str, &str)],
     ) -> Result<Client, u16> {
+        Client::try_connect_socket(url, source, None, headers).await
+    }
+
+    /// Connects from `source` with a receive buffer of `rcvbuf` bytes: once
+    /// it stops reading, the relay's sends to it stall after a few KiB
+    /// rather than after the kernel's autotuned megabytes.
+    pub async fn connect_small_buffer(url: &str, source: &str, rcvbuf: u32) -> Client {
+        Client::try_connect_socket(url, Some(source), Some(rcvbuf), &[])
+            .await
+            .expect("connect")
+    }
+
+    async fn try_connect_socket(
+        url: &str,
+        source: Option<&str>,
+        rcvbuf: Option<u32>,
+        headers: &[(&str, &str)],
+    ) -> Result<Client, u16> {
         use tokio_tungstenite::tungstenite::client::IntoClientRequest;
         let addr: std::net::SocketAddr = url.trim_start_matches("ws://").parse().unwrap();
         let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        if let Some(size) = rcvbuf {
+            socket.set_recv_buffer_size(size).unwrap();
+        }
         if let Some(src) = source {
             socket.bind(format!("{src}:0").parse().unwrap()).unwrap();
         }
@@ -390,6 +411,33 @@ pub fn ev(n: u8, created_at: u64, kind: u16, tags: &[&[&str]], content: &str) ->
         .map(|t| t.iter().map(|s| s.to_string()).collect())
         .collect();
     Event::sign(&key(n), created_at, kind, tags, content)
+}
+
+/// Fills a new store at `store` with `events` through `sluice import` (no
+/// relay may run on it meanwhile).
+pub fn import_events(store: &Path, events: &[Event]) {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut file = Vec::new();
+    for e in events {
+        file.extend_from_slice(e.raw().as_bytes());
+        file.push(b'\n');
+    }
+    let path = tmp.path().join("events.jsonl");
+    std::fs::write(&path, file).unwrap();
+    let out = Command::new(BIN)
+        .arg("import")
+        .arg(&path)
+        .env_clear()
+        .env("SLUICE_STORE__PATH", store)
+        .env("SLUICE_STORE__MAP_SIZE_MB", "512")
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "import failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Plain HTTP GET over a TCP socket; returns (status, headers, body).

@@ -52,6 +52,8 @@ pub const QUERY_WINDOW_IN_FLIGHT: &str = "sluice_query_window_in_flight";
 /// Queries waiting for a step (first or next).
 pub const QUERY_WINDOW_QUEUED: &str = "sluice_query_window_queued";
 pub const QUERY_OPEN: &str = "sluice_query_open";
+/// Estimated cost units of the open queries (what the window's bounds weigh).
+pub const QUERY_OPEN_UNITS: &str = "sluice_query_open_units";
 pub const QUERY_PARKED: &str = "sluice_query_parked";
 pub const QUERY_CLIENTS: &str = "sluice_query_clients";
 pub const QUERY_CLIENTS_WAITING: &str = "sluice_query_clients_waiting";

@@ -314,6 +314,7 @@ pub(crate) fn export_reads(s: &sluice_throttle::FairStats) {
     metrics::gauge!(m::QUERY_WINDOW_IN_FLIGHT).set(s.running as f64);
     metrics::gauge!(m::QUERY_WINDOW_QUEUED).set(s.queued as f64);
     metrics::gauge!(m::QUERY_OPEN).set(s.open as f64);
+    metrics::gauge!(m::QUERY_OPEN_UNITS).set(s.open_units as f64);
     metrics::gauge!(m::QUERY_PARKED).set(s.parked as f64);
     metrics::gauge!(m::QUERY_CLIENTS).set(s.clients as f64);
     metrics::gauge!(m::QUERY_CLIENTS_WAITING).set(s.clients_waiting as f64);

@@ -6,14 +6,17 @@
 //! through [`Reads::submit_query`] / [`Reads::submit_count`]: the query's
 //! cost is estimated from its plan and charged to the IP's and the
 //! connection's read budgets, then the fair scheduler (`sluice_throttle::
-//! fair`) admits it or refuses it at once. `throttle.queries.slots` worker
+//! fair`) admits it or refuses it at once, weighing it by the same
+//! estimate. `throttle.queries.slots` worker
 //! threads take steps from the scheduler; each step opens its own read
 //! transaction, reads at most `step_rows` rows, returns at most
 //! `step_bytes` of events, and sends them as one [`ReadMsg`] to the sink.
 //!
 //! Bounds, and who loses when they fill:
-//! - the scheduler's queues (`max_queued`, `max_queued_per_client`) and
-//!   deadline: the new query is answered `CLOSED rate-limited:`;
+//! - the scheduler's bounds (estimated cost open per client and in all,
+//!   `max_open_units_per_client` and `max_open_units`; queries waiting,
+//!   `max_queued_per_client` and `max_queued`) and deadline: the new query
+//!   is answered `CLOSED rate-limited:`;
 //! - a sink holds at most `chunks_per_connection` answer chunks: a query
 //!   whose client has not read them is parked without a worker (the slow
 //!   reader waits, nobody else); a sink's channel also has room for one
@@ -339,7 +342,10 @@ impl Reads {
         {
             throttle.count_shadow_refusal(crate::throttle::Layer::QueryScheduler);
         }
-        let id = match st.sched.submit_weighted(key, sink.id, 1, now_ns, enforce) {
+        let id = match st
+            .sched
+            .submit_weighted(key, sink.id, estimate, 1, now_ns, enforce)
+        {
             Ok(id) => id,
             Err(r) => {
                 drop(st);
@@ -418,10 +424,12 @@ fn shapes(filters: &[Filter]) -> Vec<FilterShape> {
             PlanShape::Ids(n) => FilterShape::Ids { ids: n as u64 },
             PlanShape::Scan {
                 prefixes,
+                keyed,
                 post_filter,
             } => FilterShape::Scan {
                 prefixes: prefixes as u64,
                 limit: f.limit,
+                keyed,
                 post_filter,
             },
         })

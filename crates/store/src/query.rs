@@ -107,9 +107,15 @@ pub enum PlanShape {
     Empty,
     /// Looks up this many ids.
     Ids(usize),
-    /// Walks this many index ranges; `post_filter` when rows are checked
-    /// against conditions the index does not answer (and may be dropped).
-    Scan { prefixes: usize, post_filter: bool },
+    /// Walks this many index ranges; `keyed` when each range is one key's
+    /// events (an author, an author and kind, a tag value), not a whole
+    /// index or a kind; `post_filter` when rows are checked against
+    /// conditions the index does not answer (and may be dropped).
+    Scan {
+        prefixes: usize,
+        keyed: bool,
+        post_filter: bool,
+    },
 }
 
 /// The plan of one filter, as a [`PlanShape`].
@@ -131,6 +137,7 @@ pub fn plan_shape(f: &Filter) -> PlanShape {
                 || needs_tag_check(f, covered_tag);
             PlanShape::Scan {
                 prefixes: prefixes.len(),
+                keyed: matches!(index, Index::Author | Index::AuthorKind | Index::Tag),
                 post_filter,
             }
         }

@@ -258,16 +258,32 @@ impl ClientsConfig {
 /// The query scheduler and workers (seeds 002, 003, 004):
 /// `[throttle.queries]`. The [`crate::FairQueue`] reads its bounds from
 /// here; the engine's read path reads the step and chunk sizes.
+///
+/// The window weighs queries by their estimated cost (see `cost`): what a
+/// client may have open is bounded in cost units, so a burst of cheap
+/// lookups fits where a pile of scans does not. The counts of queries
+/// waiting are memory bounds only, generous since a waiting query is
+/// small.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct QueriesConfig {
     /// Query worker threads: steps that run at once, `1..=1024`.
     pub slots: u32,
+    /// Estimated cost units of the queries open (queued, running or
+    /// parked), all clients together, `1..=1e12`. Once it is reached a
+    /// client that already has a query open is refused; new flows have as
+    /// many again in reserve.
+    pub max_open_units: u64,
+    /// Estimated cost units of the queries one client (IP, IPv6 /64) may
+    /// have open, `1..=1e12`; once reached, its next query is refused. A
+    /// client with nothing open is never refused by it, whatever its
+    /// query's estimate.
+    pub max_open_units_per_client: u64,
     /// Queries that may wait for a step, all clients together,
-    /// `1..=1_000_000`. Beyond it a client that already has work queued is
-    /// refused; new flows have as many again in reserve.
+    /// `1..=1_000_000`: a memory bound. Beyond it a client that already
+    /// has work queued is refused; new flows have as many again in reserve.
     pub max_queued: u32,
-    /// Queries one client (IP, IPv6 /64) may have waiting, `1..=100_000`.
+    /// Queries one client may have waiting, `1..=100_000`: a memory bound.
     pub max_queued_per_client: u32,
     /// Steps one client may run at once while others wait, `1..=1024`.
     pub max_running_per_client: u32,
@@ -293,8 +309,10 @@ impl Default for QueriesConfig {
     fn default() -> Self {
         QueriesConfig {
             slots: 4,
-            max_queued: 1024,
-            max_queued_per_client: 64,
+            max_open_units: 8_000_000,
+            max_open_units_per_client: 500_000,
+            max_queued: 16_384,
+            max_queued_per_client: 8_192,
             max_running_per_client: 1,
             quantum_units: 1000,
             deadline_ms: 1000,
@@ -311,6 +329,20 @@ impl QueriesConfig {
     /// the table.
     pub fn validate(&self) -> Result<(), ConfigError> {
         check_range("slots", f64::from(self.slots), 1.0, 1024.0, "in 1..=1024")?;
+        check_range(
+            "max_open_units",
+            self.max_open_units as f64,
+            1.0,
+            1e12,
+            "in 1..=1000000000000",
+        )?;
+        check_range(
+            "max_open_units_per_client",
+            self.max_open_units_per_client as f64,
+            1.0,
+            1e12,
+            "in 1..=1000000000000",
+        )?;
         check_range(
             "max_queued",
             f64::from(self.max_queued),
@@ -462,8 +494,20 @@ mod tests {
         );
         assert_eq!(key(&|c| c.queries.slots = 0), "throttle.queries.slots");
         assert_eq!(
+            key(&|c| c.queries.max_open_units = 0),
+            "throttle.queries.max_open_units"
+        );
+        assert_eq!(
+            key(&|c| c.queries.max_open_units_per_client = 2_000_000_000_000),
+            "throttle.queries.max_open_units_per_client"
+        );
+        assert_eq!(
             key(&|c| c.queries.step_bytes = 0),
             "throttle.queries.step_bytes"
+        );
+        assert_eq!(
+            key(&|c| c.queries.cost.rows_per_key = 0),
+            "throttle.queries.cost.rows_per_key"
         );
         assert_eq!(
             key(&|c| c.queries.chunks_per_connection = 65),

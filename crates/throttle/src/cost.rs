@@ -5,10 +5,12 @@
 //! its cost is estimated from the plan the store would use, described as a
 //! [`FilterShape`] per filter (the store knows plans; this crate knows
 //! nothing of Nostr): an id lookup costs a row per id; an index range costs
-//! the rows its limit lets it return, times `post_filter_rows_per_match`
-//! when the index does not answer every condition (rows read and dropped),
-//! never more than the scan budget; a COUNT is estimated at
-//! `count_estimate_rows`. The estimate is charged to the client's read
+//! the rows its limit lets it return, or, when each range is one key's
+//! events (an author, a tag value), `rows_per_key` per range if that is
+//! fewer (most keys hold few events: a lookup is cheap whatever its limit
+//! says); times `post_filter_rows_per_match` when the index does not
+//! answer every condition (rows read and dropped), never more than the
+//! scan budget; a COUNT is estimated at `count_estimate_rows`. The estimate is charged to the client's read
 //! budget when the query is admitted and settled as it runs with
 //! [`CostConfig::actual`] of the rows it really read and the bytes it
 //! really sent: the difference is charged or refunded, so a wrong estimate
@@ -30,6 +32,10 @@ pub struct CostConfig {
     /// Rows a filter is expected to read per row it returns when its index
     /// does not answer all its conditions, `1..=1e6`.
     pub post_filter_rows_per_match: u64,
+    /// Events a filter is expected to return from each key it looks up (an
+    /// author, an author and kind, a tag value) when its limit allows more,
+    /// `1..=1e9`.
+    pub rows_per_key: u64,
     /// Typical stored event, for the estimate of bytes sent, `0..=1e9`.
     pub estimated_event_bytes: u64,
     /// Rows a COUNT is expected to read before it has run, `0..=1e9`.
@@ -42,6 +48,7 @@ impl Default for CostConfig {
             base_units: 10,
             bytes_per_unit: 1024,
             post_filter_rows_per_match: 4,
+            rows_per_key: 10,
             estimated_event_bytes: 700,
             count_estimate_rows: 1000,
         }
@@ -54,11 +61,14 @@ pub enum FilterShape {
     /// Looks up `ids` events by id.
     Ids { ids: u64 },
     /// Walks `prefixes` index ranges newest first, returning at most
-    /// `limit` events (`None`: no limit); `post_filter` when rows must be
+    /// `limit` events (`None`: no limit); `keyed` when each range holds
+    /// one key's events (an author, an author and kind, a tag value) rather
+    /// than a whole index or a kind; `post_filter` when rows must be
     /// checked against conditions the index does not answer.
     Scan {
         prefixes: u64,
         limit: Option<u64>,
+        keyed: bool,
         post_filter: bool,
     },
     /// Matches nothing (an empty list in the filter, `limit: 0`).
@@ -90,6 +100,13 @@ impl CostConfig {
             "in 1..=1000000",
         )?;
         check_range(
+            "rows_per_key",
+            self.rows_per_key as f64,
+            1.0,
+            1e9,
+            "in 1..=1000000000",
+        )?;
+        check_range(
             "estimated_event_bytes",
             self.estimated_event_bytes as f64,
             0.0,
@@ -117,9 +134,13 @@ impl CostConfig {
                 FilterShape::Scan {
                     prefixes,
                     limit,
+                    keyed,
                     post_filter,
                 } => {
-                    let n = limit.unwrap_or(max_scan_rows).min(max_scan_rows);
+                    let mut n = limit.unwrap_or(max_scan_rows).min(max_scan_rows);
+                    if keyed {
+                        n = n.min(prefixes.saturating_mul(self.rows_per_key));
+                    }
                     let read = if post_filter {
                         n.saturating_mul(self.post_filter_rows_per_match)
                     } else {
@@ -180,6 +201,7 @@ mod tests {
             &[FilterShape::Scan {
                 prefixes: 1,
                 limit: Some(5),
+                keyed: true,
                 post_filter: false,
             }],
             200_000,
@@ -188,6 +210,7 @@ mod tests {
             &[FilterShape::Scan {
                 prefixes: 1,
                 limit: Some(5000),
+                keyed: false,
                 post_filter: false,
             }],
             200_000,
@@ -196,6 +219,7 @@ mod tests {
             &[FilterShape::Scan {
                 prefixes: 1,
                 limit: None,
+                keyed: false,
                 post_filter: true,
             }],
             200_000,
@@ -206,6 +230,30 @@ mod tests {
         assert!(unlimited_post > 200_000, "{unlimited_post}");
         assert!(unlimited_post < 400_000, "bounded by the scan budget");
         assert_eq!(c.estimate_req(&[FilterShape::Empty], 100), c.base_units);
+    }
+
+    /// A lookup of a few keys (authors, tag values) is cheap whatever its
+    /// limit; a walk of a whole index or a kind costs what its limit allows.
+    #[test]
+    fn key_lookups_cost_rows_per_key_unless_their_limit_is_lower() {
+        let c = CostConfig::default();
+        let scan = |prefixes, limit, keyed| {
+            c.estimate_req(
+                &[FilterShape::Scan {
+                    prefixes,
+                    limit: Some(limit),
+                    keyed,
+                    post_filter: false,
+                }],
+                200_000,
+            )
+        };
+        let one_author = scan(1, 500, true);
+        assert_eq!(one_author, c.actual(10 + 1, 10 * 700));
+        assert_eq!(scan(1, 3, true), c.actual(3 + 1, 3 * 700), "its limit");
+        assert_eq!(scan(200, 500, true), scan(200, 500, false), "many keys");
+        let kind = scan(1, 500, false);
+        assert!(kind > 20 * one_author, "{kind} vs {one_author}");
     }
 
     #[test]

@@ -19,19 +19,37 @@
 //!   FQ-CoDel) and its first step is served before the round robin: a
 //!   polite reader waits for at most the steps already running;
 //! - a client runs at most `max_running_per_client` steps at once while
-//!   another client has runnable work, so nobody takes every worker;
-//! - admission refuses at once what would wait past the deadline (seed
-//!   002), estimated from the client's place in the rotation and the
-//!   measured step time; a query still waiting for its first step at its
-//!   deadline is dropped (`expire`).
+//!   another client has runnable work, so nobody takes every worker.
+//!
+//! Admission weighs cost, not requests (issue 13). Each query comes with
+//! its estimated cost in units ([`crate::cost`]), and it is refused at once:
+//! - when its client already has `max_open_units_per_client` units open
+//!   (queued, running or parked), or all clients together
+//!   `max_open_units`: many cheap lookups arriving together (tens of units
+//!   each) fit where a client's pile of scans (thousands each) does not;
+//! - when `max_queued_per_client` of its client's queries, or `max_queued`
+//!   in all, wait for a step: memory bounds only, generous;
+//! - when it would wait past the deadline for its first step (seed 002):
+//!   the work ahead of it in units (the first steps of the new flows; for a
+//!   client with queries open, one step of each of its waiting queries and
+//!   the other waiting clients' turns meanwhile) times the measured time
+//!   per unit, over the slots. A query still waiting for its first step at
+//!   its deadline is dropped (`expire`).
+//!
+//! A new flow is refused by the relay-wide bounds only when they are
+//! reached twice over (the second half is its reserve, so a flood never
+//! refuses a polite client), and never by its client's bounds: one query
+//! alone is admitted whatever its estimate (the read budgets and the scan
+//! budget bound it).
 //!
 //! Invariants (checked by [`FairQueue::check_invariants`] in tests): every
 //! submitted query is in exactly one state until it finishes or is
-//! cancelled; `running <= slots`; counters are recomputed from the states,
-//! so a cancel at any point leaves nothing behind; a client entry exists
-//! only while it has a query; queued queries never exceed
-//! `max_queued + max_queued` (the second half is reserved for new flows, so
-//! a flood of queued work never refuses a polite client).
+//! cancelled; `running <= slots`; counters and unit sums (open and queued,
+//! per client and in all, the new flows' first steps) are those of the
+//! queries in their states, so a cancel at any point leaves nothing
+//! behind; a client entry exists only while it has a query. The bounds are
+//! checked at admission: a query put back after a step or unparked is
+//! never refused.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -49,9 +67,11 @@ pub type JobId = u64;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FairRefusal {
-    /// Every queue position is taken.
+    /// The relay-wide bounds are reached: `max_open_units` of estimated
+    /// cost open, or `max_queued` queries waiting.
     QueueFull,
-    /// This client already has `max_queued_per_client` queries waiting.
+    /// This client's bounds are reached: `max_open_units_per_client` of
+    /// estimated cost open, or `max_queued_per_client` queries waiting.
     ClientQueueFull,
     /// It would wait past the deadline for its first step.
     Deadline,
@@ -72,8 +92,8 @@ impl FairRefusal {
     /// Human text for the `rate-limited:` answer.
     pub fn message(self) -> &'static str {
         match self {
-            FairRefusal::QueueFull => "too many queries waiting",
-            FairRefusal::ClientQueueFull => "too many of your queries waiting",
+            FairRefusal::QueueFull => "too much query work waiting",
+            FairRefusal::ClientQueueFull => "too much of your query work waiting",
             FairRefusal::Deadline => "relay is busy, the query would wait too long",
             FairRefusal::Timeout => "query waited too long for its turn",
         }
@@ -123,8 +143,15 @@ pub struct FairStats {
     pub clients: u32,
     /// Clients with runnable work.
     pub clients_waiting: u32,
+    /// Estimated cost units of the open queries (what the bounds weigh).
+    pub open_units: u64,
+    /// Estimated cost units still to run of the queued queries.
+    pub queued_units: u64,
     /// Measured duration of one step (moving average), nanoseconds.
     pub step_ns: u64,
+    /// Measured time per cost unit of a step (moving average; a step
+    /// costs its rows and bytes plus `cost.base_units`), nanoseconds.
+    pub unit_ns: u64,
     pub admitted_total: u64,
     pub refused_total: u64,
     pub expired_total: u64,
@@ -151,6 +178,16 @@ struct Job<K> {
     started: bool,
     /// Cancelled while its step ran: removed when the step reports.
     cancelled: bool,
+    /// Its estimated cost at admission: what it weighs in the bounds until
+    /// it leaves.
+    units: u64,
+    /// Estimated cost still to run: the estimate less what its steps cost,
+    /// never less than its last step's (a query that goes on after a step
+    /// is expected to cost as much again).
+    remaining: u64,
+    /// What its next step is expected to cost, set when it is queued: what
+    /// it adds to the wait of the queries behind it.
+    next_step: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,6 +205,14 @@ struct Client {
     parked: u32,
     /// Open queries of this client (any state).
     open: u32,
+    /// Units of its open queries.
+    open_units: u64,
+    /// Units still to run of its queued queries.
+    queued_units: u64,
+    /// Next steps of its queued queries.
+    queued_steps: u64,
+    /// While it is a new flow: the next step of the query that made it one.
+    first_step: u64,
     deficit: i64,
     weight: u32,
     list: List,
@@ -178,10 +223,13 @@ struct Client {
 /// Most emptied client queues kept for reuse.
 const SPARE_QUEUES: usize = 64;
 
-/// Weight of a new step-time sample in the moving average.
+/// Weight of a new sample in the moving averages of step time and time
+/// per unit.
 const STEP_ALPHA: f64 = 0.1;
 /// Step time assumed before any step was measured.
 const INITIAL_STEP_NS: f64 = 1_000_000.0;
+/// Time per cost unit assumed before any step was measured.
+const INITIAL_UNIT_NS: f64 = 1_000.0;
 
 /// The scheduler. See the module docs.
 #[derive(Debug, Clone)]
@@ -194,6 +242,8 @@ pub struct FairQueue<K> {
     /// stale and skipped).
     new_flows: VecDeque<(K, u64)>,
     old_flows: VecDeque<(K, u64)>,
+    /// First steps of the clients listed as new flows (their `first_step`).
+    new_flow_units: u64,
     next_gen: u64,
     /// Queued jobs in admission order, for `expire`: (admitted_ns, id).
     /// Entries of jobs that started or left are skipped lazily.
@@ -206,6 +256,7 @@ pub struct FairQueue<K> {
     spare_queues: Vec<VecDeque<JobId>>,
     next_id: JobId,
     step_ns: f64,
+    unit_ns: f64,
     stats: FairStats,
 }
 
@@ -219,12 +270,14 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
             clients: HashMap::new(),
             new_flows: VecDeque::new(),
             old_flows: VecDeque::new(),
+            new_flow_units: 0,
             unstarted: VecDeque::new(),
             parked_by_sink: HashMap::new(),
             spare_queues: Vec::new(),
             next_id: 0,
             next_gen: 0,
             step_ns: INITIAL_STEP_NS,
+            unit_ns: INITIAL_UNIT_NS,
             stats: FairStats::default(),
         })
     }
@@ -240,10 +293,17 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         Ok(())
     }
 
-    /// Admits a query of `client` (weight 1) whose answers go to `sink`, or
-    /// refuses it at once. See [`FairQueue::submit_weighted`].
-    pub fn submit(&mut self, client: K, sink: u64, now_ns: u64) -> Result<JobId, FairRefused> {
-        self.submit_weighted(client, sink, 1, now_ns, true)
+    /// Admits a query of `client` (weight 1) estimated at `units`, whose
+    /// answers go to `sink`, or refuses it at once. See
+    /// [`FairQueue::submit_weighted`].
+    pub fn submit(
+        &mut self,
+        client: K,
+        sink: u64,
+        units: u64,
+        now_ns: u64,
+    ) -> Result<JobId, FairRefused> {
+        self.submit_weighted(client, sink, units, 1, now_ns, true)
     }
 
     /// How long a new query of `client` would wait for its first step.
@@ -252,34 +312,37 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         Duration::from_nanos(self.estimate_wait_ns(client, is_new_flow))
     }
 
-    /// Admits a query: it joins its client's queue and waits for its first
-    /// step. Refused when every queue position is taken, when its client has
-    /// too many waiting, or (with `check_deadline`) when its estimated wait
-    /// passes the deadline. `weight` (1..) scales the client's share of the
+    /// Admits a query estimated at `units` cost units: it joins its
+    /// client's queue and waits for its first step. Refused when the
+    /// relay's or its client's bounds are reached, or (with
+    /// `check_deadline`) when its estimated wait passes the deadline (see
+    /// the module docs). `weight` (1..) scales the client's share of the
     /// rotation.
     pub fn submit_weighted(
         &mut self,
         client: K,
         sink: u64,
+        units: u64,
         weight: u32,
         now_ns: u64,
         check_deadline: bool,
     ) -> Result<JobId, FairRefused> {
-        let is_new_flow = self.clients.get(&client).is_none_or(|c| c.open == 0);
-        let own_queued = self
-            .clients
-            .get(&client)
-            .map_or(0, |c| c.queue.len() as u32);
-        let bound = if is_new_flow {
-            self.config.max_queued.saturating_mul(2)
-        } else {
-            self.config.max_queued
-        };
+        let units = units.max(1);
+        let own = self.clients.get(&client);
+        let is_new_flow = own.is_none_or(|c| c.open == 0);
+        let (own_queued, own_units) = own.map_or((0, 0), |c| (c.queue.len() as u32, c.open_units));
+        // New flows have the relay-wide bounds twice over.
+        let reserve = if is_new_flow { 2 } else { 1 };
+        let cfg = &self.config;
         let wait_ns = self.estimate_wait_ns(&client, is_new_flow);
-        let deadline_ns = self.config.deadline_ms.saturating_mul(1_000_000);
-        let refusal = if self.stats.queued >= bound {
+        let deadline_ns = cfg.deadline_ms.saturating_mul(1_000_000);
+        let refusal = if self.stats.open_units >= cfg.max_open_units.saturating_mul(reserve)
+            || self.stats.queued >= cfg.max_queued.saturating_mul(reserve as u32)
+        {
             Some(FairRefusal::QueueFull)
-        } else if own_queued >= self.config.max_queued_per_client {
+        } else if own_units >= cfg.max_open_units_per_client
+            || own_queued >= cfg.max_queued_per_client
+        {
             Some(FairRefusal::ClientQueueFull)
         } else if check_deadline && wait_ns > deadline_ns {
             Some(FairRefusal::Deadline)
@@ -295,6 +358,7 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         }
         self.next_id += 1;
         let id = self.next_id;
+        let next_step = units.min(self.step_cap());
         self.jobs.insert(
             id,
             Job {
@@ -303,6 +367,9 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
                 state: State::Queued,
                 started: false,
                 cancelled: false,
+                units,
+                remaining: units,
+                next_step,
             },
         );
         let next_gen = &mut self.next_gen;
@@ -314,6 +381,10 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
                 running: 0,
                 parked: 0,
                 open: 0,
+                open_units: 0,
+                queued_units: 0,
+                queued_steps: 0,
+                first_step: 0,
                 deficit: 0,
                 weight: 1,
                 list: List::None,
@@ -322,11 +393,16 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         });
         c.weight = weight.max(1);
         c.open += 1;
+        c.open_units += units;
+        c.queued_units += units;
+        c.queued_steps += next_step;
         c.queue.push_back(id);
         if c.list == List::None {
             if is_new_flow {
                 c.list = List::New;
                 c.deficit = 0;
+                c.first_step = next_step;
+                self.new_flow_units += next_step;
                 self.new_flows.push_back((client, c.gen_id));
             } else {
                 c.list = List::Old;
@@ -336,26 +412,49 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         self.unstarted.push_back((now_ns, id));
         self.stats.admitted_total += 1;
         self.stats.open += 1;
+        self.stats.open_units += units;
         self.stats.queued += 1;
+        self.stats.queued_units += units;
         Ok(id)
     }
 
-    /// Estimated wait before a new query of `client` gets its first step.
+    /// Most units one step is expected to cost: `step_rows` rows,
+    /// `step_bytes` sent, and the base (its read transaction).
+    fn step_cap(&self) -> u64 {
+        let c = &self.config;
+        c.step_rows
+            .saturating_add(c.step_bytes / c.cost.bytes_per_unit.max(1))
+            .saturating_add(c.cost.base_units)
+    }
+
+    /// Estimated wait before a new query of `client` gets its first step:
+    /// the units of the steps that go first, times the time per unit, over
+    /// the slots (plus half a step when every slot is busy).
     fn estimate_wait_ns(&self, client: &K, is_new_flow: bool) -> u64 {
         let slots = f64::from(self.config.slots);
         let busy = self.stats.running >= self.config.slots;
-        // Half a step for the ones running now to finish, if none is free.
         let residual = if busy { self.step_ns / 2.0 } else { 0.0 };
-        let steps_ahead = if is_new_flow {
-            self.new_flows.len() as f64
-        } else {
-            // Its own queue first (round robin within the client), and one
-            // step of every other waiting client per turn of the rotation.
-            let own = self.clients.get(client).map_or(0, |c| c.queue.len()) as f64;
-            let others = self.waiting_clients().saturating_sub(1) as f64;
-            (own + 1.0) * (others + 1.0) - 1.0
+        let ahead = match self.clients.get(client).filter(|_| !is_new_flow) {
+            // The first steps of the new flows listed before it.
+            None => self.new_flow_units,
+            Some(c) => {
+                // New flows go first (this client's own first step is
+                // counted below, with its queue); then, round robin within
+                // the client, one step of each of its waiting queries; the
+                // other waiting clients meanwhile take their turns, at most
+                // as much as it gets (or a quantum) each, and at most what
+                // they have queued.
+                let own_first = if c.list == List::New { c.first_step } else { 0 };
+                let listed = usize::from(c.list != List::None);
+                let others = self.waiting_clients().saturating_sub(listed) as u64;
+                let turns = others.saturating_mul(c.queued_steps.max(self.config.quantum_units));
+                let others_queued = self.stats.queued_units.saturating_sub(c.queued_units);
+                (self.new_flow_units.saturating_sub(own_first))
+                    .saturating_add(c.queued_steps)
+                    .saturating_add(turns.min(others_queued))
+            }
         };
-        (residual + steps_ahead * self.step_ns / slots) as u64
+        (residual + ahead as f64 * self.unit_ns / slots) as u64
     }
 
     fn waiting_clients(&self) -> usize {
@@ -422,6 +521,7 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
             if c.gen_id != gen_id || c.list != List::New {
                 continue;
             }
+            self.new_flow_units -= std::mem::take(&mut c.first_step);
             let Some(id) = c.queue.pop_front() else {
                 c.list = List::None;
                 continue;
@@ -437,7 +537,6 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         }
         None
     }
-
     /// Deficit round robin over the clients taking turns: on its turn a
     /// client gains a quantum (credit never exceeds one quantum) and runs
     /// one step if its deficit is positive; the step's real cost is taken
@@ -499,15 +598,39 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         job.started = true;
         let c = self.clients.get_mut(&job.client).expect("client of a job");
         c.running += 1;
+        c.queued_units -= job.remaining;
+        c.queued_steps -= job.next_step;
         self.stats.queued -= 1;
+        self.stats.queued_units -= job.remaining;
         self.stats.running += 1;
         self.stats.steps_total += 1;
         id
     }
 
-    /// A step of `id` ended: it cost `cost_units` and took `step_ns`. The
-    /// query is queued again, parked or removed as `after` says (removed in
-    /// any case if it was cancelled meanwhile).
+    /// Puts a running or parked job back in its client's queue, expecting
+    /// its next step to cost what is left of it, at most a full step.
+    fn requeue(&mut self, id: JobId) {
+        let cap = self.step_cap();
+        let job = self.jobs.get_mut(&id).expect("present");
+        job.state = State::Queued;
+        job.next_step = job.remaining.min(cap);
+        let key = job.client.clone();
+        let c = self.clients.get_mut(&key).expect("client of a job");
+        c.queue.push_back(id);
+        c.queued_units += job.remaining;
+        c.queued_steps += job.next_step;
+        self.stats.queued += 1;
+        self.stats.queued_units += job.remaining;
+        if c.list == List::None {
+            c.list = List::Old;
+            self.old_flows.push_back((key, c.gen_id));
+        }
+    }
+
+    /// A step of `id` ended: it cost `cost_units` (rows and bytes, without
+    /// the base) and took `step_ns` (0: it did not run). The query is
+    /// queued again, parked or removed as `after` says (removed in any case
+    /// if it was cancelled meanwhile).
     pub fn step_done(
         &mut self,
         id: JobId,
@@ -522,9 +645,20 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         if job.state != State::Running {
             return StepFate::Removed;
         }
-        self.step_ns = self.step_ns * (1.0 - STEP_ALPHA) + step_ns as f64 * STEP_ALPHA;
+        if step_ns > 0 {
+            // A step costs its rows and bytes and the base (its read
+            // transaction).
+            let spent = cost_units
+                .saturating_add(self.config.cost.base_units)
+                .max(1);
+            self.step_ns = self.step_ns * (1.0 - STEP_ALPHA) + step_ns as f64 * STEP_ALPHA;
+            self.unit_ns =
+                self.unit_ns * (1.0 - STEP_ALPHA) + step_ns as f64 / spent as f64 * STEP_ALPHA;
+            job.remaining = job.remaining.saturating_sub(spent).max(spent);
+        }
         let key = job.client.clone();
         let cancelled = job.cancelled;
+        let units = job.units;
         self.stats.running -= 1;
         let c = self.clients.get_mut(&key).expect("client of a job");
         c.running -= 1;
@@ -538,24 +672,18 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
             } else {
                 self.stats.finished_total += 1;
             }
-            self.close_one(&key);
+            self.close_one(&key, units);
             return StepFate::Removed;
         }
-        let job = self.jobs.get_mut(&id).expect("present");
         if after == AfterStep::Park {
+            let job = self.jobs.get_mut(&id).expect("present");
             job.state = State::Parked;
             c.parked += 1;
             self.stats.parked += 1;
             self.parked_by_sink.entry(job.sink).or_default().push(id);
             return StepFate::Parked;
         }
-        job.state = State::Queued;
-        c.queue.push_back(id);
-        self.stats.queued += 1;
-        if c.list == List::None {
-            c.list = List::Old;
-            self.old_flows.push_back((key, c.gen_id));
-        }
+        self.requeue(id);
         StepFate::Queued
     }
 
@@ -565,18 +693,11 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
             return;
         };
         for id in parked {
-            let job = self.jobs.get_mut(&id).expect("present");
-            job.state = State::Queued;
-            let key = job.client.clone();
-            let c = self.clients.get_mut(&key).expect("client of a job");
+            let job = self.jobs.get(&id).expect("present");
+            let c = self.clients.get_mut(&job.client).expect("client of a job");
             c.parked -= 1;
-            c.queue.push_back(id);
             self.stats.parked -= 1;
-            self.stats.queued += 1;
-            if c.list == List::None {
-                c.list = List::Old;
-                self.old_flows.push_back((key, c.gen_id));
-            }
+            self.requeue(id);
         }
     }
 
@@ -598,20 +719,18 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
                 true
             }
             State::Parked => {
-                let key = job.client.clone();
-                let sink = job.sink;
-                self.jobs.remove(&id);
-                if let Some(ids) = self.parked_by_sink.get_mut(&sink) {
+                let job = self.jobs.remove(&id).expect("present");
+                if let Some(ids) = self.parked_by_sink.get_mut(&job.sink) {
                     ids.retain(|j| *j != id);
                     if ids.is_empty() {
-                        self.parked_by_sink.remove(&sink);
+                        self.parked_by_sink.remove(&job.sink);
                     }
                 }
-                let c = self.clients.get_mut(&key).expect("client of a job");
+                let c = self.clients.get_mut(&job.client).expect("client of a job");
                 c.parked -= 1;
                 self.stats.parked -= 1;
                 self.stats.cancelled_total += 1;
-                self.close_one(&key);
+                self.close_one(&job.client, job.units);
                 true
             }
         }
@@ -623,17 +742,26 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         if let Some(i) = c.queue.iter().position(|j| *j == id) {
             c.queue.remove(i);
         }
+        c.queued_units -= job.remaining;
+        c.queued_steps -= job.next_step;
         self.stats.queued -= 1;
-        self.close_one(&job.client);
+        self.stats.queued_units -= job.remaining;
+        self.close_one(&job.client, job.units);
     }
 
-    /// One query of `key` left: drop the client entry when it has none.
-    fn close_one(&mut self, key: &K) {
+    /// One query of `key`, estimated at `units`, left: drop the client
+    /// entry when it has none.
+    fn close_one(&mut self, key: &K, units: u64) {
         self.stats.open -= 1;
+        self.stats.open_units -= units;
         let c = self.clients.get_mut(key).expect("client of a job");
         c.open -= 1;
+        c.open_units -= units;
         if c.open == 0 {
             // Its list entry (if any) is skipped when reached.
+            if c.list == List::New {
+                self.new_flow_units -= c.first_step;
+            }
             if let Some(gone) = self.clients.remove(key)
                 && self.spare_queues.len() < SPARE_QUEUES
             {
@@ -653,6 +781,7 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
                 .filter(|c| !c.queue.is_empty())
                 .count() as u32,
             step_ns: self.step_ns as u64,
+            unit_ns: self.unit_ns as u64,
             ..self.stats
         }
     }
@@ -662,14 +791,17 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         self.jobs.is_empty()
             && self.clients.is_empty()
             && self.parked_by_sink.is_empty()
+            && self.new_flow_units == 0
             && self.stats.open == 0
             && self.stats.running == 0
             && self.stats.queued == 0
             && self.stats.parked == 0
+            && self.stats.open_units == 0
+            && self.stats.queued_units == 0
     }
 
-    /// Recomputes every count from the job states and compares; panics on
-    /// a mismatch. For tests and debug assertions.
+    /// Recomputes every count and unit sum from the job states and
+    /// compares; panics on a mismatch. For tests and debug assertions.
     pub fn check_invariants(&self) {
         let count = |s: State| self.jobs.values().filter(|j| j.state == s).count() as u32;
         assert_eq!(self.stats.running, count(State::Running), "running");
@@ -679,13 +811,29 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         assert_eq!(indexed as u32, self.stats.parked, "parked index");
         assert_eq!(self.stats.open, self.jobs.len() as u32, "open");
         assert!(self.stats.running <= self.config.slots, "running <= slots");
+        let open_units: u64 = self.jobs.values().map(|j| j.units).sum();
+        assert_eq!(self.stats.open_units, open_units, "open units");
+        let queued_units: u64 = self
+            .jobs
+            .values()
+            .filter(|j| j.state == State::Queued)
+            .map(|j| j.remaining)
+            .sum();
+        assert_eq!(self.stats.queued_units, queued_units, "queued units");
+        let mut new_flow_units = 0;
         for (key, c) in &self.clients {
             let mine = self.jobs.values().filter(|j| &j.client == key);
             let (mut q, mut r, mut p, mut o) = (0, 0, 0, 0);
+            let (mut units, mut queued_units, mut queued_steps) = (0, 0, 0);
             for j in mine {
                 o += 1;
+                units += j.units;
                 match j.state {
-                    State::Queued => q += 1,
+                    State::Queued => {
+                        q += 1;
+                        queued_units += j.remaining;
+                        queued_steps += j.next_step;
+                    }
                     State::Running => r += 1,
                     State::Parked => p += 1,
                 }
@@ -694,7 +842,15 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
             assert_eq!(c.running, r, "client running");
             assert_eq!(c.parked, p, "client parked");
             assert_eq!(c.open, o, "client open");
+            assert_eq!(c.open_units, units, "client open units");
+            assert_eq!(c.queued_units, queued_units, "client queued units");
+            assert_eq!(c.queued_steps, queued_steps, "client queued steps");
             assert!(o > 0, "client without jobs");
+            if c.list == List::New {
+                new_flow_units += c.first_step;
+            } else {
+                assert_eq!(c.first_step, 0, "first step of a client not new");
+            }
             if q > 0 {
                 let entry = (key.clone(), c.gen_id);
                 let listed = match c.list {
@@ -705,6 +861,7 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
                 assert!(listed, "client with queued work is in a list");
             }
         }
+        assert_eq!(self.new_flow_units, new_flow_units, "new flow units");
         for j in self.jobs.values() {
             assert!(self.clients.contains_key(&j.client), "job without client");
         }
@@ -716,6 +873,10 @@ mod tests {
     use super::*;
 
     const MS: u64 = 1_000_000;
+    /// An author or id lookup's estimate (base, a few rows and bytes).
+    const CHEAP: u64 = 27;
+    /// A scan of 5,000 events' estimate.
+    const SCAN: u64 = 8429;
 
     fn cfg(slots: u32) -> QueriesConfig {
         QueriesConfig {
@@ -727,7 +888,7 @@ mod tests {
     #[test]
     fn runs_at_once_when_idle_and_goes_idle_after() {
         let mut q = FairQueue::new(cfg(2)).unwrap();
-        let a = q.submit("a", 1, 0).unwrap();
+        let a = q.submit("a", 1, CHEAP, 0).unwrap();
         assert_eq!(q.dispatch_next(), Some(a));
         assert_eq!(q.dispatch_next(), None);
         assert_eq!(
@@ -741,10 +902,12 @@ mod tests {
     #[test]
     fn a_new_flow_overtakes_a_busy_client() {
         let mut q = FairQueue::new(cfg(1)).unwrap();
-        let heavy: Vec<_> = (0..8).map(|_| q.submit("heavy", 1, 0).unwrap()).collect();
+        let heavy: Vec<_> = (0..8)
+            .map(|_| q.submit("heavy", 1, CHEAP, 0).unwrap())
+            .collect();
         let first = q.dispatch_next().unwrap();
         assert_eq!(first, heavy[0]);
-        let polite = q.submit("polite", 2, 0).unwrap();
+        let polite = q.submit("polite", 2, CHEAP, 0).unwrap();
         q.step_done(first, 1000, MS, AfterStep::Continue);
         assert_eq!(q.dispatch_next(), Some(polite), "the new flow goes first");
         q.check_invariants();
@@ -760,8 +923,8 @@ mod tests {
             ..QueriesConfig::default()
         })
         .unwrap();
-        let a = q.submit("a", 1, 0).unwrap();
-        let b = q.submit("b", 2, 0).unwrap();
+        let a = q.submit("a", 1, CHEAP, 0).unwrap();
+        let b = q.submit("b", 2, CHEAP, 0).unwrap();
         let (mut na, mut nb) = (0, 0);
         for _ in 0..2200 {
             let id = q.dispatch_next().unwrap();
@@ -784,7 +947,7 @@ mod tests {
     fn one_client_takes_one_slot_while_others_wait() {
         let mut q = FairQueue::new(cfg(4)).unwrap();
         for _ in 0..8 {
-            q.submit("a", 1, 0).unwrap();
+            q.submit("a", 1, CHEAP, 0).unwrap();
         }
         // Alone, it may use every slot.
         let got: Vec<_> = std::iter::from_fn(|| q.dispatch_next()).collect();
@@ -793,7 +956,7 @@ mod tests {
             q.step_done(id, 10, MS, AfterStep::Continue);
         }
         for _ in 0..8 {
-            q.submit("b", 2, 0).unwrap();
+            q.submit("b", 2, CHEAP, 0).unwrap();
         }
         let got: Vec<_> = std::iter::from_fn(|| q.dispatch_next()).collect();
         assert_eq!(got.len(), 4, "no slot idles");
@@ -804,42 +967,148 @@ mod tests {
         q.check_invariants();
     }
 
+    /// Runs one step of `units` (rows and bytes) taking `step_ns`, many
+    /// times, so the measured time per unit settles: a step costs its
+    /// units plus the base.
+    fn teach(q: &mut FairQueue<&'static str>, units: u64, step_ns: u64) {
+        let id = q.submit("teacher", 99, units, 0).unwrap();
+        assert_eq!(q.dispatch_next(), Some(id));
+        for _ in 0..200 {
+            q.step_done(id, units, step_ns, AfterStep::Continue);
+            assert_eq!(q.dispatch_next(), Some(id));
+        }
+        q.step_done(id, units, step_ns, AfterStep::Finished);
+        assert!(q.is_idle());
+    }
+
+    /// How many queries of `units` one client gets admitted before the
+    /// first refusal, and that refusal.
+    fn admitted_until_refused(
+        q: &mut FairQueue<&'static str>,
+        client: &'static str,
+        units: u64,
+    ) -> (usize, FairRefused) {
+        for i in 0..1_000_000 {
+            if let Err(r) = q.submit(client, 1, units, 0) {
+                return (i, r);
+            }
+        }
+        panic!("never refused");
+    }
+
+    /// The bounds of a queue that only the deadline limits.
+    fn deadline_only(slots: u32, deadline_ms: u64) -> QueriesConfig {
+        QueriesConfig {
+            slots,
+            deadline_ms,
+            max_open_units: 1_000_000_000_000,
+            max_open_units_per_client: 1_000_000_000_000,
+            max_queued: 1_000_000,
+            max_queued_per_client: 100_000,
+            ..QueriesConfig::default()
+        }
+    }
+
+    /// The wait is the cost ahead times the time per unit: at 1 us a unit
+    /// and a 100 ms deadline on one slot, a client alone may queue about
+    /// 100,000 units of next steps: thousands of cheap lookups; a scan's
+    /// next step is a full step (766 units), so far fewer scans.
     #[test]
-    fn refuses_what_would_wait_past_the_deadline() {
+    fn refuses_what_would_wait_past_the_deadline_by_cost_ahead() {
+        let cfg = deadline_only(1, 100);
+        let full_step = cfg.step_rows + cfg.step_bytes / cfg.cost.bytes_per_unit + 10;
+        let mut q = FairQueue::new(cfg).unwrap();
+        teach(&mut q, 990, MS);
+        assert_eq!(q.stats().unit_ns, 1000, "{:?}", q.stats());
+
+        let (cheap, r) = admitted_until_refused(&mut q, "a", CHEAP);
+        assert_eq!(r.reason, FairRefusal::Deadline);
+        assert!(r.retry_after >= Duration::from_millis(100));
+        let expect = (100 * MS / 1000 / CHEAP) as usize;
+        assert!(
+            (expect..=expect + 2).contains(&cheap),
+            "{cheap} cheap admitted"
+        );
+
+        // Beside a's queue, b's steps ahead are matched by as many of a's
+        // (the rotation shares by cost): half as many scans fit.
+        let (scans, r) = admitted_until_refused(&mut q, "b", SCAN);
+        assert_eq!(r.reason, FairRefusal::Deadline);
+        let expect = (100 * MS / 1000 / (2 * full_step)) as usize;
+        assert!(
+            (expect - 1..=expect + 1).contains(&scans),
+            "{scans} scans admitted"
+        );
+
+        // A client with nothing open is a new flow: only the first steps
+        // of other new flows are ahead of it.
+        assert!(q.submit("c", 3, SCAN, 0).is_ok());
+        q.check_invariants();
+    }
+
+    /// Another client's pile counts for its turns in the rotation, not for
+    /// all of its cost: a client with a query open (not a new flow) is
+    /// admitted beside a pile that would take seconds.
+    #[test]
+    fn another_clients_pile_counts_for_its_turns_only() {
+        let mut q = FairQueue::new(deadline_only(1, 100)).unwrap();
+        teach(&mut q, 990, MS);
+        // c has a query open, parked: it is not a new flow.
+        let parked = q.submit("c", 3, CHEAP, 0).unwrap();
+        assert_eq!(q.dispatch_next(), Some(parked));
+        q.step_done(parked, 5, 15_000, AfterStep::Park);
+        for _ in 0..100 {
+            q.submit("pile", 1, SCAN, 0).unwrap();
+        }
+        let queued = q.stats().queued_units;
+        assert!(queued >= 100 * SCAN, "{queued} units queued: 0.8 s of work");
+        let wait = q.estimated_wait(&"c");
+        assert!(wait <= Duration::from_millis(2), "{wait:?}");
+        assert!(q.submit("c", 3, CHEAP, 0).is_ok());
+        q.check_invariants();
+    }
+
+    /// Thousands of cheap lookups from one client arriving together are
+    /// admitted with the default bounds (a count of 64 waiting per client
+    /// used to refuse them); a pile of scans from one client stops at its
+    /// cost bound.
+    #[test]
+    fn many_cheap_queries_fit_where_a_pile_of_scans_does_not() {
+        let cfg = QueriesConfig::default();
+        let per_client = cfg.max_open_units_per_client;
+        let mut q = FairQueue::new(cfg).unwrap();
+        for i in 0..8000 {
+            assert!(q.submit("one-ip", 1, CHEAP, 0).is_ok(), "cheap query {i}");
+        }
+        q.check_invariants();
+        let (scans, r) = admitted_until_refused(&mut q, "scanner", SCAN);
+        assert_eq!(r.reason, FairRefusal::ClientQueueFull);
+        assert_eq!(scans as u64, per_client.div_ceil(SCAN), "{scans} scans");
+        assert!(q.stats().open_units >= 8000 * CHEAP + per_client);
+        // Its cheap query is refused too: the bound is on what it has open.
+        assert_eq!(
+            q.submit("scanner", 2, CHEAP, 0).unwrap_err().reason,
+            FairRefusal::ClientQueueFull
+        );
+        q.check_invariants();
+    }
+
+    /// One query alone is admitted whatever its estimate: the client's
+    /// bound refuses only what comes beside work already open.
+    #[test]
+    fn a_query_alone_is_admitted_whatever_its_cost() {
         let mut q = FairQueue::new(QueriesConfig {
-            slots: 1,
-            deadline_ms: 100,
-            max_queued_per_client: 1000,
+            max_open_units_per_client: 1000,
             ..QueriesConfig::default()
         })
         .unwrap();
-        // Teach it that a step takes 10 ms.
-        let id = q.submit("a", 1, 0).unwrap();
-        q.dispatch_next();
-        for _ in 0..100 {
-            q.step_done(id, 10, 10 * MS, AfterStep::Continue);
-            q.dispatch_next();
-        }
-        q.step_done(id, 10, 10 * MS, AfterStep::Finished);
-        let mut refused = None;
-        for i in 0..100 {
-            match q.submit("a", 1, 0) {
-                Ok(_) => {}
-                Err(r) => {
-                    refused = Some((i, r));
-                    break;
-                }
-            }
-        }
-        let (i, r) = refused.expect("refused before 100");
-        assert_eq!(r.reason, FairRefusal::Deadline);
-        assert!(
-            (8..=12).contains(&i),
-            "admitted {i} at 10 ms a step, deadline 100 ms"
+        let big = q.submit("a", 1, 1_000_000, 0).unwrap();
+        assert_eq!(
+            q.submit("a", 1, CHEAP, 0).unwrap_err().reason,
+            FairRefusal::ClientQueueFull
         );
-        assert!(r.retry_after >= Duration::from_millis(100));
-        // Another client is a new flow: admitted.
-        assert!(q.submit("b", 2, 0).is_ok());
+        assert!(q.cancel(big));
+        assert!(q.submit("a", 1, CHEAP, 0).is_ok(), "its units came back");
         q.check_invariants();
     }
 
@@ -851,8 +1120,8 @@ mod tests {
             ..QueriesConfig::default()
         })
         .unwrap();
-        let a = q.submit("a", 1, 0).unwrap();
-        let b = q.submit("a", 1, 10 * MS).unwrap();
+        let a = q.submit("a", 1, CHEAP, 0).unwrap();
+        let b = q.submit("a", 1, CHEAP, 10 * MS).unwrap();
         assert_eq!(q.dispatch_next(), Some(a));
         assert!(q.expire(55 * MS).is_empty(), "a started; b is 45 ms old");
         assert_eq!(q.expire(60 * MS), vec![b]);
@@ -864,10 +1133,10 @@ mod tests {
     #[test]
     fn parked_queries_hold_no_slot_and_wake_on_unpark() {
         let mut q = FairQueue::new(cfg(1)).unwrap();
-        let a = q.submit("a", 7, 0).unwrap();
+        let a = q.submit("a", 7, CHEAP, 0).unwrap();
         assert_eq!(q.dispatch_next(), Some(a));
         assert_eq!(q.step_done(a, 10, MS, AfterStep::Park), StepFate::Parked);
-        let b = q.submit("b", 8, 0).unwrap();
+        let b = q.submit("b", 8, CHEAP, 0).unwrap();
         assert_eq!(q.dispatch_next(), Some(b));
         q.unpark(7);
         assert_eq!(q.stats().queued, 1);
@@ -887,22 +1156,63 @@ mod tests {
         })
         .unwrap();
         for _ in 0..4 {
-            q.submit("a", 1, 0).unwrap();
+            q.submit("a", 1, CHEAP, 0).unwrap();
         }
         assert_eq!(
-            q.submit("a", 1, 0).unwrap_err().reason,
+            q.submit("a", 1, CHEAP, 0).unwrap_err().reason,
             FairRefusal::QueueFull
         );
-        assert!(q.submit("b", 2, 0).is_ok(), "a new flow uses the reserve");
+        assert!(
+            q.submit("b", 2, CHEAP, 0).is_ok(),
+            "a new flow uses the reserve"
+        );
+        q.check_invariants();
+    }
+
+    /// The relay-wide cost bound refuses a flood's next query, and new
+    /// flows still have as much again in reserve.
+    #[test]
+    fn the_cost_bound_keeps_room_for_new_flows() {
+        let mut q = FairQueue::new(QueriesConfig {
+            slots: 1,
+            max_open_units: 3 * SCAN,
+            deadline_ms: 3_600_000,
+            ..QueriesConfig::default()
+        })
+        .unwrap();
+        for _ in 0..3 {
+            q.submit("flood", 1, SCAN, 0).unwrap();
+        }
+        let running = q.dispatch_next().unwrap();
+        assert_eq!(
+            q.submit("flood", 1, CHEAP, 0).unwrap_err().reason,
+            FairRefusal::QueueFull
+        );
+        for polite in ["b", "c", "d"] {
+            assert!(
+                q.submit(polite, 2, SCAN, 0).is_ok(),
+                "{polite} uses the reserve"
+            );
+        }
+        assert_eq!(
+            q.submit("e", 3, CHEAP, 0).unwrap_err().reason,
+            FairRefusal::QueueFull,
+            "the reserve is bounded too"
+        );
+        // The polite clients' first steps go before the flood's next.
+        assert_eq!(q.stats().open_units, 6 * SCAN);
+        q.step_done(running, 700, MS, AfterStep::Continue);
+        let next = q.dispatch_next().unwrap();
+        assert_eq!(q.jobs[&next].client, "b");
         q.check_invariants();
     }
 
     #[test]
     fn cancel_in_every_state_leaves_nothing_behind() {
         let mut q = FairQueue::new(cfg(2)).unwrap();
-        let queued = q.submit("a", 1, 0).unwrap();
-        let running = q.submit("b", 2, 0).unwrap();
-        let parked = q.submit("c", 3, 0).unwrap();
+        let queued = q.submit("a", 1, CHEAP, 0).unwrap();
+        let running = q.submit("b", 2, CHEAP, 0).unwrap();
+        let parked = q.submit("c", 3, CHEAP, 0).unwrap();
         // b and c run (new flows go first, in order a, b, c: a runs too).
         let r1 = q.dispatch_next().unwrap();
         let r2 = q.dispatch_next().unwrap();
@@ -940,6 +1250,8 @@ mod tests {
                 slots: 1 + (round % 4),
                 max_queued: 16,
                 max_queued_per_client: 4,
+                max_open_units: 40_000,
+                max_open_units_per_client: 15_000,
                 deadline_ms: 1000,
                 ..QueriesConfig::default()
             })
@@ -951,7 +1263,8 @@ mod tests {
                 now += next(3) * MS;
                 match next(7) {
                     0 | 1 => {
-                        if let Ok(id) = q.submit(next(5) as u8, next(5), now) {
+                        let units = 1 + next(3) * next(10_000);
+                        if let Ok(id) = q.submit(next(5) as u8, next(5), units, now) {
                             open.push(id);
                         }
                     }

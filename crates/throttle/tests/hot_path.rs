@@ -108,8 +108,8 @@ fn bucket_checks_do_not_allocate() {
 fn scheduler_decisions_do_not_allocate_once_warm() {
     let mut q: FairQueue<u32> = FairQueue::new(QueriesConfig::default()).unwrap();
     let cycle = |q: &mut FairQueue<u32>, i: u64| {
-        let a = q.submit((i % 4) as u32, i % 4, i).unwrap();
-        let b = q.submit(((i + 1) % 4) as u32, (i + 1) % 4, i).unwrap();
+        let a = q.submit((i % 4) as u32, i % 4, 850, i).unwrap();
+        let b = q.submit(((i + 1) % 4) as u32, (i + 1) % 4, 27, i).unwrap();
         // a takes two steps (queued again after the first), b one.
         let mut a_steps = 0;
         while let Some(id) = q.dispatch_next() {
