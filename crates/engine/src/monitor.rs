@@ -91,6 +91,7 @@ impl MonitorHandle {
             commit_baseline_secs: 0.0,
             last_relief: None,
             last_tick: Instant::now(),
+            last_fd_count: None,
         };
         metrics::gauge!(m::THROTTLE_TARGET_MEMORY_BYTES).set(cfg.target_memory_bytes() as f64);
         let handle = &engine.monitor;
@@ -146,11 +147,18 @@ impl MonitorHandle {
     }
 }
 
+/// Counting open descriptors walks /proc/self/fd, one entry per socket:
+/// at 10k connections every 100 ms tick that was a tenth of a core. Once a
+/// second is enough for a gauge.
+const FD_COUNT_EVERY: Duration = Duration::from_secs(1);
+
 struct Monitor {
     governor: Governor,
     commit_baseline_secs: f64,
     last_relief: Option<Instant>,
     last_tick: Instant,
+    /// When open descriptors were last counted (see [`FD_COUNT_EVERY`]).
+    last_fd_count: Option<Instant>,
 }
 
 impl Monitor {
@@ -174,7 +182,13 @@ impl Monitor {
         export(&state);
         metrics::gauge!(m::PROCESS_RESIDENT_MEMORY_BYTES).set(mem.resident_bytes as f64);
         metrics::gauge!(m::PROCESS_ANONYMOUS_MEMORY_BYTES).set(mem.anonymous_bytes as f64);
-        metrics::gauge!(m::PROCESS_OPEN_FDS).set(process::open_fds() as f64);
+        if self
+            .last_fd_count
+            .is_none_or(|t| t.elapsed() >= FD_COUNT_EVERY)
+        {
+            self.last_fd_count = Some(Instant::now());
+            metrics::gauge!(m::PROCESS_OPEN_FDS).set(process::open_fds() as f64);
+        }
         for (name, s) in throttle.bucket_stats() {
             metrics::gauge!(m::THROTTLE_BUCKET_KEYS, "bucket" => name).set(s.keys as f64);
             metrics::counter!(m::THROTTLE_BUCKET_EVICTIONS_TOTAL, "bucket" => name)
