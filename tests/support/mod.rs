@@ -442,12 +442,28 @@ pub fn import_events(store: &Path, events: &[Event]) {
 
 /// Plain HTTP GET over a TCP socket; returns (status, headers, body).
 pub async fn http_get(addr: &str, path: &str, accept: Option<&str>) -> (u16, String, String) {
+    let accept: Vec<(&str, &str)> = accept.map(|a| ("Accept", a)).into_iter().collect();
+    http_get_with(addr, path, None, &accept).await
+}
+
+/// [`http_get`] from a chosen loopback source address, with extra headers.
+pub async fn http_get_with(
+    addr: &str,
+    path: &str,
+    source: Option<&str>,
+    headers: &[(&str, &str)],
+) -> (u16, String, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    let accept = accept
-        .map(|a| format!("Accept: {a}\r\n"))
-        .unwrap_or_default();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n");
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    if let Some(src) = source {
+        socket.bind(format!("{src}:0").parse().unwrap()).unwrap();
+    }
+    let mut s = socket.connect(addr.parse().unwrap()).await.unwrap();
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{extra}Connection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.unwrap();
     let mut buf = Vec::new();
     tokio::time::timeout(ANSWER_TIMEOUT, s.read_to_end(&mut buf))
