@@ -92,8 +92,9 @@ struct ConnShared {
 }
 
 struct SubEntry {
+    /// The buckets it is in are recomputed from these when it is removed
+    /// (`index_keys` is deterministic), so they are not stored twice.
     filters: Vec<Filter>,
-    keys: Vec<Key>,
 }
 
 #[derive(Default)]
@@ -214,14 +215,18 @@ impl LiveHub {
             ix.bucket(k).insert(key);
         }
         // Handles are never reused: nothing is replaced.
-        ix.subs.insert(key, SubEntry { filters, keys });
+        ix.subs.insert(key, SubEntry { filters });
         metrics::gauge!(m::LIVE_SUBSCRIPTIONS).set(ix.subs.len() as f64);
     }
 
     fn remove(&self, key: SubKey) {
         let mut index = self.write();
         if let Some(old) = index.subs.remove(&key) {
-            index.unlink(key, &old.keys);
+            let mut keys = Vec::new();
+            for f in &old.filters {
+                index_keys(f, &mut keys);
+            }
+            index.unlink(key, &keys);
         }
         metrics::gauge!(m::LIVE_SUBSCRIPTIONS).set(index.subs.len() as f64);
     }
