@@ -195,9 +195,11 @@ pub fn wait_exit(child: &mut Child) -> ExitStatus {
     panic!("relay did not exit within 20 s");
 }
 
-/// A WebSocket client speaking NIP-01.
+/// A WebSocket client speaking NIP-01. NIP-42 `AUTH` challenges are kept
+/// aside (see [`Client::challenge`]), never returned by `recv`.
 pub struct Client {
     ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    challenge: Option<String>,
 }
 
 impl Client {
@@ -205,7 +207,10 @@ impl Client {
         let (ws, _) = tokio_tungstenite::connect_async(url)
             .await
             .expect("connect");
-        Client { ws }
+        Client {
+            ws,
+            challenge: None,
+        }
     }
 
     /// Connects from a chosen loopback source address (127.0.0.2, ...), so
@@ -259,7 +264,10 @@ impl Client {
             );
         }
         match tokio_tungstenite::client_async(req, MaybeTlsStream::Plain(stream)).await {
-            Ok((ws, _)) => Ok(Client { ws }),
+            Ok((ws, _)) => Ok(Client {
+                ws,
+                challenge: None,
+            }),
             Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => Err(resp.status().as_u16()),
             Err(e) => panic!("websocket handshake failed: {e}"),
         }
@@ -295,12 +303,48 @@ impl Client {
             let msg = tokio::time::timeout(wait, self.ws.next()).await.ok()??;
             match msg {
                 Ok(Message::Text(t)) => {
-                    return Some(serde_json::from_str(&t).expect("relay sent JSON"));
+                    let v: Value = serde_json::from_str(&t).expect("relay sent JSON");
+                    if self.keep_challenge(&v) {
+                        continue;
+                    }
+                    return Some(v);
                 }
                 Ok(Message::Close(_)) | Err(_) => return None,
                 Ok(_) => continue,
             }
         }
+    }
+
+    /// Keeps an `["AUTH", challenge]` aside; true if `v` was one.
+    fn keep_challenge(&mut self, v: &Value) -> bool {
+        if v[0] == "AUTH" && v.as_array().is_some_and(|a| a.len() == 2) {
+            self.challenge = Some(v[1].as_str().expect("challenge is a string").into());
+            return true;
+        }
+        false
+    }
+
+    /// The NIP-42 challenge this connection was sent, waiting for it if it
+    /// has not come yet (call when no other answer is pending: messages
+    /// read meanwhile are dropped).
+    pub async fn challenge(&mut self) -> String {
+        while self.challenge.is_none() {
+            let msg = tokio::time::timeout(ANSWER_TIMEOUT, self.ws.next())
+                .await
+                .expect("no AUTH challenge in time")
+                .expect("connection closed")
+                .expect("ws error");
+            if let Message::Text(t) = msg {
+                let v: Value = serde_json::from_str(&t).expect("relay sent JSON");
+                assert!(self.keep_challenge(&v), "expected AUTH, got {v}");
+            }
+        }
+        self.challenge.clone().unwrap()
+    }
+
+    /// Whether a challenge has been received so far.
+    pub fn has_challenge(&self) -> bool {
+        self.challenge.is_some()
     }
 
     /// Raw text of the next message (to check byte-identical events).
@@ -312,6 +356,9 @@ impl Client {
                 .expect("connection closed")
                 .expect("ws error");
             if let Message::Text(t) = msg {
+                if serde_json::from_str::<Value>(&t).is_ok_and(|v| self.keep_challenge(&v)) {
+                    continue;
+                }
                 return t.to_string();
             }
         }

@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
-use sluice_proto::{Event, Filter};
+use sluice_proto::{Event, Filter, Readers};
 use tokio::sync::mpsc;
 
 use crate::LiveEvent;
@@ -89,6 +89,9 @@ struct ConnShared {
     lagged: AtomicBool,
     /// Bytes of event JSON queued and not yet taken.
     queued_bytes: AtomicUsize,
+    /// Who reads on this connection: events of private kinds reach it only
+    /// when one of its authenticated pubkeys wrote them or is `p`-tagged.
+    readers: RwLock<Arc<Readers>>,
 }
 
 struct SubEntry {
@@ -169,6 +172,14 @@ impl LiveHub {
                 };
                 let shared = &conn.shared;
                 if shared.lagged.load(Ordering::Relaxed) {
+                    continue;
+                }
+                let visible = shared
+                    .readers
+                    .read()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .may_read(&ev.event);
+                if !visible {
                     continue;
                 }
                 let len = ev.event.raw().len();
@@ -389,6 +400,16 @@ impl LiveConn {
             .queued_bytes
             .fetch_sub(d.event.event.raw().len(), Ordering::AcqRel);
         Some(d)
+    }
+
+    /// Who reads on this connection (NIP-42): from now on, events of private
+    /// kinds are delivered only to these readers' parties.
+    pub fn set_readers(&self, readers: Arc<Readers>) {
+        *self
+            .shared
+            .readers
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = readers;
     }
 
     /// Whether the queue filled (the connection must end).

@@ -37,7 +37,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use sluice_proto::Filter;
+use sluice_proto::{Filter, Readers};
 use sluice_store::{
     CountCursor, PlanShape, QueryCursor, QueryOptions, StepLimits, Store, plan_shape,
 };
@@ -257,9 +257,10 @@ impl Reads {
         sink: &ReadSink,
         ip: IpAddr,
         filters: Vec<Filter>,
+        readers: Arc<Readers>,
         budget: &mut ConnReadBudget,
     ) -> Result<ReadGuard, QueryError> {
-        self.submit_filters(sink, ip, filters, budget, false)
+        self.submit_filters(sink, ip, filters, readers, budget, false)
     }
 
     /// Admits a NIP-45 COUNT, or refuses it.
@@ -268,17 +269,20 @@ impl Reads {
         sink: &ReadSink,
         ip: IpAddr,
         filters: Vec<Filter>,
+        readers: Arc<Readers>,
         budget: &mut ConnReadBudget,
     ) -> Result<ReadGuard, QueryError> {
-        self.submit_filters(sink, ip, filters, budget, true)
+        self.submit_filters(sink, ip, filters, readers, budget, true)
     }
 
-    /// Estimates the cost from the plan, builds the cursor, and submits.
+    /// Estimates the cost from the plan, builds the cursor (which serves
+    /// private kinds only to `readers`), and submits.
     fn submit_filters(
         &self,
         sink: &ReadSink,
         ip: IpAddr,
         filters: Vec<Filter>,
+        readers: Arc<Readers>,
         budget: &mut ConnReadBudget,
         count: bool,
     ) -> Result<ReadGuard, QueryError> {
@@ -296,12 +300,12 @@ impl Reads {
         let (estimate, work) = if count {
             (
                 cost.estimate_count(&shapes, max_rows),
-                Work::Count(CountCursor::new(filters, opts)),
+                Work::Count(CountCursor::new(filters, opts).for_readers(readers)),
             )
         } else {
             (
                 cost.estimate_req(&shapes, max_rows),
-                Work::Query(QueryCursor::new(filters, opts)),
+                Work::Query(QueryCursor::new(filters, opts).for_readers(readers)),
             )
         };
         self.submit(sink, ip, work, estimate, budget)

@@ -6,6 +6,7 @@
 //! Architecture invariant: this crate is pure. It does no I/O, reads no clock
 //! (callers pass `now` in) and knows nothing of tokio, LMDB or HTTP.
 
+pub mod auth;
 pub mod event;
 pub mod filter;
 pub mod hex32;
@@ -13,6 +14,7 @@ pub mod kind;
 pub mod message;
 pub mod reason;
 
+pub use auth::{AuthCheck, AuthError, Readers};
 pub use event::{Event, EventError, Limits as EventLimits, PubkeyCache};
 pub use filter::{Filter, FilterError, TagValue};
 pub use kind::KindClass;

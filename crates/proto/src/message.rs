@@ -24,6 +24,8 @@ pub enum ClientMessage {
     Close {
         sub_id: String,
     },
+    /// NIP-42: a signed kind-22242 event answering the relay's challenge.
+    Auth(Box<Event>),
 }
 
 impl ClientMessage {
@@ -34,6 +36,7 @@ impl ClientMessage {
             ClientMessage::Req { .. } => "req",
             ClientMessage::Count { .. } => "count",
             ClientMessage::Close { .. } => "close",
+            ClientMessage::Auth(_) => "auth",
         }
     }
 }
@@ -105,6 +108,20 @@ impl ClientMessage {
                 } else {
                     Ok(ClientMessage::Count { sub_id, filters })
                 }
+            }
+            "AUTH" => {
+                if parts.len() != 2 {
+                    return Err(MessageError::Malformed(
+                        "AUTH takes exactly one event".into(),
+                    ));
+                }
+                let raw = parts[1].get();
+                Event::parse(raw)
+                    .map(|e| ClientMessage::Auth(Box::new(e)))
+                    .map_err(|error| MessageError::BadEvent {
+                        id: sniff_id(raw),
+                        error,
+                    })
             }
             "CLOSE" => Ok(ClientMessage::Close {
                 sub_id: sub_id(parts.get(1))?,
@@ -187,6 +204,11 @@ impl RelayMessage {
         format!("[\"NOTICE\",{}]", json_str(message))
     }
 
+    /// `["AUTH", challenge]` (NIP-42).
+    pub fn auth(challenge: &str) -> String {
+        format!("[\"AUTH\",{}]", json_str(challenge))
+    }
+
     pub fn count(sub_id: &str, count: u64) -> String {
         format!("[\"COUNT\",{},{{\"count\":{}}}]", json_str(sub_id), count)
     }
@@ -199,6 +221,25 @@ fn json_str(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auth_takes_one_event_and_the_relay_sends_its_challenge() {
+        let ev = crate::Event::sign(&[3; 32], 1, 22242, vec![], "");
+        match ClientMessage::parse(&format!("[\"AUTH\",{}]", ev.raw())) {
+            Ok(ClientMessage::Auth(e)) => assert_eq!(e.id, ev.id),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            ClientMessage::parse("[\"AUTH\",\"challenge\"]"),
+            Err(MessageError::BadEvent { .. })
+        ));
+        assert!(matches!(
+            ClientMessage::parse("[\"AUTH\"]"),
+            Err(MessageError::Malformed(_))
+        ));
+        let v: serde_json::Value = serde_json::from_str(&RelayMessage::auth("a\"b")).unwrap();
+        assert_eq!(v, serde_json::json!(["AUTH", "a\"b"]));
+    }
 
     #[test]
     fn event_keeps_raw_bytes() {

@@ -11,6 +11,7 @@ pub enum Reason {
     RateLimited,
     Invalid,
     Restricted,
+    AuthRequired,
     Unsupported,
     Error,
 }
@@ -25,6 +26,7 @@ impl Reason {
             Reason::RateLimited => "rate-limited",
             Reason::Invalid => "invalid",
             Reason::Restricted => "restricted",
+            Reason::AuthRequired => "auth-required",
             Reason::Unsupported => "unsupported",
             Reason::Error => "error",
         }

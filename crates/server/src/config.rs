@@ -218,3 +218,63 @@ impl RelayInfoConfig {
         Ok(())
     }
 }
+
+/// NIP-42 authentication and the rules that depend on it: NIP-70
+/// protected events and private messages (`[auth]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Offer NIP-42 authentication (AUTH challenges, NIP-11 lists 42).
+    pub enabled: bool,
+    /// Send the challenge as soon as a client connects; otherwise it is
+    /// sent with the first answer that asks for authentication.
+    pub challenge_on_connect: bool,
+    /// This relay's public URLs, as clients write them
+    /// (`wss://relay.example.com`). An AUTH event's `relay` tag must name
+    /// one of them; empty: it must name the host the client connected to.
+    pub relay_urls: Vec<String>,
+    /// How far an AUTH event's `created_at` may be from now, in seconds.
+    pub max_skew_secs: u64,
+    /// Pubkeys one connection may authenticate as.
+    pub max_pubkeys_per_connection: usize,
+    /// Kinds served only to an authenticated pubkey that wrote the event or
+    /// is named in one of its `p` tags (direct messages, gift wraps);
+    /// empty: every stored event is public.
+    pub private_kinds: Vec<u16>,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            enabled: true,
+            challenge_on_connect: true,
+            relay_urls: Vec::new(),
+            max_skew_secs: 600,
+            max_pubkeys_per_connection: 8,
+            private_kinds: vec![4, 1059, 1060],
+        }
+    }
+}
+
+impl AuthConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_pubkeys_per_connection == 0 {
+            return Err("auth.max_pubkeys_per_connection must be at least 1".into());
+        }
+        if !self.enabled && !self.private_kinds.is_empty() {
+            return Err(
+                "auth.private_kinds needs auth.enabled = true (nobody could read them); \
+                 set auth.private_kinds = [] to serve them to everyone"
+                    .into(),
+            );
+        }
+        for url in &self.relay_urls {
+            if !sluice_proto::auth::relay_matches(url, std::slice::from_ref(url), None) {
+                return Err(format!(
+                    "auth.relay_urls: {url:?} is not a ws://, wss://, http:// or https:// URL"
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -26,7 +26,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use config::{LimitsConfig, RelayInfoConfig, ServerConfig};
+pub use config::{AuthConfig, LimitsConfig, RelayInfoConfig, ServerConfig};
 
 use crate::metrics_names as m;
 
@@ -39,6 +39,7 @@ pub struct AppState {
     pub engine: Arc<Engine>,
     pub server: ServerConfig,
     pub limits: LimitsConfig,
+    pub auth: AuthConfig,
     pub event_limits: sluice_proto::EventLimits,
     nip11: String,
     /// `None` when /metrics is not served on the relay port.
@@ -53,18 +54,31 @@ pub struct AppState {
     http_slots: Arc<accept::HttpSlots>,
 }
 
+/// The config sections the front end owns.
+#[derive(Debug, Clone, Default)]
+pub struct FrontEnd {
+    pub server: ServerConfig,
+    pub limits: LimitsConfig,
+    pub auth: AuthConfig,
+    pub relay: RelayInfoConfig,
+}
+
 impl AppState {
     pub fn new(
         engine: Arc<Engine>,
-        server: ServerConfig,
-        limits: LimitsConfig,
-        info: &RelayInfoConfig,
+        sections: FrontEnd,
         render_metrics: Option<MetricsRenderer>,
         operators: address::TrustedProxies,
         shutdown: CancellationToken,
     ) -> Arc<AppState> {
+        let FrontEnd {
+            server,
+            limits,
+            auth,
+            relay,
+        } = sections;
         Arc::new(AppState {
-            nip11: nip11::document(info, &limits),
+            nip11: nip11::document(&relay, &limits, &auth),
             event_limits: limits.event_limits(),
             connections: Arc::new(Semaphore::new(server.max_connections)),
             http_slots: accept::HttpSlots::new(
@@ -74,6 +88,7 @@ impl AppState {
             engine,
             server,
             limits,
+            auth,
             render_metrics,
             operators,
             shutdown,
@@ -142,6 +157,10 @@ async fn root(
             )
                 .into_response();
         };
+        let host = headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let hard_max = st.limits.max_message_bytes.saturating_mul(2);
         return ws
             .read_buffer_size(st.server.read_buffer_bytes)
@@ -155,7 +174,7 @@ async fn root(
             .max_frame_size(hard_max)
             .on_upgrade(move |socket| {
                 let tracker = st.sessions.clone();
-                tracker.track_future(session::run(socket, st, ip, (permit, per_ip)))
+                tracker.track_future(session::run(socket, st, ip, host, (permit, per_ip)))
             });
     }
     let wants_nip11 = headers

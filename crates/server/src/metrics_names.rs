@@ -21,3 +21,7 @@ pub const HTTP_CONNECTIONS_CLOSED_TOTAL: &str = "sluice_http_connections_closed_
 pub const ACCEPT_ERRORS_TOTAL: &str = "sluice_accept_errors_total";
 /// Requests to /metrics or /api/throttle on the relay port refused (403).
 pub const OPERATOR_REQUESTS_REFUSED_TOTAL: &str = "sluice_operator_requests_refused_total";
+/// AUTH messages by result (`ok` or the refusal's prefix).
+pub const AUTH_TOTAL: &str = "sluice_auth_total";
+/// Connections with at least one authenticated pubkey.
+pub const CONNECTIONS_AUTHENTICATED: &str = "sluice_connections_authenticated";

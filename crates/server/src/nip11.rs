@@ -3,18 +3,26 @@
 
 use serde_json::{Value, json};
 
-use crate::config::{LimitsConfig, RelayInfoConfig};
+use crate::config::{AuthConfig, LimitsConfig, RelayInfoConfig};
 
-/// NIPs this relay implements in full.
+/// NIPs this relay implements in full, whatever the config.
 pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 40, 45];
 
-pub fn document(info: &RelayInfoConfig, limits: &LimitsConfig) -> String {
+/// NIPs offered when `auth.enabled` is on: AUTH and protected events.
+pub const AUTH_NIPS: &[u16] = &[42, 70];
+
+pub fn document(info: &RelayInfoConfig, limits: &LimitsConfig, auth: &AuthConfig) -> String {
+    let mut nips = SUPPORTED_NIPS.to_vec();
+    if auth.enabled {
+        nips.extend_from_slice(AUTH_NIPS);
+        nips.sort_unstable();
+    }
     let mut doc = json!({
         "name": info.name,
         "description": info.description,
         "software": "sluice",
         "version": env!("CARGO_PKG_VERSION"),
-        "supported_nips": SUPPORTED_NIPS,
+        "supported_nips": nips,
         "limitation": {
             "max_message_length": limits.max_message_bytes,
             "max_subscriptions": limits.max_subscriptions,

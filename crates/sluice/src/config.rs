@@ -4,7 +4,7 @@
 //! the operator writes it in TOML (`throttle.read.kp`).
 //!
 //! Each section is one type owned by one crate, composed here:
-//! `[server]`, `[limits]`, `[relay]` by `sluice-server`; `[engine]` by
+//! `[server]`, `[limits]`, `[relay]`, `[auth]` by `sluice-server`; `[engine]` by
 //! `sluice-engine`; `[throttle]` and its tables by `sluice-throttle`
 //! (except that `throttle.clients.trusted_proxies` is parsed by the
 //! server's `address` module); `[store]`, `[metrics]`, `[log]` here.
@@ -17,7 +17,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 use sluice_engine::EngineConfig;
 use sluice_server::address::TrustedProxies;
-use sluice_server::{LimitsConfig, RelayInfoConfig, ServerConfig};
+use sluice_server::{AuthConfig, LimitsConfig, RelayInfoConfig, ServerConfig};
 use sluice_throttle::ThrottleConfig;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -29,6 +29,7 @@ pub struct Config {
     pub engine: EngineConfig,
     pub throttle: ThrottleConfig,
     pub relay: RelayInfoConfig,
+    pub auth: AuthConfig,
     pub metrics: MetricsConfig,
     pub log: LogConfig,
 }
@@ -117,6 +118,7 @@ impl Config {
         let checks = [
             self.server.validate(),
             self.limits.validate(),
+            self.auth.validate(),
             self.engine.validate(),
             self.throttle.validate().map_err(|e| e.to_string()),
             // The one `[throttle]` key the server parses: addresses are its

@@ -84,9 +84,12 @@ async fn serve(
     let addr = listener.local_addr()?;
     let state = AppState::new(
         engine.clone(),
-        cfg.server.clone(),
-        cfg.limits.clone(),
-        &cfg.relay,
+        sluice_server::FrontEnd {
+            server: cfg.server.clone(),
+            limits: cfg.limits.clone(),
+            auth: cfg.auth.clone(),
+            relay: cfg.relay.clone(),
+        },
         cfg.metrics.on_relay_port.then(|| render.clone()),
         // Validated at load.
         sluice_server::address::TrustedProxies::parse(&cfg.metrics.allow_from).unwrap_or_default(),

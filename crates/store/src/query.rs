@@ -21,10 +21,11 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet, VecDeque};
 use std::ops::Bound;
+use std::sync::Arc;
 
 use heed::types::Unit;
 use heed::{RoRevRange, RoTxn};
-use sluice_proto::{Event, Filter};
+use sluice_proto::{Event, Filter, Readers};
 
 use crate::codec::{
     Be64, Header, IndexKeyCodec, MAX_INLINE_TAG_BYTES, Prefix, StoredEvent, author_kind_prefix,
@@ -337,7 +338,7 @@ impl Walk {
                         if serial >= ctx.cutoff {
                             continue;
                         }
-                        if let Some(hit) = load_if_match(t, rtxn, f, serial, ctx.now, check_tags)? {
+                        if let Some(hit) = load_if_match(t, rtxn, f, serial, ctx, check_tags)? {
                             hits.push(hit);
                         }
                     }
@@ -428,7 +429,7 @@ impl IndexWalk {
                 continue;
             }
             self.last_serial = Some(serial);
-            if let Some(hit) = load_if_match(t, rtxn, f, serial, ctx.now, self.check_tags)? {
+            if let Some(hit) = load_if_match(t, rtxn, f, serial, ctx, self.check_tags)? {
                 match visit(hit) {
                     Flow::Continue => {}
                     Flow::Pause => return Ok(WalkEnd::Paused),
@@ -441,10 +442,13 @@ impl IndexWalk {
 }
 
 /// Fixed for the whole query.
-struct WalkCtx {
+struct WalkCtx<'a> {
     now: u64,
     /// Rows with this serial or above were committed after the first step.
     cutoff: u64,
+    /// Who is asking, when some kinds are private (NIP-42): events of those
+    /// kinds go only to their author or a `p`-tagged recipient.
+    readers: Option<&'a Readers>,
 }
 
 /// The next `(created_at, serial)` of a range; a key that does not decode
@@ -562,6 +566,7 @@ impl FilterCursor {
 pub struct QueryCursor {
     filters: Vec<FilterCursor>,
     opts: QueryOptions,
+    readers: Option<Arc<Readers>>,
     budget: Budget,
     snapshot_serial: Option<u64>,
     last_sent: Option<(u64, [u8; 32])>,
@@ -576,10 +581,18 @@ impl QueryCursor {
             filters: filters.into_iter().map(FilterCursor::new).collect(),
             budget: Budget::new(opts.max_scan_rows),
             opts,
+            readers: None,
             snapshot_serial: None,
             last_sent: None,
             done: false,
         }
+    }
+
+    /// Events of `readers`' private kinds are returned only when one of its
+    /// pubkeys wrote them or is in their `p` tags.
+    pub fn for_readers(mut self, readers: Arc<Readers>) -> QueryCursor {
+        self.readers = Some(readers);
+        self
     }
 
     /// Serials below this were visible to the query (fixed by the first
@@ -612,6 +625,7 @@ pub struct CountCursor {
     seen: Option<HashSet<u64>>,
     count: u64,
     opts: QueryOptions,
+    readers: Option<Arc<Readers>>,
     budget: Budget,
     cutoff: Option<u64>,
     done: bool,
@@ -638,9 +652,17 @@ impl CountCursor {
             count: 0,
             budget: Budget::new(opts.max_scan_rows),
             opts,
+            readers: None,
             cutoff: None,
             done: false,
         }
+    }
+
+    /// Counts events of `readers`' private kinds only when one of its
+    /// pubkeys wrote them or is in their `p` tags.
+    pub fn for_readers(mut self, readers: Arc<Readers>) -> CountCursor {
+        self.readers = Some(readers);
+        self
     }
 
     pub fn count(&self) -> u64 {
@@ -699,6 +721,7 @@ impl Store {
         let ctx = WalkCtx {
             now: cur.opts.now,
             cutoff,
+            readers: cur.readers.as_deref(),
         };
         let rows_before = cur.budget.used;
         let mut step = StepRows(limits.rows);
@@ -776,6 +799,7 @@ impl Store {
         let ctx = WalkCtx {
             now: cur.opts.now,
             cutoff,
+            readers: cur.readers.as_deref(),
         };
         let rows_before = cur.budget.used;
         let mut step = StepRows(limits.rows);
@@ -830,18 +854,21 @@ fn load_if_match(
     rtxn: &RoTxn<'_, heed::WithoutTls>,
     f: &Filter,
     serial: u64,
-    now: u64,
+    ctx: &WalkCtx<'_>,
     check_tags: bool,
 ) -> Result<Option<Hit>, StoreError> {
     let Some(StoredEvent { header: h, raw }) = t.events.get(rtxn, &Be64::new(serial))? else {
         return Ok(None);
     };
-    if !header_matches(f, &h, now) {
+    if !header_matches(f, &h, ctx.now) {
         return Ok(None);
     }
-    if check_tags {
+    let private = ctx
+        .readers
+        .filter(|r| !r.may_read_header(h.kind, &h.pubkey));
+    if check_tags || private.is_some() {
         match Event::parse(raw) {
-            Ok(ev) if f.matches(&ev) => {}
+            Ok(ev) if f.matches(&ev) && private.is_none_or(|r| r.may_read(&ev)) => {}
             _ => return Ok(None),
         }
     }

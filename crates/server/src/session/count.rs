@@ -18,10 +18,17 @@ impl Session {
         filters: Vec<Filter>,
     ) -> Step {
         if let Err(refusal) = self.admit_req(&sub_id, &filters, false) {
-            return out.send(refusal.closed(&sub_id)).await;
+            return self.refuse_read(out, &sub_id, refusal).await;
         }
         let reads = self.st.engine.reads();
-        match reads.submit_count(&self.reads, self.ip, filters, &mut self.read_budget) {
+        let readers = self.auth.readers().clone();
+        match reads.submit_count(
+            &self.reads,
+            self.ip,
+            filters,
+            readers,
+            &mut self.read_budget,
+        ) {
             Ok(query) => {
                 self.subs.start_count(sub_id, query);
                 Ok(())

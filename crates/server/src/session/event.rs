@@ -132,6 +132,9 @@ impl Session {
                 metrics::counter!(m::EVENTS_ACCEPTED_TOTAL, "outcome" => "ephemeral").increment(1);
                 out.send(RelayMessage::ok(&id_hex(&id), true, "")).await
             }
+            Err(refusal @ Refusal::AuthRequired(_)) => {
+                self.send_asking_auth(out, refusal.ok(&id_hex(&id))).await
+            }
             Err(refusal) => out.send(refusal.ok(&id_hex(&id))).await,
         }
     }
@@ -145,6 +148,7 @@ impl Session {
         let admitted = Instant::now();
         ev.verify_cached(&mut self.keys)
             .map_err(|e| Refusal::Invalid(e.to_string()))?;
+        self.check_protected(&ev)?;
         let throttle = self.st.engine.throttle();
         if let Admit::Refuse(r) = throttle.admit_author(&ev.pubkey) {
             return Err(r.into());

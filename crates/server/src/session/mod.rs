@@ -9,6 +9,8 @@
 //! - `event`: EVENT admission, the delayed EVENT held without stalling the
 //!   connection, signature, author's bucket, writer, and the OKs;
 //! - `req`: REQ, CLOSE, and query answers (chunks, EOSE, held live events);
+//! - `auth`: NIP-42 AUTH, NIP-70 protected events, who reads private
+//!   messages;
 //! - `count`: COUNT;
 //! - `live`: live delivery to matching subscriptions;
 //! - `subs`: the registry of subscriptions and running COUNTs (owns the
@@ -16,6 +18,7 @@
 //! - `refusal`: every refusal, its NIP-01 prefix, wording and metrics;
 //! - `out`: the outgoing half, every write bounded by `send_timeout_ms`.
 
+mod auth;
 mod count;
 mod event;
 mod live;
@@ -72,19 +75,29 @@ struct Session {
     /// This connection's place in the engine's live index: its queue of
     /// events matching its subscriptions.
     live: LiveConn,
+    /// NIP-42: the challenge and the pubkeys proven on this connection.
+    auth: auth::AuthState,
+    /// The `Host` header of the upgrade request (AUTH's `relay` tag is
+    /// checked against it when no `auth.relay_urls` are configured).
+    host: Option<String>,
 }
 
 pub(crate) async fn run(
     socket: WebSocket,
     st: Arc<AppState>,
     ip: IpAddr,
+    host: Option<String>,
     _permits: (OwnedSemaphorePermit, ConnectionGuard),
 ) {
     let _open = OpenConnection::new();
     tracing::debug!(peer = %ip, "connection opened");
     let (sink, mut stream) = socket.split();
     let mut out = Out::new(sink, Duration::from_millis(st.server.send_timeout_ms));
-    let mut s = Session::new(st.clone(), ip);
+    let mut s = Session::new(st.clone(), ip, host);
+    if st.auth.challenge_on_connect && s.send_challenge(&mut out).await.is_err() {
+        metrics::counter!(m::CONNECTIONS_CLOSED_TOTAL, "reason" => "io_error").increment(1);
+        return;
+    }
     let idle_after =
         (st.server.idle_timeout_ms > 0).then(|| Duration::from_millis(st.server.idle_timeout_ms));
     let idle = tokio::time::sleep(idle_after.unwrap_or(Duration::MAX / 4));
@@ -154,8 +167,11 @@ impl Drop for OpenConnection {
 }
 
 impl Session {
-    fn new(st: Arc<AppState>, ip: IpAddr) -> Session {
+    fn new(st: Arc<AppState>, ip: IpAddr, host: Option<String>) -> Session {
         let throttle = st.engine.throttle();
+        let auth = auth::AuthState::new(&st.auth.private_kinds);
+        let live = st.engine.live_connect();
+        live.set_readers(auth.readers().clone());
         Session {
             ip,
             write_adm: throttle.admission(),
@@ -166,7 +182,9 @@ impl Session {
             subs: Subs::default(),
             reads: st.engine.reads().sink(st.limits.max_subscriptions),
             read_budget: throttle.connection_read_budget(),
-            live: st.engine.live_connect(),
+            live,
+            auth,
+            host,
             st,
         }
     }
@@ -238,6 +256,7 @@ impl Session {
             ClientMessage::Req { sub_id, filters } => self.on_req(out, sub_id, filters).await,
             ClientMessage::Count { sub_id, filters } => self.on_count(out, sub_id, filters).await,
             ClientMessage::Close { sub_id } => self.on_close(&sub_id),
+            ClientMessage::Auth(ev) => self.on_auth(out, ev).await,
         }
     }
 

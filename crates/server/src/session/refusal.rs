@@ -61,11 +61,24 @@ pub(super) enum Refusal {
     /// More than `server.max_buffered_live_events` matched while the
     /// subscription's query ran.
     LiveOverflow,
+    /// NIP-42: the answer needs an authenticated pubkey, and none is.
+    AuthRequired(&'static str),
+    /// NIP-42: the authenticated pubkeys are not allowed this.
+    Restricted(&'static str),
+    /// An AUTH message while `auth.enabled` is off.
+    AuthUnsupported,
+    /// `auth.max_pubkeys_per_connection` pubkeys are authenticated.
+    TooManyPubkeys {
+        max: usize,
+    },
+    /// A NIP-70 protected event while AUTH is off: nobody can prove
+    /// authorship, so nobody may publish it.
+    ProtectedWithoutAuth,
 }
 
 impl Refusal {
     /// The NIP-01 prefix of each case.
-    fn reason(&self) -> Reason {
+    pub(super) fn reason(&self) -> Reason {
         use Refusal as R;
         match self {
             R::TooLarge { .. }
@@ -75,7 +88,12 @@ impl Refusal {
             | R::Expired
             | R::SubIdTooLong { .. }
             | R::NoFilters
-            | R::TooManyFilters { .. } => Reason::Invalid,
+            | R::TooManyFilters { .. }
+            | R::TooManyPubkeys { .. } => Reason::Invalid,
+            R::AuthRequired(_) => Reason::AuthRequired,
+            R::Restricted(_) => Reason::Restricted,
+            R::ProtectedWithoutAuth => Reason::Blocked,
+            R::AuthUnsupported => Reason::Unsupported,
             R::UnknownType(_) => Reason::Unsupported,
             R::InFlight { .. }
             | R::Throttled(_)
@@ -124,11 +142,19 @@ impl Refusal {
             R::QueryFailed => "could not run the query".into(),
             R::CountFailed => "could not count events".into(),
             R::LiveOverflow => "too many live events while the query ran; subscribe again".into(),
+            R::AuthRequired(what) | R::Restricted(what) => (*what).into(),
+            R::AuthUnsupported => "authentication is not offered here".into(),
+            R::TooManyPubkeys { max } => {
+                format!("too many authenticated pubkeys on this connection (max {max})").into()
+            }
+            R::ProtectedWithoutAuth => {
+                "protected events are not accepted: this relay does not offer AUTH".into()
+            }
         }
     }
 
     /// `"<prefix>: <detail>"`.
-    fn message(&self) -> String {
+    pub(super) fn message(&self) -> String {
         self.reason().message(&self.detail())
     }
 

@@ -24,7 +24,7 @@ impl Session {
         mut filters: Vec<Filter>,
     ) -> Step {
         if let Err(refusal) = self.admit_req(&sub_id, &filters, true) {
-            return out.send(refusal.closed(&sub_id)).await;
+            return self.refuse_read(out, &sub_id, refusal).await;
         }
         let lim = &self.st.limits;
         for f in &mut filters {
@@ -36,7 +36,14 @@ impl Session {
         let live = self.live.subscribe(filters.clone());
         self.subs.open(sub_id.clone(), live);
         let reads = self.st.engine.reads();
-        match reads.submit_query(&self.reads, self.ip, filters, &mut self.read_budget) {
+        let readers = self.auth.readers().clone();
+        match reads.submit_query(
+            &self.reads,
+            self.ip,
+            filters,
+            readers,
+            &mut self.read_budget,
+        ) {
             Ok(guard) => {
                 if let Some(sub) = self.subs.get_mut(&sub_id) {
                     sub.query = Some(guard);
@@ -48,6 +55,21 @@ impl Session {
                 out.send(Refusal::from(e).closed(&sub_id)).await
             }
         }
+    }
+
+    /// A REQ or COUNT refused before its query: CLOSED, after the AUTH
+    /// challenge when the refusal asks for authentication.
+    pub(super) async fn refuse_read(
+        &mut self,
+        out: &mut Out,
+        sub_id: &str,
+        refusal: Refusal,
+    ) -> Step {
+        let closed = refusal.closed(sub_id);
+        if let Refusal::AuthRequired(_) = refusal {
+            return self.send_asking_auth(out, closed).await;
+        }
+        out.send(closed).await
     }
 
     pub(super) fn on_close(&mut self, sub_id: &str) -> Step {
@@ -80,6 +102,10 @@ impl Session {
                 len: filters.len(),
                 max: lim.max_filters,
             });
+        }
+        if let Err(refusal) = self.check_private_read(filters) {
+            self.subs.close(sub_id);
+            return Err(refusal);
         }
         let replacing = replaces && self.subs.contains(sub_id);
         if !replacing && self.subs.open_len() >= lim.max_subscriptions {

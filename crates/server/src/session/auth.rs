@@ -1,0 +1,196 @@
+//! NIP-42 on one connection: the challenge, AUTH events, the pubkeys the
+//! connection has proven, and what depends on them: NIP-70 protected events
+//! and who may read private messages.
+//!
+//! Invariants:
+//! - The challenge is 16 random bytes, one per connection, sent at most
+//!   once: at connect (`auth.challenge_on_connect`) or with the first
+//!   answer that asks for authentication.
+//! - A pubkey is added only after its AUTH event passed every check of
+//!   [`sluice_proto::auth::check_auth_event`] and its signature; a
+//!   connection holds at most `auth.max_pubkeys_per_connection`.
+//! - The readers (private kinds and pubkeys) the query path and the live
+//!   index see are replaced as a whole when a pubkey is added, so a private
+//!   message is checked against one consistent set.
+
+use std::sync::Arc;
+
+use sluice_proto::auth::{AuthCheck, check_auth_event};
+use sluice_proto::{Event, Readers, RelayMessage, auth};
+
+use super::out::{Out, Step};
+use super::refusal::Refusal;
+use super::{Session, id_hex};
+use crate::metrics_names as m;
+
+/// One connection's authentication state.
+pub(super) struct AuthState {
+    challenge: String,
+    /// The challenge has been sent.
+    sent: bool,
+    /// Counts this connection in `sluice_connections_authenticated` once it
+    /// has a pubkey.
+    counted: Option<AuthenticatedGauge>,
+    /// Who may read private messages here; shared with running queries
+    /// and the live index.
+    readers: Arc<Readers>,
+}
+
+impl AuthState {
+    pub(super) fn new(private_kinds: &[u16]) -> AuthState {
+        let mut bytes = [0u8; 16];
+        // A failing OS random source leaves the bytes zero: the challenge is
+        // then predictable but still per-connection in its use.
+        if getrandom::fill(&mut bytes).is_err() {
+            tracing::warn!("no OS randomness for an AUTH challenge");
+        }
+        AuthState {
+            challenge: hex::encode(bytes),
+            sent: false,
+            counted: None,
+            readers: Arc::new(Readers::new(private_kinds.to_vec(), Vec::new())),
+        }
+    }
+
+    pub(super) fn pubkeys(&self) -> &[[u8; 32]] {
+        self.readers.pubkeys()
+    }
+
+    pub(super) fn readers(&self) -> &Arc<Readers> {
+        &self.readers
+    }
+
+    pub(super) fn is_authenticated_as(&self, pubkey: &[u8; 32]) -> bool {
+        self.readers.pubkeys().contains(pubkey)
+    }
+}
+
+/// Counts one authenticated connection while it lives.
+struct AuthenticatedGauge;
+
+impl AuthenticatedGauge {
+    fn new() -> AuthenticatedGauge {
+        metrics::gauge!(m::CONNECTIONS_AUTHENTICATED).increment(1.0);
+        AuthenticatedGauge
+    }
+}
+
+impl Drop for AuthenticatedGauge {
+    fn drop(&mut self) {
+        metrics::gauge!(m::CONNECTIONS_AUTHENTICATED).decrement(1.0);
+    }
+}
+
+impl Session {
+    /// Sends this connection's challenge if it has not been sent (and AUTH
+    /// is offered).
+    pub(super) async fn send_challenge(&mut self, out: &mut Out) -> Step {
+        if !self.st.auth.enabled || self.auth.sent {
+            return Ok(());
+        }
+        self.auth.sent = true;
+        out.send(RelayMessage::auth(&self.auth.challenge)).await
+    }
+
+    /// Answers a refusal that asks the client to authenticate: the
+    /// challenge first if it was not sent yet, then the refusal.
+    pub(super) async fn send_asking_auth(&mut self, out: &mut Out, answer: String) -> Step {
+        self.send_challenge(out).await?;
+        out.send(answer).await
+    }
+
+    /// An AUTH message: checked, and on success its pubkey joins this
+    /// connection's. Always answered with one OK.
+    pub(super) async fn on_auth(&mut self, out: &mut Out, ev: Box<Event>) -> Step {
+        let id = id_hex(&ev.id);
+        let answer = match self.check_auth(&ev) {
+            Ok(()) => {
+                metrics::counter!(m::AUTH_TOTAL, "result" => "ok").increment(1);
+                tracing::debug!(peer = %self.ip, pubkey = %id_hex(&ev.pubkey), "authenticated");
+                RelayMessage::ok(&id, true, "")
+            }
+            Err(refusal) => {
+                metrics::counter!(m::AUTH_TOTAL, "result" => refusal.reason().as_str())
+                    .increment(1);
+                RelayMessage::ok(&id, false, &refusal.message())
+            }
+        };
+        out.send(answer).await
+    }
+
+    fn check_auth(&mut self, ev: &Event) -> Result<(), Refusal> {
+        let cfg = &self.st.auth;
+        if !cfg.enabled {
+            return Err(Refusal::AuthUnsupported);
+        }
+        if !self.auth.sent {
+            return Err(Refusal::Invalid("no challenge was sent yet".into()));
+        }
+        let check = AuthCheck {
+            challenge: &self.auth.challenge,
+            relay_urls: &cfg.relay_urls,
+            host: self.host.as_deref(),
+            now: sluice_engine::unix_now(),
+            max_skew_secs: cfg.max_skew_secs,
+        };
+        check_auth_event(ev, &check).map_err(|e| Refusal::Invalid(e.to_string()))?;
+        ev.verify_cached(&mut self.keys)
+            .map_err(|e| Refusal::Invalid(e.to_string()))?;
+        if self.auth.is_authenticated_as(&ev.pubkey) {
+            return Ok(());
+        }
+        let max = cfg.max_pubkeys_per_connection;
+        if self.auth.pubkeys().len() >= max {
+            return Err(Refusal::TooManyPubkeys { max });
+        }
+        let mut pubkeys = self.auth.pubkeys().to_vec();
+        pubkeys.push(ev.pubkey);
+        let readers = Arc::new(Readers::new(cfg.private_kinds.clone(), pubkeys));
+        self.live.set_readers(readers.clone());
+        self.auth.readers = readers;
+        self.auth
+            .counted
+            .get_or_insert_with(AuthenticatedGauge::new);
+        Ok(())
+    }
+
+    /// NIP-70: a protected event is taken only from its author,
+    /// authenticated on this connection.
+    pub(super) fn check_protected(&self, ev: &Event) -> Result<(), Refusal> {
+        if !auth::is_protected(ev) || self.auth.is_authenticated_as(&ev.pubkey) {
+            return Ok(());
+        }
+        if !self.st.auth.enabled {
+            return Err(Refusal::ProtectedWithoutAuth);
+        }
+        if self.auth.pubkeys().is_empty() {
+            Err(Refusal::AuthRequired(
+                "this event may only be published by its author",
+            ))
+        } else {
+            Err(Refusal::Restricted(
+                "this event may only be published by its author",
+            ))
+        }
+    }
+
+    /// A REQ or COUNT whose filters ask only for private kinds, from a
+    /// connection that has not authenticated: `auth-required:` rather than
+    /// an answer that is silently empty.
+    pub(super) fn check_private_read(
+        &self,
+        filters: &[sluice_proto::Filter],
+    ) -> Result<(), Refusal> {
+        let readers = &self.auth.readers;
+        if readers.pubkeys().is_empty()
+            && filters
+                .iter()
+                .any(|f| readers.asks_only_private(f.kinds.as_deref()))
+        {
+            return Err(Refusal::AuthRequired(
+                "private messages are served only to their authenticated parties",
+            ));
+        }
+        Ok(())
+    }
+}
