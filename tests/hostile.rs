@@ -177,9 +177,16 @@ async fn a_clients_close_is_answered_with_a_close() {
     })))
     .await
     .unwrap();
-    let answer = tokio::time::timeout(ANSWER_TIMEOUT, ws.next())
-        .await
-        .expect("an answer in time");
+    // The AUTH challenge sent at connect comes first.
+    let answer = loop {
+        match tokio::time::timeout(ANSWER_TIMEOUT, ws.next())
+            .await
+            .expect("an answer in time")
+        {
+            Some(Ok(Message::Text(t))) if t.starts_with("[\"AUTH\"") => continue,
+            other => break other,
+        }
+    };
     match answer {
         Some(Ok(Message::Close(Some(frame)))) => assert_eq!(frame.code, CloseCode::Normal),
         other => panic!("expected the Close echoed, got {other:?}"),
@@ -347,10 +354,17 @@ async fn a_connection_with_nothing_open_is_closed_when_idle_and_others_are_not()
     let mut subscribed = relay.client().await;
     subscribed.req("s", &[json!({"kinds": [1]})]).await;
     let (mut idle, _) = tokio_tungstenite::connect_async(relay.url()).await.unwrap();
-    match tokio::time::timeout(ANSWER_TIMEOUT, idle.next())
-        .await
-        .expect("closed in time")
-    {
+    // The AUTH challenge sent at connect comes first.
+    let first = loop {
+        match tokio::time::timeout(ANSWER_TIMEOUT, idle.next())
+            .await
+            .expect("closed in time")
+        {
+            Some(Ok(Message::Text(t))) if t.starts_with("[\"AUTH\"") => continue,
+            other => break other,
+        }
+    };
+    match first {
         Some(Ok(Message::Close(Some(frame)))) => assert_eq!(frame.reason.as_str(), "idle"),
         other => panic!("expected a Close for idleness, got {other:?}"),
     }
