@@ -208,6 +208,24 @@ async fn private_messages_reach_only_their_authenticated_parties() {
     assert_eq!(first[2]["id"], note2.id_hex().as_str());
 }
 
+/// Sends `events` at once; how many got OK true (OKs come in any order:
+/// a refusal is answered before an earlier EVENT's commit).
+async fn accepted(c: &mut Client, events: Vec<sluice_proto::Event>) -> usize {
+    for e in &events {
+        c.send_event(e).await;
+    }
+    let mut waiting: std::collections::HashSet<String> =
+        events.iter().map(|e| e.id_hex()).collect();
+    let mut ok = 0;
+    while !waiting.is_empty() {
+        let m = c.expect("OK").await;
+        if waiting.remove(m[1].as_str().unwrap()) && m[2] == true {
+            ok += 1;
+        }
+    }
+    ok
+}
+
 async fn wait_for_metric(relay: &Relay, name: &str, want: f64) {
     for _ in 0..200 {
         if relay.metric(name, &[]).await == want {
@@ -216,4 +234,64 @@ async fn wait_for_metric(relay: &Relay, name: &str, want: f64) {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     panic!("{name} never became {want}");
+}
+
+#[tokio::test]
+async fn a_listed_pubkey_is_limited_by_its_tier_not_by_its_address() {
+    // The address's bucket holds about one EVENT; the "trusted" tier's
+    // pubkey bucket a hundred times that. Twenty EVENTs at once: the
+    // anonymous connection is refused some, the trusted one none, from the
+    // same address, at any machine speed.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("sluice.toml");
+    std::fs::write(
+        &file,
+        format!(
+            r#"
+[throttle.clients.events_per_ip]
+rate_per_s = 0.5
+burst_ratio = 1.0
+window_ms = 1000
+catch_up_ms = 0
+
+[[throttle.tiers.listed]]
+name = "trusted"
+weight = 4
+rate_multiplier = 200.0
+pubkeys = ["{}"]
+"#,
+            pubkey_hex(7)
+        ),
+    )
+    .unwrap();
+    let relay = Relay::start_with_config(&file, &[]);
+    let batch = |from: u8| -> Vec<sluice_proto::Event> {
+        (0..20)
+            .map(|i| ev(from + i, now(), 1, &[], &format!("note {i}")))
+            .collect()
+    };
+    let mut anon = relay.client().await;
+    let anon_ok = accepted(&mut anon, batch(10)).await;
+    assert!(
+        anon_ok < 20,
+        "the address's bucket refused some ({anon_ok}/20)"
+    );
+
+    let mut trusted = relay.client().await;
+    authenticate(&relay, &mut trusted, 7).await;
+    assert_eq!(accepted(&mut trusted, batch(40)).await, 20);
+    assert_eq!(
+        relay
+            .metric("sluice_auth_tier_total", &["tier=\"trusted\""])
+            .await,
+        1.0
+    );
+    // An unlisted pubkey is still charged to its address.
+    let mut unlisted = relay.client().await;
+    authenticate(&relay, &mut unlisted, 8).await;
+    let unlisted_ok = accepted(&mut unlisted, batch(70)).await;
+    assert!(
+        unlisted_ok < 20,
+        "an unlisted key gets no more than its address ({unlisted_ok}/20)"
+    );
 }

@@ -14,6 +14,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
 
 use criterion::{Criterion, Throughput};
+use sluice_engine::throttle::Principal;
 use sluice_engine::{Admit, Throttle, ThrottleConfig};
 
 const ADDRESSES: u32 = 1_000;
@@ -70,11 +71,11 @@ fn main() {
         let t = throttle(admitting);
         let mut conn = t.admission();
         percentiles(&format!("admit_event {label}"), |i| {
-            t.admit_event(ip(i), &mut conn)
+            t.admit_event(&Principal::anonymous(ip(i)), &mut conn)
         });
         let mut conn = t.admission();
         percentiles(&format!("admit_req {label}"), |i| {
-            t.admit_req(ip(i), &mut conn)
+            t.admit_req(&Principal::anonymous(ip(i)), &mut conn)
         });
         percentiles(&format!("admit_author {label}"), |i| {
             t.admit_author(&author(i))
@@ -91,14 +92,14 @@ fn main() {
         g.bench_function(format!("admit_event {label}"), |b| {
             b.iter(|| {
                 i = i.wrapping_add(1);
-                t.admit_event(black_box(ip(i)), &mut conn)
+                t.admit_event(&Principal::anonymous(black_box(ip(i))), &mut conn)
             })
         });
         let mut conn = t.admission();
         g.bench_function(format!("admit_req {label}"), |b| {
             b.iter(|| {
                 i = i.wrapping_add(1);
-                t.admit_req(black_box(ip(i)), &mut conn)
+                t.admit_req(&Principal::anonymous(black_box(ip(i))), &mut conn)
             })
         });
         g.bench_function(format!("admit_author {label}"), |b| {

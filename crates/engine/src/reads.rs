@@ -31,7 +31,6 @@
 //! returned by dropping the message, wherever that happens.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -41,11 +40,13 @@ use sluice_proto::{Filter, Readers};
 use sluice_store::{
     CountCursor, PlanShape, QueryCursor, QueryOptions, StepLimits, Store, plan_shape,
 };
-use sluice_throttle::{AfterStep, FairQueue, FairStats, FilterShape, JobId, Mode, StepFate};
+use sluice_throttle::{
+    AfterStep, ClientKey, FairQueue, FairStats, FilterShape, JobId, Mode, Principal, StepFate,
+};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::metrics_names as m;
-use crate::throttle::{ConnReadBudget, QueriesConfig, Refusal, Throttle, client_key};
+use crate::throttle::{ConnReadBudget, QueriesConfig, Refusal, Throttle};
 use crate::{QueryError, unix_now};
 
 /// How often an idle worker wakes to drop queries past their deadline.
@@ -67,7 +68,7 @@ struct Inner {
 }
 
 struct State {
-    sched: FairQueue<IpAddr>,
+    sched: FairQueue<ClientKey>,
     cfg: QueriesConfig,
     /// Queries' work, keyed by id; absent while a worker runs its step.
     bodies: HashMap<JobId, Body>,
@@ -87,7 +88,7 @@ struct Body {
     tx: mpsc::Sender<ReadMsg>,
     credits: Arc<Semaphore>,
     sink: u64,
-    ip: IpAddr,
+    who: Principal,
     /// Units charged to the budgets so far: the estimate, then any excess.
     charged: u64,
     /// Units the query has cost so far: the base, then every step's.
@@ -255,24 +256,24 @@ impl Reads {
     pub fn submit_query(
         &self,
         sink: &ReadSink,
-        ip: IpAddr,
+        who: Principal,
         filters: Vec<Filter>,
         readers: Arc<Readers>,
         budget: &mut ConnReadBudget,
     ) -> Result<ReadGuard, QueryError> {
-        self.submit_filters(sink, ip, filters, readers, budget, false)
+        self.submit_filters(sink, who, filters, readers, budget, false)
     }
 
     /// Admits a NIP-45 COUNT, or refuses it.
     pub fn submit_count(
         &self,
         sink: &ReadSink,
-        ip: IpAddr,
+        who: Principal,
         filters: Vec<Filter>,
         readers: Arc<Readers>,
         budget: &mut ConnReadBudget,
     ) -> Result<ReadGuard, QueryError> {
-        self.submit_filters(sink, ip, filters, readers, budget, true)
+        self.submit_filters(sink, who, filters, readers, budget, true)
     }
 
     /// Estimates the cost from the plan, builds the cursor (which serves
@@ -280,7 +281,7 @@ impl Reads {
     fn submit_filters(
         &self,
         sink: &ReadSink,
-        ip: IpAddr,
+        who: Principal,
         filters: Vec<Filter>,
         readers: Arc<Readers>,
         budget: &mut ConnReadBudget,
@@ -308,27 +309,27 @@ impl Reads {
                 Work::Query(QueryCursor::new(filters, opts).for_readers(readers)),
             )
         };
-        self.submit(sink, ip, work, estimate, budget)
+        self.submit(sink, who, work, estimate, budget)
     }
 
     fn submit(
         &self,
         sink: &ReadSink,
-        ip: IpAddr,
+        who: Principal,
         work: Work,
         estimate: u64,
         budget: &mut ConnReadBudget,
     ) -> Result<ReadGuard, QueryError> {
         let throttle = &self.inner.throttle;
         throttle
-            .admit_read_cost(ip, estimate)
+            .admit_read_cost(&who, estimate)
             .map_err(QueryError::Refused)?;
         if let Err(r) = throttle.admit_connection_read_cost(budget, estimate) {
-            throttle.settle_read_cost(ip, -(estimate as i64));
+            throttle.settle_read_cost(&who, -(estimate as i64));
             return Err(QueryError::Refused(r));
         }
         let refund = |budget: &mut ConnReadBudget| {
-            throttle.settle_read_cost(ip, -(estimate as i64));
+            throttle.settle_read_cost(&who, -(estimate as i64));
             throttle.settle_connection_read_cost(budget, -(estimate as i64));
         };
         let mode = throttle.mode();
@@ -338,7 +339,7 @@ impl Reads {
             refund(budget);
             return Err(QueryError::Closed);
         }
-        let key = client_key(ip);
+        let key = who.key;
         let now_ns = throttle.now_ns();
         let enforce = mode == Mode::Enforce;
         if mode == Mode::Shadow
@@ -346,19 +347,20 @@ impl Reads {
         {
             throttle.count_shadow_refusal(crate::throttle::Layer::QueryScheduler);
         }
-        let id = match st
-            .sched
-            .submit_weighted(key, sink.id, estimate, 1, now_ns, enforce)
-        {
-            Ok(id) => id,
-            Err(r) => {
-                drop(st);
-                refund(budget);
-                return Err(QueryError::Refused(
-                    throttle.scheduler_refusal(r.reason, r.retry_after),
-                ));
-            }
-        };
+        let id =
+            match st
+                .sched
+                .submit_weighted(key, sink.id, estimate, who.tier.weight, now_ns, enforce)
+            {
+                Ok(id) => id,
+                Err(r) => {
+                    drop(st);
+                    refund(budget);
+                    return Err(QueryError::Refused(
+                        throttle.scheduler_refusal(r.reason, r.retry_after),
+                    ));
+                }
+            };
         let base = st.cfg.cost.base_units;
         st.bodies.insert(
             id,
@@ -367,7 +369,7 @@ impl Reads {
                 tx: sink.tx.clone(),
                 credits: sink.credits.clone(),
                 sink: sink.id,
-                ip,
+                who,
                 charged: estimate,
                 spent: base,
                 admitted: Instant::now(),
@@ -553,7 +555,7 @@ impl Inner {
             metrics::counter!(m::QUERY_SENT_BYTES_TOTAL).increment(step.bytes);
             metrics::counter!(m::QUERY_COST_UNITS_TOTAL, "stage" => "spent").increment(units);
             let settle = settle(&mut body, done);
-            self.throttle.settle_read_cost(body.ip, settle);
+            self.throttle.settle_read_cost(&body.who, settle);
             body.unsent_settle += settle;
             let quiet = step.events.is_empty() && step.end.is_none();
             if quiet {
@@ -656,7 +658,7 @@ impl Inner {
     /// it cost (an unfinished query is refunded its unspent estimate).
     fn finish(&self, mut body: Body, completed: bool) {
         let refund = settle(&mut body, true);
-        self.throttle.settle_read_cost(body.ip, refund);
+        self.throttle.settle_read_cost(&body.who, refund);
         if completed || body.work_ns > 0 {
             metrics::histogram!(m::QUERY_SECONDS).record(body.work_ns as f64 / 1e9);
         }

@@ -25,13 +25,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use sluice_throttle::{
-    BucketConfig, Direction, GovernorState, KeyedBuckets, KeyedStats, Mode, TokenBucket, Verdict,
+    BucketConfig, ClientKey, Direction, GovernorState, KeyedBuckets, KeyedStats, Mode, Tiers,
+    TokenBucket, Verdict,
 };
 
 // The policy types, where the engine's callers have always found them.
 pub use sluice_throttle::{
-    Admit, ClientsConfig, ConnAdmission, Layer, Mode as ModeConfig, QueriesConfig, Refusal,
-    ReliefConfig, ThrottleConfig, client_key,
+    Admit, ClientsConfig, ConnAdmission, Layer, Mode as ModeConfig, Principal, QueriesConfig,
+    Refusal, ReliefConfig, ThrottleConfig, client_key,
 };
 
 use crate::metrics_names as m;
@@ -52,6 +53,47 @@ pub struct Throttle {
     /// by the read controller like the keyed buckets.
     read_cost_conn_rate: AtomicU64,
     connections: Mutex<HashMap<IpAddr, u32>>,
+    /// The identity tiers of the current config.
+    tiers: RwLock<Arc<Tiers>>,
+    /// Per-pubkey buckets of each tier above anonymous (`tier.index - 1`):
+    /// the base per-IP rates × the tier's rate multiplier.
+    pubkey_buckets: RwLock<Arc<Vec<PubkeyBuckets>>>,
+}
+
+/// One tier's per-pubkey buckets.
+struct PubkeyBuckets {
+    multiplier: f64,
+    events: Mutex<KeyedBuckets<[u8; 32]>>,
+    reqs: Mutex<KeyedBuckets<[u8; 32]>>,
+    read_cost: Mutex<KeyedBuckets<[u8; 32]>>,
+}
+
+impl PubkeyBuckets {
+    /// Every tier above anonymous, from a validated config.
+    fn all(cfg: &ThrottleConfig, tiers: &Tiers) -> Vec<PubkeyBuckets> {
+        let c = &cfg.clients;
+        tiers.all()[1..]
+            .iter()
+            .map(|t| {
+                let m = t.rate_multiplier;
+                let keyed = |b: BucketConfig| {
+                    let b = BucketConfig {
+                        rate_per_s: (b.rate_per_s * m).min(1e9),
+                        ..b
+                    };
+                    Mutex::new(
+                        KeyedBuckets::new(b, c.max_tracked_keys).expect("validated bucket config"),
+                    )
+                };
+                PubkeyBuckets {
+                    multiplier: m,
+                    events: keyed(c.events_per_ip),
+                    reqs: keyed(c.reqs_per_ip),
+                    read_cost: keyed(c.read_cost_per_ip),
+                }
+            })
+            .collect()
+    }
 }
 
 /// Locks a mutex whose data stays consistent even if a holder panicked.
@@ -69,7 +111,11 @@ impl Throttle {
         let keyed = |b: BucketConfig| {
             KeyedBuckets::new(b, c.max_tracked_keys).expect("validated bucket config")
         };
+        let tiers = Tiers::new(&cfg.tiers);
+        let pubkey_buckets = PubkeyBuckets::all(&cfg, &tiers);
         let t = Throttle {
+            tiers: RwLock::new(Arc::new(tiers)),
+            pubkey_buckets: RwLock::new(Arc::new(pubkey_buckets)),
             epoch: Instant::now(),
             mode: AtomicU8::new(cfg.mode as u8),
             check_every_ops: AtomicU64::new(cfg.check_every_ops as u64),
@@ -139,6 +185,18 @@ impl Throttle {
             c.read_cost_per_connection.rate_per_s.to_bits(),
             Ordering::Relaxed,
         );
+        let old = self.with_config(|c| (c.tiers.clone(), c.clients.clone()));
+        if old != (cfg.tiers.clone(), cfg.clients.clone()) {
+            // Tier membership or base rates changed: the per-pubkey buckets
+            // start full again.
+            let tiers = Tiers::new(&cfg.tiers);
+            let buckets = PubkeyBuckets::all(&cfg, &tiers);
+            *self.tiers.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(tiers);
+            *self
+                .pubkey_buckets
+                .write()
+                .unwrap_or_else(PoisonError::into_inner) = Arc::new(buckets);
+        }
         self.mode.store(cfg.mode as u8, Ordering::Relaxed);
         self.check_every_ops
             .store(cfg.check_every_ops as u64, Ordering::Relaxed);
@@ -185,17 +243,69 @@ impl Throttle {
         })
     }
 
-    /// Admission of one EVENT before its signature is checked: the IP's
-    /// bucket and the write controller.
-    pub fn admit_event(&self, ip: IpAddr, adm: &mut ConnAdmission) -> Admit {
+    /// Who a connection from `ip`, authenticated as `pubkeys`, is charged
+    /// to: its tier and key (see `sluice_throttle::tiers`).
+    pub fn principal(&self, ip: IpAddr, pubkeys: &[[u8; 32]]) -> Principal {
+        self.tiers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .principal(ip, pubkeys)
+    }
+
+    fn tier_buckets(&self) -> Arc<Vec<PubkeyBuckets>> {
+        self.pubkey_buckets
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The per-client bucket checks of one operation (cost 1): the address's bucket
+    /// (unless the tier is listed), then the pubkey's bucket of its tier
+    /// (when authenticated).
+    fn client_buckets(
+        &self,
+        who: &Principal,
+        mode: Mode,
+        dir: Direction,
+        ip_map: &Mutex<KeyedBuckets<IpAddr>>,
+        pick: fn(&PubkeyBuckets) -> &Mutex<KeyedBuckets<[u8; 32]>>,
+        messages: [&'static str; 2],
+    ) -> Result<(), Refusal> {
+        let now = self.now_ns();
+        if who.tier.charges_address {
+            let r = lock(ip_map).check(&who.ip, now, 1);
+            self.bucket_result(r, mode, dir, Layer::IpBucket, messages[0])?;
+        }
+        if let ClientKey::Pubkey(p) = who.key {
+            let buckets = self.tier_buckets();
+            if let Some(b) = buckets.get(usize::from(who.tier.index).wrapping_sub(1)) {
+                let r = lock(pick(b)).check(&p, now, 1);
+                self.bucket_result(r, mode, dir, Layer::PubkeyBucket, messages[1])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Admission of one EVENT before its signature is checked: the
+    /// client's buckets and the write controller.
+    pub fn admit_event(&self, who: &Principal, adm: &mut ConnAdmission) -> Admit {
         let mode = self.mode();
         if mode == Mode::Off {
             return Admit::Go;
         }
-        let bucket = lock(&self.events_ip).check(&client_key(ip), self.now_ns(), 1);
-        let message = "too many events from your address";
-        match self.bucket_result(bucket, mode, Direction::Write, Layer::IpBucket, message) {
-            Ok(()) => self.controller(Direction::Write, mode, adm),
+        let messages = [
+            "too many events from your address",
+            "too many events from your pubkey",
+        ];
+        match self.client_buckets(
+            who,
+            mode,
+            Direction::Write,
+            &self.events_ip,
+            |b| &b.events,
+            messages,
+        ) {
+            Ok(()) => self.controller(Direction::Write, mode, adm, who.tier.weight),
             Err(r) => Admit::Refuse(r),
         }
     }
@@ -214,16 +324,26 @@ impl Throttle {
         }
     }
 
-    /// Admission of one REQ or COUNT: the IP's bucket and the read controller.
-    pub fn admit_req(&self, ip: IpAddr, adm: &mut ConnAdmission) -> Admit {
+    /// Admission of one REQ or COUNT: the client's buckets and the read
+    /// controller.
+    pub fn admit_req(&self, who: &Principal, adm: &mut ConnAdmission) -> Admit {
         let mode = self.mode();
         if mode == Mode::Off {
             return Admit::Go;
         }
-        let bucket = lock(&self.reqs_ip).check(&client_key(ip), self.now_ns(), 1);
-        let message = "too many requests from your address";
-        match self.bucket_result(bucket, mode, Direction::Read, Layer::IpBucket, message) {
-            Ok(()) => self.controller(Direction::Read, mode, adm),
+        let messages = [
+            "too many requests from your address",
+            "too many requests from your pubkey",
+        ];
+        match self.client_buckets(
+            who,
+            mode,
+            Direction::Read,
+            &self.reqs_ip,
+            |b| &b.reqs,
+            messages,
+        ) {
+            Ok(()) => self.controller(Direction::Read, mode, adm, who.tier.weight),
             Err(r) => Admit::Refuse(r),
         }
     }
@@ -269,13 +389,23 @@ impl Throttle {
 
     /// The global controller's say on one operation of a connection (see
     /// [`ConnAdmission::check`]), counted and, when enforced, applied.
-    fn controller(&self, dir: Direction, mode: Mode, adm: &mut ConnAdmission) -> Admit {
+    /// A tier of weight `w` counts as polite up to `w` times the polite rate
+    /// and waits `1/w` of the delay.
+    fn controller(
+        &self,
+        dir: Direction,
+        mode: Mode,
+        adm: &mut ConnAdmission,
+        weight: u32,
+    ) -> Admit {
         let published = Verdict::from_bits(self.verdicts[dir_index(dir)].load(Ordering::Relaxed));
-        let polite = self.with_config(|c| c.clients.polite_ops_per_s);
+        let w = weight.max(1);
+        let polite = self.with_config(|c| c.clients.polite_ops_per_s) * f64::from(w);
         let d = adm.check(dir, mode, published, polite, self.now_ns());
         match d.verdict {
             Verdict::Allow => Admit::Go,
             Verdict::Delay(delay) => {
+                let delay = delay / w;
                 self.count_decision(dir, Layer::Controller, "delay", d.enforced);
                 if d.enforced {
                     metrics::histogram!(m::THROTTLE_DELAY_APPLIED_SECONDS, "direction" => dir.as_str())
@@ -333,6 +463,12 @@ impl Throttle {
             lock(&self.events_pubkey).set_rate(scaled(&c.events_per_pubkey, write_p));
             lock(&self.reqs_ip).set_rate(scaled(&c.reqs_per_ip, read_p));
             lock(&self.read_cost_ip).set_rate(scaled(&c.read_cost_per_ip, read_p));
+            for b in self.tier_buckets().iter() {
+                let m = b.multiplier;
+                lock(&b.events).set_rate(scaled(&c.events_per_ip, write_p) * m);
+                lock(&b.reqs).set_rate(scaled(&c.reqs_per_ip, read_p) * m);
+                lock(&b.read_cost).set_rate(scaled(&c.read_cost_per_ip, read_p) * m);
+            }
             self.read_cost_conn_rate.store(
                 scaled(&c.read_cost_per_connection, read_p).to_bits(),
                 Ordering::Relaxed,
@@ -364,31 +500,61 @@ impl Throttle {
     /// refuses it (`rate-limited:`). A full budget pays any estimate (the
     /// rest becomes debt when the query settles), so a large query is
     /// slowed, never refused forever.
-    pub fn admit_read_cost(&self, ip: IpAddr, estimate_units: u64) -> Result<(), Refusal> {
+    pub fn admit_read_cost(&self, who: &Principal, estimate_units: u64) -> Result<(), Refusal> {
         let mode = self.mode();
         if mode == Mode::Off {
             return Ok(());
         }
         let cost = u32::try_from(estimate_units).unwrap_or(u32::MAX);
-        let r = lock(&self.read_cost_ip).check(&client_key(ip), self.now_ns(), cost);
-        let message = "your address has read too much; slow down";
-        self.bucket_result(r, mode, Direction::Read, Layer::ReadBudgetIp, message)
+        let now = self.now_ns();
+        if who.tier.charges_address {
+            let r = lock(&self.read_cost_ip).check(&who.ip, now, cost);
+            let message = "your address has read too much; slow down";
+            self.bucket_result(r, mode, Direction::Read, Layer::ReadBudgetIp, message)?;
+        }
+        if let ClientKey::Pubkey(p) = who.key
+            && let Some(b) = self
+                .tier_buckets()
+                .get(usize::from(who.tier.index).wrapping_sub(1))
+        {
+            let r = lock(&b.read_cost).check(&p, now, cost);
+            if let Err(e) = self.bucket_result(
+                r,
+                mode,
+                Direction::Read,
+                Layer::ReadBudgetIp,
+                "your pubkey has read too much; slow down",
+            ) {
+                if who.tier.charges_address {
+                    self.settle_ip_read_cost(&who.ip, now, -(estimate_units as i64));
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// Settles a query's cost with its IP's budget: a positive `delta` is
     /// charged (debt beyond what the budget holds), a negative one refunded.
-    pub fn settle_read_cost(&self, ip: IpAddr, delta_units: i64) {
+    pub fn settle_read_cost(&self, who: &Principal, delta_units: i64) {
         if self.mode() == Mode::Off || delta_units == 0 {
             return;
         }
         let now = self.now_ns();
-        let key = client_key(ip);
-        let mut b = lock(&self.read_cost_ip);
-        if delta_units > 0 {
-            b.charge(&key, now, delta_units as u64);
-        } else {
-            b.refund(&key, now, delta_units.unsigned_abs());
+        if who.tier.charges_address {
+            self.settle_ip_read_cost(&who.ip, now, delta_units);
         }
+        if let ClientKey::Pubkey(p) = who.key
+            && let Some(b) = self
+                .tier_buckets()
+                .get(usize::from(who.tier.index).wrapping_sub(1))
+        {
+            settle(&mut lock(&b.read_cost), &p, now, delta_units);
+        }
+    }
+
+    fn settle_ip_read_cost(&self, ip: &IpAddr, now: u64, delta_units: i64) {
+        settle(&mut lock(&self.read_cost_ip), ip, now, delta_units);
     }
 
     /// A new connection's own read budget (owned by its session).
@@ -456,6 +622,20 @@ impl Throttle {
             retry_after,
             reason.message(),
         )
+    }
+}
+
+/// Charges a positive `delta`, refunds a negative one.
+fn settle<K: std::hash::Hash + Eq + Clone>(
+    b: &mut KeyedBuckets<K>,
+    key: &K,
+    now: u64,
+    delta_units: i64,
+) {
+    if delta_units > 0 {
+        b.charge(key, now, delta_units as u64);
+    } else {
+        b.refund(key, now, delta_units.unsigned_abs());
     }
 }
 

@@ -25,3 +25,5 @@ pub const OPERATOR_REQUESTS_REFUSED_TOTAL: &str = "sluice_operator_requests_refu
 pub const AUTH_TOTAL: &str = "sluice_auth_total";
 /// Connections with at least one authenticated pubkey.
 pub const CONNECTIONS_AUTHENTICATED: &str = "sluice_connections_authenticated";
+/// Successful AUTHs, by the tier the connection is in afterwards.
+pub const AUTH_TIER_TOTAL: &str = "sluice_auth_tier_total";

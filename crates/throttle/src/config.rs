@@ -32,6 +32,7 @@ use crate::error::{ConfigError, check_range};
 use crate::keyed::MAX_KEYS_LIMIT;
 use crate::pid::PidConfig;
 use crate::signals::SignalTargets;
+use crate::tiers::TiersConfig;
 
 /// The `[throttle]` section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -65,6 +66,8 @@ pub struct ThrottleConfig {
     /// Read controller (REQ, COUNT).
     pub read: PidConfig,
     pub clients: ClientsConfig,
+    /// Identity tiers: weights and rate multipliers by who is asking.
+    pub tiers: TiersConfig,
     pub queries: QueriesConfig,
     pub relief: ReliefConfig,
 }
@@ -86,6 +89,7 @@ impl Default for ThrottleConfig {
             write: PidConfig::write_default(),
             read: PidConfig::read_default(),
             clients: ClientsConfig::default(),
+            tiers: TiersConfig::default(),
             queries: QueriesConfig::default(),
             relief: ReliefConfig::default(),
         }
@@ -152,6 +156,7 @@ impl ThrottleConfig {
         self.write.validate().map_err(|e| e.within("write"))?;
         self.read.validate().map_err(|e| e.within("read"))?;
         self.clients.validate().map_err(|e| e.within("clients"))?;
+        self.tiers.validate().map_err(|e| e.within("tiers"))?;
         self.queries.validate().map_err(|e| e.within("queries"))
     }
 }

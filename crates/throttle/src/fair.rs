@@ -40,7 +40,9 @@
 //! reached twice over (the second half is its reserve, so a flood never
 //! refuses a polite client), and never by its client's bounds: one query
 //! alone is admitted whatever its estimate (the read budgets and the scan
-//! budget bound it).
+//! budget bound it). A client of a tier weighing more than 1 (see
+//! `tiers`) is refused by the relay-wide bounds only at three times them:
+//! weight-1 clients, new or not, never take that last third.
 //!
 //! Invariants (checked by [`FairQueue::check_invariants`] in tests): every
 //! submitted query is in exactly one state until it finishes or is
@@ -331,8 +333,16 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         let own = self.clients.get(&client);
         let is_new_flow = own.is_none_or(|c| c.open == 0);
         let (own_queued, own_units) = own.map_or((0, 0), |c| (c.queue.len() as u32, c.open_units));
-        // New flows have the relay-wide bounds twice over.
-        let reserve = if is_new_flow { 2 } else { 1 };
+        // New flows have the relay-wide bounds twice over, clients of a
+        // tier weighing more than 1 three times: a burst of weight-1 clients,
+        // new or not, never takes the top third (no priority inversion).
+        let reserve = if weight > 1 {
+            3
+        } else if is_new_flow {
+            2
+        } else {
+            1
+        };
         let cfg = &self.config;
         let wait_ns = self.estimate_wait_ns(&client, is_new_flow);
         let deadline_ns = cfg.deadline_ms.saturating_mul(1_000_000);
@@ -897,6 +907,37 @@ mod tests {
         );
         q.check_invariants();
         assert!(q.is_idle());
+    }
+
+    #[test]
+    fn a_heavier_tier_keeps_the_headroom_a_lighter_burst_cannot_take() {
+        // Weight-1 clients fill the window to its bound; a weight-2 client
+        // that already has a query open (no new-flow headroom of its own)
+        // is still admitted, and a weight-1 client in the same position is
+        // not (seed 004 P77-7: no priority inversion).
+        let mut q = FairQueue::new(QueriesConfig {
+            max_open_units: 10 * SCAN,
+            max_open_units_per_client: 4 * SCAN,
+            deadline_ms: 1_000_000,
+            ..QueriesConfig::default()
+        })
+        .unwrap();
+        q.submit_weighted("trusted", 1, CHEAP, 2, 0, false).unwrap();
+        q.submit_weighted("anon-x", 1, CHEAP, 1, 0, false).unwrap();
+        let mut burst = 0;
+        for c in 0.. {
+            let name: &'static str = Box::leak(format!("flood{c}").into_boxed_str());
+            match q.submit_weighted(name, 2, 3 * SCAN, 1, 0, false) {
+                Ok(_) => burst += 1,
+                Err(_) => break,
+            }
+        }
+        assert!(burst >= 3, "the burst filled the window ({burst})");
+        let anon = q.submit_weighted("anon-x", 1, SCAN, 1, 0, false);
+        assert_eq!(anon.unwrap_err().reason, FairRefusal::QueueFull);
+        q.submit_weighted("trusted", 1, SCAN, 2, 0, false)
+            .expect("the heavier tier is admitted into the headroom");
+        q.check_invariants();
     }
 
     #[test]

@@ -55,6 +55,7 @@ pub mod meter;
 pub mod pid;
 pub mod refusal;
 pub mod signals;
+pub mod tiers;
 
 pub use admission::{Admission, Decision, Direction, Mode, RefuseReason, Verdict};
 pub use bucket::{BucketConfig, TokenBucket, scaled_rate};
@@ -72,3 +73,4 @@ pub use refusal::{Admit, Layer, Refusal};
 pub use signals::{
     LoadSignals, NormalizedSignals, SignalTargets, memory_pressure, process_variable,
 };
+pub use tiers::{ClientKey, Principal, Tier, Tiers, TiersConfig};

@@ -151,6 +151,12 @@ impl Session {
         self.auth
             .counted
             .get_or_insert_with(AuthenticatedGauge::new);
+        self.principal = self
+            .st
+            .engine
+            .throttle()
+            .principal(self.ip, self.auth.pubkeys());
+        metrics::counter!(m::AUTH_TIER_TOTAL, "tier" => self.principal.tier.name).increment(1);
         Ok(())
     }
 

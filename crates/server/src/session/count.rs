@@ -24,7 +24,7 @@ impl Session {
         let readers = self.auth.readers().clone();
         match reads.submit_count(
             &self.reads,
-            self.ip,
+            self.principal,
             filters,
             readers,
             &mut self.read_budget,

@@ -111,7 +111,7 @@ impl Session {
             .st
             .engine
             .throttle()
-            .admit_event(self.ip, &mut self.write_adm)
+            .admit_event(&self.principal, &mut self.write_adm)
         {
             Admit::Go => Ok(None),
             Admit::Delay(d) => Ok(Some(d)),

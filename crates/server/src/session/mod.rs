@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use axum::extract::ws::{Message, WebSocket, close_code};
 use futures_util::stream::{FuturesUnordered, SplitStream, StreamExt};
+use sluice_engine::throttle::Principal;
 use sluice_engine::throttle::{ConnAdmission, ConnReadBudget, ConnectionGuard};
 use sluice_engine::{LiveConn, ReadSink};
 use sluice_proto::message::sniff_id;
@@ -77,6 +78,9 @@ struct Session {
     live: LiveConn,
     /// NIP-42: the challenge and the pubkeys proven on this connection.
     auth: auth::AuthState,
+    /// Who this connection's requests are charged to: its tier and key
+    /// (its address until it authenticates).
+    principal: Principal,
     /// The `Host` header of the upgrade request (AUTH's `relay` tag is
     /// checked against it when no `auth.relay_urls` are configured).
     host: Option<String>,
@@ -184,6 +188,7 @@ impl Session {
             read_budget: throttle.connection_read_budget(),
             live,
             auth,
+            principal: Principal::anonymous(ip),
             host,
             st,
         }

@@ -39,7 +39,7 @@ impl Session {
         let readers = self.auth.readers().clone();
         match reads.submit_query(
             &self.reads,
-            self.ip,
+            self.principal,
             filters,
             readers,
             &mut self.read_budget,
@@ -117,7 +117,7 @@ impl Session {
             .st
             .engine
             .throttle()
-            .admit_req(self.ip, &mut self.read_adm)
+            .admit_req(&self.principal, &mut self.read_adm)
         {
             // Reads are never delayed (see `Throttle::admit_req`).
             Admit::Go | Admit::Delay(_) => Ok(()),
