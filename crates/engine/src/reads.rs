@@ -85,7 +85,7 @@ enum Work {
 
 struct Body {
     work: Work,
-    tx: mpsc::Sender<ReadMsg>,
+    tx: mpsc::Sender<Box<ReadMsg>>,
     credits: Arc<Semaphore>,
     sink: u64,
     who: Principal,
@@ -154,8 +154,10 @@ impl Drop for Credit {
 /// A session's receiving end for all its queries' answers.
 pub struct ReadSink {
     id: u64,
-    rx: mpsc::Receiver<ReadMsg>,
-    tx: mpsc::Sender<ReadMsg>,
+    /// Boxed: a tokio channel allocates its first block of 32 slots when
+    /// it is made, and every connection has one (8-byte slots, not 113).
+    rx: mpsc::Receiver<Box<ReadMsg>>,
+    tx: mpsc::Sender<Box<ReadMsg>>,
     credits: Arc<Semaphore>,
 }
 
@@ -164,7 +166,7 @@ impl ReadSink {
     pub async fn recv(&mut self) -> ReadMsg {
         // The sink holds a sender itself, so the channel never closes.
         match self.rx.recv().await {
-            Some(m) => m,
+            Some(m) => *m,
             None => std::future::pending().await,
         }
     }
@@ -472,13 +474,13 @@ impl Inner {
                         let refusal = self
                             .throttle
                             .scheduler_refusal(sluice_throttle::FairRefusal::Timeout, retry);
-                        let _ = body.tx.try_send(ReadMsg {
+                        let _ = body.tx.try_send(Box::new(ReadMsg {
                             job: id,
                             events: Vec::new(),
                             end: Some(ReadEnd::Refused(refusal)),
                             settle_units: 0,
                             _credit: None,
-                        });
+                        }));
                         drop(st);
                         self.finish(body, false);
                         st = self.lock();
@@ -667,9 +669,9 @@ impl Inner {
 
 /// Hands a message to its session's sink. It never waits: the sink has
 /// room for every credited chunk and one end per open query.
-fn deliver(tx: &mpsc::Sender<ReadMsg>, msg: ReadMsg) {
+fn deliver(tx: &mpsc::Sender<Box<ReadMsg>>, msg: ReadMsg) {
     let job = msg.job;
-    if let Err(e) = tx.try_send(msg) {
+    if let Err(e) = tx.try_send(Box::new(msg)) {
         if matches!(e, mpsc::error::TrySendError::Full(_)) {
             metrics::counter!(m::QUERY_ANSWERS_DROPPED_TOTAL).increment(1);
             tracing::warn!(job, "query answer dropped: the session's sink is full");

@@ -106,17 +106,20 @@ pub(crate) async fn run(
         (st.server.idle_timeout_ms > 0).then(|| Duration::from_millis(st.server.idle_timeout_ms));
     let idle = tokio::time::sleep(idle_after.unwrap_or(Duration::MAX / 4));
     let mut idle = std::pin::pin!(idle);
+    // The handlers but live delivery (the fan-out's hot path) are boxed:
+    // the task of every connection, idle or not, would otherwise be sized
+    // for the largest of them.
     let reason: CloseReason = loop {
         let step = tokio::select! {
             biased;
             // Bounded by shutdown_grace_ms; an EVENT the writer has not answered by then gets no OK.
-            () = st.shutdown.cancelled() => break s.finish_for_shutdown(&mut out, &mut stream).await,
+            () = st.shutdown.cancelled() => break Box::pin(s.finish_for_shutdown(&mut out, &mut stream)).await,
             // At most max_pending_writes: past it this connection's EVENTs are refused with
             // rate-limited (the publisher loses); the writer's queue is engine.writer_queue_events.
-            Some(done) = s.writes.next(), if !s.writes.is_empty() => s.on_write_done(&mut out, done).await,
+            Some(done) = s.writes.next(), if !s.writes.is_empty() => Box::pin(s.on_write_done(&mut out, done)).await,
             // At most chunks_per_connection unsent: a client that does not read parks its own
             // queries, nobody else's.
-            msg = s.reads.recv() => s.on_read(&mut out, msg).await,
+            msg = s.reads.recv() => Box::pin(s.on_read(&mut out, msg)).await,
             // Only events matching this connection's subscriptions, at most
             // engine.live_buffer_events / live_buffer_bytes queued: past that the client is
             // disconnected (slow consumer); held per subscription until EOSE at most
@@ -124,14 +127,14 @@ pub(crate) async fn run(
             r = s.live.recv() => s.on_live(&mut out, r).await,
             // One EVENT at most, held by a write delay: meanwhile no client frame is read (the
             // delayed client waits, nobody else).
-            () = event::held_until(&mut s.held), if s.held.is_some() => s.resume_held(&mut out).await,
+            () = event::held_until(&mut s.held), if s.held.is_some() => Box::pin(s.resume_held(&mut out)).await,
             // One message at a time, at most limits.max_message_bytes; a client that sends faster
             // than it is answered is held back by its own socket buffers.
             msg = stream.next(), if s.held.is_none() => {
                 if let Some(after) = idle_after {
                     idle.as_mut().reset(tokio::time::Instant::now() + after);
                 }
-                s.on_frame(&mut out, msg).await
+                Box::pin(s.on_frame(&mut out, msg)).await
             }
             // Nothing open and nothing sent for server.idle_timeout_ms: the connection only
             // holds a socket and a connection slot.
