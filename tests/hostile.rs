@@ -149,6 +149,33 @@ async fn stalled_handshakes_are_capped_per_address_and_timed_out() {
 }
 
 #[tokio::test]
+async fn at_the_connection_cap_the_oldest_stalled_handshake_makes_room() {
+    // Stalled handshakes from many addresses fill the cap of connections
+    // that are not sessions; once they are older than the eviction age
+    // (1 s), a new client gets in at once and the oldest is closed, long
+    // before the handshake timeout.
+    let relay = Relay::start_with(&[
+        ("SLUICE_SERVER__HANDSHAKE_TIMEOUT_MS", "600000"),
+        ("SLUICE_SERVER__MAX_HTTP_CONNECTIONS", "4"),
+    ]);
+    let mut stalled = Vec::new();
+    for n in 0..4 {
+        stalled.push(half_request(&relay.addr, &format!("127.0.1.{}", n + 1)).await);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let mut c = Client::connect_from(&relay.url(), "127.0.0.5").await;
+    assert!(c.publish(&ev(1, now(), 1, &[], "got in")).await.0);
+    closed_by_relay(&mut stalled[0]).await;
+    let evicted = relay
+        .metric(
+            "sluice_http_connections_closed_total",
+            &["reason=\"evicted\""],
+        )
+        .await;
+    assert!(evicted >= 1.0, "{evicted}");
+}
+
+#[tokio::test]
 async fn shutdown_is_not_held_up_by_a_stalled_client() {
     // A head timeout longer than the test waits for the exit (20 s): the
     // exit must come from the shutdown's own bound (shutdown_grace_ms).

@@ -56,3 +56,33 @@ mod tests {
         }
     }
 }
+
+/// The process's soft limit on open descriptors (`ulimit -n`), from
+/// /proc/self/limits; `None` where it cannot be read or is unlimited.
+pub fn open_files_limit() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    parse_open_files_limit(&text)
+}
+
+fn parse_open_files_limit(limits: &str) -> Option<u64> {
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod limit_tests {
+    #[test]
+    fn the_soft_open_files_limit_is_read() {
+        let text = "Limit                     Soft Limit           Hard Limit           Units     \n\
+                    Max open files            1024                 524288               files     \n";
+        assert_eq!(super::parse_open_files_limit(text), Some(1024));
+        let unlimited =
+            "Max open files            unlimited            unlimited            files\n";
+        assert_eq!(super::parse_open_files_limit(unlimited), None);
+        assert!(super::open_files_limit().is_some_and(|n| n > 0));
+    }
+}

@@ -1,5 +1,5 @@
 //! Property tests of the protocol layer (proptest, stable Rust): the parser
-//! never panics and answers every input, events round-trip and verify
+//! never panics and answers every input, valid messages keep their parts, events round-trip and verify
 //! whatever their strings hold, unsigned fields never change what is kept,
 //! the canonical serialization is the one JSON libraries produce, and
 //! filter matching agrees with a naive matcher written from NIP-01's words.
@@ -59,8 +59,42 @@ proptest! {
     }
 
     #[test]
+    fn valid_messages_keep_their_parts(
+        sub in text().prop_filter("non-empty", |s| !s.is_empty()),
+        content in text(),
+        tags in tags(),
+        created_at in 0u64..=u64::from(u32::MAX),
+        kind in any::<u16>(),
+        auth in any::<bool>(),
+    ) {
+        let close = json!(["CLOSE", sub]).to_string();
+        match ClientMessage::parse(&close) {
+            Ok(ClientMessage::Close { sub_id }) => prop_assert_eq!(sub_id, sub.clone()),
+            other => prop_assert!(false, "{:?}", other),
+        }
+        let req = json!(["REQ", sub, {"kinds": [kind], "since": created_at}, {}]).to_string();
+        match ClientMessage::parse(&req) {
+            Ok(ClientMessage::Req { sub_id, filters }) => {
+                prop_assert_eq!(sub_id, sub);
+                prop_assert_eq!(filters.len(), 2);
+                prop_assert_eq!(filters[0].kinds.as_deref(), Some(&[kind][..]));
+            }
+            other => prop_assert!(false, "{:?}", other),
+        }
+        let ev = Event::sign(&SK, created_at, kind, tags, &content);
+        let label = if auth { "AUTH" } else { "EVENT" };
+        match ClientMessage::parse(&format!("[\"{label}\",{}]", ev.raw())) {
+            Ok(ClientMessage::Event(e)) | Ok(ClientMessage::Auth(e)) => {
+                prop_assert_eq!(e.raw(), ev.raw());
+                prop_assert!(e.verify().is_ok());
+            }
+            other => prop_assert!(false, "{:?}", other),
+        }
+    }
+
+    #[test]
     fn the_parser_answers_any_json_message_without_panicking(
-        kind in prop_oneof![Just("EVENT"), Just("REQ"), Just("COUNT"), Just("CLOSE"), Just("X")],
+        kind in prop_oneof![Just("EVENT"), Just("REQ"), Just("COUNT"), Just("CLOSE"), Just("AUTH"), Just("X")],
         rest in proptest::collection::vec(json_value(), 0..4),
     ) {
         let mut msg = vec![json!(kind)];

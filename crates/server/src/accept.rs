@@ -8,6 +8,11 @@
 //!   is closed at accept and counted. The slot is given back when the
 //!   connection ends or upgrades (the session then holds the WebSocket
 //!   caps), on every path: it is dropped with the connection's task.
+//! - At the total cap, a new connection is not refused while a slot has
+//!   been held longer than [`EVICT_AFTER`]: the oldest such connection is
+//!   closed instead (counted as `evicted`). Half-sent requests from many
+//!   addresses then cannot lock new clients out until their timeout: a
+//!   slow-loris flood only recycles its own sockets.
 //! - hyper reads each request head under `server.handshake_timeout_ms`: a
 //!   half-sent request is closed when it runs out.
 //! - An accept error (descriptors exhausted above all) is logged, counted
@@ -40,6 +45,10 @@ use crate::{AppState, address};
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// At most one log line per this long about accept errors.
 const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(5);
+/// At the total cap, a connection that has held its slot this long may be
+/// closed to make room for a new one (a client that sends its request head
+/// promptly is done with it well within this).
+pub(crate) const EVICT_AFTER: Duration = Duration::from_secs(1);
 
 /// The counts behind [`HttpSlot`]s.
 pub(crate) struct HttpSlots {
@@ -52,6 +61,10 @@ pub(crate) struct HttpSlots {
 struct SlotState {
     open: usize,
     per_ip: HashMap<IpAddr, usize>,
+    /// Slots by age (ids increase): when each was taken, and how to close
+    /// its connection to make room.
+    by_age: std::collections::BTreeMap<u64, (Instant, CancellationToken)>,
+    next_id: u64,
 }
 
 /// One TCP connection that is not a WebSocket session; given back on drop.
@@ -59,6 +72,9 @@ pub(crate) struct HttpSlot {
     slots: Arc<HttpSlots>,
     /// `None` for a trusted proxy (not counted per address).
     key: Option<IpAddr>,
+    id: u64,
+    /// Cancelled when the slot is taken back for a newer connection.
+    pub(crate) evicted: CancellationToken,
 }
 
 /// Why a connection was closed at accept.
@@ -85,10 +101,23 @@ impl HttpSlots {
         per_ip: bool,
     ) -> Result<HttpSlot, SlotRefused> {
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if st.open >= self.max {
-            return Err(SlotRefused::Total);
-        }
         let key = per_ip.then(|| client_key(ip));
+        if key.is_some_and(|k| st.per_ip.get(&k).is_some_and(|n| *n >= self.max_per_ip)) {
+            return Err(SlotRefused::PerIp);
+        }
+        if st.open >= self.max {
+            // Make room by closing the oldest connection, if it is old
+            // enough; it gives its slot back as its task ends.
+            let oldest = st.by_age.first_key_value().map(|(id, (at, _))| (*id, *at));
+            match oldest {
+                Some((id, at)) if at.elapsed() >= EVICT_AFTER => {
+                    if let Some((_, (_, token))) = st.by_age.remove_entry(&id) {
+                        token.cancel();
+                    }
+                }
+                _ => return Err(SlotRefused::Total),
+            }
+        }
         if let Some(k) = key {
             let n = st.per_ip.entry(k).or_insert(0);
             if *n >= self.max_per_ip {
@@ -100,10 +129,16 @@ impl HttpSlots {
             *n += 1;
         }
         st.open += 1;
+        st.next_id += 1;
+        let id = st.next_id;
+        let evicted = CancellationToken::new();
+        st.by_age.insert(id, (Instant::now(), evicted.clone()));
         metrics::gauge!(m::HTTP_CONNECTIONS_OPEN).set(st.open as f64);
         Ok(HttpSlot {
             slots: self.clone(),
             key,
+            id,
+            evicted,
         })
     }
 }
@@ -116,6 +151,7 @@ impl Drop for HttpSlot {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         st.open -= 1;
+        st.by_age.remove(&self.id);
         if let Some(k) = self.key
             && let Some(n) = st.per_ip.get_mut(&k)
         {
@@ -203,8 +239,14 @@ async fn connection(
         .with_upgrades();
     let mut conn = std::pin::pin!(conn);
     let shutdown: CancellationToken = state.shutdown.clone();
+    let evicted = slot.evicted.clone();
     let result = tokio::select! {
         r = conn.as_mut() => r,
+        () = evicted.cancelled() => {
+            // Its slot went to a newer connection: close at once.
+            metrics::counter!(m::HTTP_CONNECTIONS_CLOSED_TOTAL, "reason" => "evicted").increment(1);
+            Ok(())
+        }
         () = shutdown.cancelled() => {
             // Finish the request in progress, then close; bounded by the
             // shutdown grace (a half-sent request is cut off).
@@ -263,6 +305,30 @@ mod tests {
         drop(a1);
         let b1 = slots.take(b, true).unwrap();
         drop((a2, proxy, b1));
+        let st = slots.state.lock().unwrap();
+        assert_eq!(st.open, 0);
+        assert!(st.per_ip.is_empty() && st.by_age.is_empty());
+    }
+
+    #[test]
+    fn at_the_cap_the_oldest_slot_past_the_eviction_age_makes_room() {
+        let slots = HttpSlots::new(2, 10);
+        let ip = |n: u8| IpAddr::from([10, 0, 0, n]);
+        let old = slots.take(ip(1), true).unwrap();
+        let young = slots.take(ip(2), true).unwrap();
+        // Nobody is old enough yet: refused.
+        assert_eq!(slots.take(ip(3), true).err(), Some(SlotRefused::Total));
+        // Age the first slot past the eviction age.
+        {
+            let mut st = slots.state.lock().unwrap();
+            let entry = st.by_age.get_mut(&old.id).unwrap();
+            entry.0 -= EVICT_AFTER;
+        }
+        let new = slots.take(ip(3), true).unwrap();
+        assert!(old.evicted.is_cancelled(), "the oldest is told to close");
+        assert!(!young.evicted.is_cancelled());
+        // Its connection ends and gives the slot back.
+        drop((old, young, new));
         let st = slots.state.lock().unwrap();
         assert_eq!(st.open, 0);
         assert!(st.per_ip.is_empty());

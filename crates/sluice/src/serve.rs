@@ -70,6 +70,32 @@ async fn bind(cfg: &Config) -> anyhow::Result<Listeners> {
     Ok(Listeners { relay, metrics })
 }
 
+/// Connections that are not sessions are capped to a quarter of the
+/// descriptor limit when the configured caps do not fit in it: a flood of
+/// half-open connections must leave descriptors for sessions, the store and
+/// the operator endpoints (the caps close the rest at accept).
+fn fit_descriptors(server: &sluice_server::ServerConfig) -> sluice_server::ServerConfig {
+    let mut server = server.clone();
+    let Some(limit) = sluice_engine::process::open_files_limit() else {
+        return server;
+    };
+    let wanted = (server.max_connections + server.max_http_connections) as u64 + 64;
+    if wanted > limit {
+        let fit = (limit / 4).max(16) as usize;
+        tracing::warn!(
+            open_files_limit = limit,
+            max_connections = server.max_connections,
+            max_http_connections = server.max_http_connections,
+            "server.max_connections + server.max_http_connections do not fit in the open-files \
+             limit (raise LimitNOFILE / ulimit -n); connections that are not sessions are capped \
+             at {} meanwhile",
+            fit.min(server.max_http_connections)
+        );
+        server.max_http_connections = server.max_http_connections.min(fit);
+    }
+    server
+}
+
 async fn serve(
     cfg: Config,
     config_file: Option<PathBuf>,
@@ -85,7 +111,7 @@ async fn serve(
     let state = AppState::new(
         engine.clone(),
         sluice_server::FrontEnd {
-            server: cfg.server.clone(),
+            server: fit_descriptors(&cfg.server),
             limits: cfg.limits.clone(),
             auth: cfg.auth.clone(),
             relay: cfg.relay.clone(),

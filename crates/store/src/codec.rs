@@ -480,3 +480,101 @@ mod tests {
         assert!(EventCodec::bytes_decode(&bad).is_err());
     }
 }
+
+/// Property tests of the layouts the index scans rely on: every key decodes
+/// to what was encoded, byte order is `(created_at, serial)` order within a
+/// prefix, tag prefixes are prefix-free (a scan of one value never meets
+/// another's rows), and no bytes make a decoder panic.
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn decode<'a, C: BytesDecode<'a>>(b: &'a [u8]) -> Option<C::DItem> {
+        C::bytes_decode(b).ok()
+    }
+
+    fn tag_value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[0-9a-f]{64}",
+            "[0-9A-Fa-f]{64}",
+            ".{0,40}",
+            "[a-z]{150,260}",
+            "[0-9a-f]{63,65}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn every_index_key_decodes_to_its_time_and_serial(
+            pubkey in any::<[u8; 32]>(), kind in any::<u16>(), letter in b'A'..=b'z',
+            value in tag_value(), t in any::<u64>(), s in any::<u64>(),
+        ) {
+            prop_assert_eq!(decode::<IndexKeyCodec<NoPrefix>>(&index_key(&[], t, s)), Some((t, s)));
+            let k = index_key(&author_prefix(&pubkey), t, s);
+            prop_assert_eq!(decode::<IndexKeyCodec<AuthorPrefix>>(&k), Some((t, s)));
+            let k = index_key(&kind_prefix(kind), t, s);
+            prop_assert_eq!(decode::<IndexKeyCodec<KindPrefix>>(&k), Some((t, s)));
+            let k = index_key(&author_kind_prefix(&pubkey, kind), t, s);
+            prop_assert_eq!(decode::<IndexKeyCodec<AuthorKindPrefix>>(&k), Some((t, s)));
+            let k = index_key(&tag_prefix(letter, &value), t, s);
+            prop_assert_eq!(decode::<IndexKeyCodec<TagPrefix>>(&k), Some((t, s)));
+        }
+
+        #[test]
+        fn within_a_prefix_byte_order_is_time_then_serial_order(
+            prefix in prop_oneof![
+                any::<[u8; 32]>().prop_map(|p| author_prefix(&p)),
+                any::<u16>().prop_map(kind_prefix),
+                tag_value().prop_map(|v| tag_prefix(b'e', &v)),
+            ],
+            a in (any::<u64>(), any::<u64>()), b in (any::<u64>(), any::<u64>()),
+        ) {
+            let ka = index_key(&prefix, a.0, a.1);
+            let kb = index_key(&prefix, b.0, b.1);
+            prop_assert_eq!(ka.cmp(&kb), a.cmp(&b));
+        }
+
+        #[test]
+        fn tag_prefixes_are_prefix_free(
+            letter in b'a'..=b'z', a in tag_value(), b in tag_value(),
+        ) {
+            let (pa, pb) = (tag_prefix(letter, &a), tag_prefix(letter, &b));
+            if pa != pb {
+                prop_assert!(!pb.starts_with(&pa) && !pa.starts_with(&pb), "{:?} / {:?}", a, b);
+            }
+            // Distinct values never share a prefix (tag values are
+            // case-sensitive strings: upper-case hex is text).
+            if a != b {
+                prop_assert_ne!(pa, pb);
+            }
+        }
+
+        #[test]
+        fn event_values_round_trip(
+            id in any::<[u8; 32]>(), pubkey in any::<[u8; 32]>(), created_at in any::<u64>(),
+            kind in any::<u16>(), expires_at in any::<u64>(), raw in ".{0,200}",
+        ) {
+            let value = StoredEvent {
+                header: Header { id, pubkey, created_at, kind, expires_at },
+                raw: &raw,
+            };
+            let bytes = EventCodec::bytes_encode(&value).unwrap().into_owned();
+            prop_assert_eq!(EventCodec::bytes_decode(&bytes).ok(), Some(value));
+        }
+
+        #[test]
+        fn no_bytes_make_a_decoder_panic(bytes in proptest::collection::vec(any::<u8>(), 0..120)) {
+            let _ = EventCodec::bytes_decode(&bytes);
+            let _ = U64Codec::bytes_decode(&bytes);
+            let _ = IndexKeyCodec::<NoPrefix>::bytes_decode(&bytes);
+            let _ = IndexKeyCodec::<AuthorPrefix>::bytes_decode(&bytes);
+            let _ = IndexKeyCodec::<KindPrefix>::bytes_decode(&bytes);
+            let _ = IndexKeyCodec::<AuthorKindPrefix>::bytes_decode(&bytes);
+            let _ = IndexKeyCodec::<TagPrefix>::bytes_decode(&bytes);
+        }
+    }
+}
