@@ -145,7 +145,13 @@ fn files_containing(pattern: &str) -> Vec<String> {
 /// `import` both go through it).
 #[test]
 fn only_the_writer_thread_writes() {
-    for call in [".write_batch(", ".purge_expired("] {
+    for call in [
+        ".write_batch(",
+        ".purge_expired(",
+        ".set_policy(",
+        ".purge_author(",
+        ".purge_event(",
+    ] {
         assert_eq!(
             files_containing(call),
             vec!["crates/engine/src/writer.rs".to_string()],

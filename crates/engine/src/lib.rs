@@ -30,6 +30,7 @@ mod config;
 pub mod live;
 pub mod metrics_names;
 mod monitor;
+pub mod policy;
 pub mod process;
 pub mod reads;
 pub mod throttle;
@@ -44,10 +45,13 @@ use tokio::sync::oneshot;
 
 pub use config::EngineConfig;
 pub use live::{Lagged, LiveConn, LiveDelivery, LiveHub, LiveSub, SubHandle};
+pub use policy::{Denial, PolicyConfig};
 pub use reads::{ReadEnd, ReadGuard, ReadMsg, ReadSink, Reads};
 pub use sluice_store::{QueryOutput, Store, StoreError, StoreOptions, StoreStats, WriteOutcome};
 pub use throttle::{Admit, Refusal, Throttle, ThrottleConfig};
-pub use writer::{Backlog, BulkError, SubmitError, WriteError, WriteResult, outcome_label};
+pub use writer::{
+    AdminDone, AdminOp, Backlog, BulkError, SubmitError, WriteError, WriteResult, outcome_label,
+};
 
 /// The monitor counts as stalled when it has not ticked for this many tick
 /// intervals...
@@ -165,6 +169,7 @@ pub struct Engine {
     reads: Reads,
     monitor: monitor::MonitorHandle,
     shutting_down: AtomicBool,
+    policy: policy::Policy,
 }
 
 /// Current unix time in seconds.
@@ -195,6 +200,7 @@ impl Engine {
             live,
             monitor: monitor::MonitorHandle::new(),
             shutting_down: AtomicBool::new(false),
+            policy: policy::Policy::default(),
         });
         monitor::MonitorHandle::start(&engine);
         engine
@@ -251,6 +257,50 @@ impl Engine {
     /// monitor reads its fill as the writer queue's.
     pub fn bulk_backlog(&self) -> &Backlog {
         &self.writer.backlog
+    }
+
+    /// The operator's policy (`[policy]` and the store's runtime entries).
+    pub fn policy(&self) -> &policy::Policy {
+        &self.policy
+    }
+
+    /// Loads `cfg` and the store's runtime policy entries (read by the
+    /// writer thread).
+    pub async fn load_policy(&self, cfg: policy::PolicyConfig) -> Result<(), BulkError> {
+        match self.writer.admin(AdminOp::ReadPolicy).await? {
+            AdminDone::Policy(entries) => {
+                self.policy.load(cfg, entries);
+                Ok(())
+            }
+            _ => Err(BulkError::Closed),
+        }
+    }
+
+    /// Sets (`Some`) or removes (`None`) one runtime policy entry: durable
+    /// when this returns, and in force for the next request.
+    pub async fn change_policy(&self, key: String, value: Option<String>) -> Result<(), BulkError> {
+        self.writer
+            .admin(AdminOp::SetPolicy(key.clone(), value.clone()))
+            .await?;
+        self.policy.set(key, value);
+        Ok(())
+    }
+
+    /// Removes every stored event of `pubkey` (through the writer, in
+    /// chunks); returns how many.
+    pub async fn remove_author_events(&self, pubkey: [u8; 32]) -> Result<usize, BulkError> {
+        match self.writer.admin(AdminOp::PurgeAuthor(pubkey)).await? {
+            AdminDone::Purged(n) => Ok(n),
+            _ => Err(BulkError::Closed),
+        }
+    }
+
+    /// Removes one stored event; whether it was there.
+    pub async fn remove_event(&self, id: [u8; 32]) -> Result<bool, BulkError> {
+        match self.writer.admin(AdminOp::PurgeEvent(id)).await? {
+            AdminDone::Purged(n) => Ok(n > 0),
+            _ => Err(BulkError::Closed),
+        }
     }
 
     /// Delivers an ephemeral event to live subscriptions; never stored.

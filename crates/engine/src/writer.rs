@@ -77,6 +77,8 @@ const MIN_COST_SAMPLE: usize = 64;
 enum Msg {
     Write(Request),
     Bulk(Bulk),
+    /// An operator's change (policy entries, purges), in order with writes.
+    Admin(AdminOp, oneshot::Sender<Result<AdminDone, StoreError>>),
     Shutdown,
     /// Makes the writer thread panic: how the engine's tests kill it.
     #[cfg(test)]
@@ -88,6 +90,31 @@ struct Request {
     enqueued: Instant,
     reply: oneshot::Sender<WriteResult>,
 }
+
+/// What an operator asks the writer to do.
+#[derive(Debug, Clone)]
+pub enum AdminOp {
+    /// Every runtime policy entry (read on the writer thread, in order
+    /// with its changes).
+    ReadPolicy,
+    /// Sets (`Some`) or removes (`None`) a runtime policy entry.
+    SetPolicy(String, Option<String>),
+    /// Removes every stored event of an author.
+    PurgeAuthor([u8; 32]),
+    /// Removes one stored event.
+    PurgeEvent([u8; 32]),
+}
+
+/// The writer's answer to an [`AdminOp`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminDone {
+    Policy(Vec<(String, String)>),
+    Set,
+    Purged(usize),
+}
+
+/// Events removed per transaction by a purge (other writes interleave).
+const PURGE_CHUNK: usize = 1000;
 
 struct Bulk {
     events: Vec<Event>,
@@ -241,6 +268,19 @@ impl WriterHandle {
         Ok(answer.recv().map_err(|_| BulkError::Closed)??)
     }
 
+    /// Queues an operator's change (waiting while the queue is full: it is
+    /// rare and must not be lost) and waits for the writer's answer.
+    pub(crate) async fn admin(&self, op: AdminOp) -> Result<AdminDone, BulkError> {
+        let (reply, answer) = oneshot::channel();
+        let tx = self.tx.clone();
+        // `send` blocks while the queue is full: off the async workers.
+        tokio::task::spawn_blocking(move || tx.send(Msg::Admin(op, reply)))
+            .await
+            .map_err(|_| BulkError::Closed)?
+            .map_err(|_| BulkError::Closed)?;
+        Ok(answer.await.map_err(|_| BulkError::Closed)??)
+    }
+
     /// Makes the writer thread panic (engine tests only).
     #[cfg(test)]
     pub(crate) fn panic_for_test(&self) {
@@ -370,11 +410,38 @@ impl Writer {
                 self.write(batch);
             }
             Msg::Bulk(bulk) => self.write_bulk(bulk),
+            Msg::Admin(op, reply) => {
+                let _ = reply.send(self.admin(op));
+            }
             Msg::Shutdown => return false,
             #[cfg(test)]
             Msg::Panic => panic!("writer panic requested by a test"),
         }
         true
+    }
+
+    fn admin(&self, op: AdminOp) -> Result<AdminDone, StoreError> {
+        match op {
+            AdminOp::ReadPolicy => self.store.policy_entries().map(AdminDone::Policy),
+            AdminOp::SetPolicy(key, value) => self
+                .store
+                .set_policy(&key, value.as_deref())
+                .map(|()| AdminDone::Set),
+            AdminOp::PurgeAuthor(pubkey) => {
+                let mut total = 0;
+                loop {
+                    let n = self.store.purge_author(&pubkey, PURGE_CHUNK)?;
+                    total += n;
+                    if n < PURGE_CHUNK {
+                        return Ok(AdminDone::Purged(total));
+                    }
+                }
+            }
+            AdminOp::PurgeEvent(id) => self
+                .store
+                .purge_event(&id)
+                .map(|gone| AdminDone::Purged(usize::from(gone))),
+        }
     }
 
     /// Adds queued events to `batch` up to the batch bounds. Returns the

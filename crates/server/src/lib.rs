@@ -9,6 +9,7 @@ pub mod address;
 pub mod config;
 pub mod metrics_names;
 pub mod nip11;
+pub mod nip86;
 mod session;
 
 use std::net::SocketAddr;
@@ -41,7 +42,7 @@ pub struct AppState {
     pub limits: LimitsConfig,
     pub auth: AuthConfig,
     pub event_limits: sluice_proto::EventLimits,
-    nip11: String,
+    relay: RelayInfoConfig,
     /// `None` when /metrics is not served on the relay port.
     render_metrics: Option<MetricsRenderer>,
     /// Who may read the operator endpoints on the relay port.
@@ -78,7 +79,7 @@ impl AppState {
             relay,
         } = sections;
         Arc::new(AppState {
-            nip11: nip11::document(&relay, &limits, &auth),
+            relay,
             event_limits: limits.event_limits(),
             connections: Arc::new(Semaphore::new(server.max_connections)),
             http_slots: accept::HttpSlots::new(
@@ -100,7 +101,7 @@ impl AppState {
 /// The relay's routes.
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route("/", get(root).options(preflight))
+        .route("/", get(root).options(preflight).post(management))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -143,6 +144,10 @@ async fn root(
             .with_config(|c| address::TrustedProxies::parse(&c.clients.trusted_proxies))
             .unwrap_or_default();
         let ip = proxies.client_ip_of(peer.ip(), &headers);
+        if st.engine.policy().rules().ip_blocked(ip) {
+            metrics::counter!(m::CONNECTIONS_REFUSED_TOTAL, "reason" => "blocked_ip").increment(1);
+            return (StatusCode::FORBIDDEN, "blocked\n").into_response();
+        }
         let Ok(permit) = st.connections.clone().try_acquire_owned() else {
             metrics::counter!(m::CONNECTIONS_REFUSED_TOTAL, "reason" => "max_connections")
                 .increment(1);
@@ -182,7 +187,8 @@ async fn root(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("application/nostr+json"));
     if wants_nip11 {
-        let mut resp = st.nip11.clone().into_response();
+        let doc = nip11::document(&st.relay, &st.limits, &st.auth, &st.engine.policy().rules());
+        let mut resp = doc.into_response();
         resp.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/nostr+json"),
@@ -195,6 +201,22 @@ async fn root(
         "This is a Nostr relay (Sluice). Connect with a Nostr client over WebSocket.\n",
     )
         .into_response()
+}
+
+/// NIP-86 management (JSON-RPC, NIP-98 auth) on the relay URL.
+async fn management(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Response {
+    if !nip86::is_rpc(&headers) {
+        return (
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "POST here is NIP-86 management: Content-Type: application/nostr+json+rpc\n",
+        )
+            .into_response();
+    }
+    nip86::handle(st, headers, body).await
 }
 
 async fn preflight(method: Method) -> Response {

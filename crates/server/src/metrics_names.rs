@@ -27,3 +27,6 @@ pub const AUTH_TOTAL: &str = "sluice_auth_total";
 pub const CONNECTIONS_AUTHENTICATED: &str = "sluice_connections_authenticated";
 /// Successful AUTHs, by the tier the connection is in afterwards.
 pub const AUTH_TIER_TOTAL: &str = "sluice_auth_tier_total";
+/// NIP-86 management requests, by method and result (`ok`, `error`,
+/// `unauthorized`, `bad_request`, `too_large`).
+pub const NIP86_REQUESTS_TOTAL: &str = "sluice_nip86_requests_total";

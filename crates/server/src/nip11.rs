@@ -1,5 +1,7 @@
-//! The NIP-11 relay information document, built once at start-up from the
-//! config so every limit the relay enforces is the one it advertises.
+//! The NIP-11 relay information document, built from the config so every
+//! limit the relay enforces is the one it advertises, and from the
+//! operator's policy (name and description changed over NIP-86, members-only
+//! writes, restricted reads) as it is when asked.
 
 use serde_json::{Value, json};
 
@@ -11,15 +13,20 @@ pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 40, 45];
 /// NIPs offered when `auth.enabled` is on: AUTH and protected events.
 pub const AUTH_NIPS: &[u16] = &[42, 70];
 
-pub fn document(info: &RelayInfoConfig, limits: &LimitsConfig, auth: &AuthConfig) -> String {
+pub fn document(
+    info: &RelayInfoConfig,
+    limits: &LimitsConfig,
+    auth: &AuthConfig,
+    policy: &sluice_engine::policy::Rules,
+) -> String {
     let mut nips = SUPPORTED_NIPS.to_vec();
     if auth.enabled {
         nips.extend_from_slice(AUTH_NIPS);
         nips.sort_unstable();
     }
     let mut doc = json!({
-        "name": info.name,
-        "description": info.description,
+        "name": policy.name.as_deref().unwrap_or(&info.name),
+        "description": policy.description.as_deref().unwrap_or(&info.description),
         "software": "sluice",
         "version": env!("CARGO_PKG_VERSION"),
         "supported_nips": nips,
@@ -33,9 +40,9 @@ pub fn document(info: &RelayInfoConfig, limits: &LimitsConfig, auth: &AuthConfig
             "max_event_tags": limits.max_event_tags,
             "max_content_length": limits.max_content_bytes,
             "min_pow_difficulty": 0,
-            "auth_required": false,
+            "auth_required": policy.read_restricted(),
             "payment_required": false,
-            "restricted_writes": false,
+            "restricted_writes": policy.members_only(),
             "created_at_lower_limit": limits.created_at_max_age_secs,
             "created_at_upper_limit": limits.created_at_max_ahead_secs,
         },

@@ -4,7 +4,7 @@
 //! the operator writes it in TOML (`throttle.read.kp`).
 //!
 //! Each section is one type owned by one crate, composed here:
-//! `[server]`, `[limits]`, `[relay]`, `[auth]` by `sluice-server`; `[engine]` by
+//! `[server]`, `[limits]`, `[relay]`, `[auth]` by `sluice-server`; `[engine]`, `[policy]` by
 //! `sluice-engine`; `[throttle]` and its tables by `sluice-throttle`
 //! (except that `throttle.clients.trusted_proxies` is parsed by the
 //! server's `address` module); `[store]`, `[metrics]`, `[log]` here.
@@ -15,7 +15,7 @@ use anyhow::{Context, bail};
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
-use sluice_engine::EngineConfig;
+use sluice_engine::{EngineConfig, PolicyConfig};
 use sluice_server::address::TrustedProxies;
 use sluice_server::{AuthConfig, LimitsConfig, RelayInfoConfig, ServerConfig};
 use sluice_throttle::ThrottleConfig;
@@ -30,6 +30,7 @@ pub struct Config {
     pub throttle: ThrottleConfig,
     pub relay: RelayInfoConfig,
     pub auth: AuthConfig,
+    pub policy: PolicyConfig,
     pub metrics: MetricsConfig,
     pub log: LogConfig,
 }
@@ -119,6 +120,7 @@ impl Config {
             self.server.validate(),
             self.limits.validate(),
             self.auth.validate(),
+            self.policy.validate(),
             self.engine.validate(),
             self.throttle.validate().map_err(|e| e.to_string()),
             // The one `[throttle]` key the server parses: addresses are its

@@ -1,6 +1,7 @@
 //! The `sluice` binary: the composition root. It parses the command line,
 //! loads the configuration, and wires store, engine and server together.
 
+mod admin;
 mod config;
 mod export;
 mod import;
@@ -37,6 +38,8 @@ enum Command {
     Import(import::ImportArgs),
     /// Write stored events as JSONL to standard output.
     Export(export::ExportArgs),
+    /// NIP-86 management of a running relay (signed with an admin key).
+    Admin(admin::AdminArgs),
     /// Configuration tools.
     Config {
         #[command(subcommand)]
@@ -61,6 +64,7 @@ fn main() -> ExitCode {
         }
         Command::Import(args) => import::run(args),
         Command::Export(args) => export::run(args),
+        Command::Admin(args) => admin::run(args),
         Command::Config {
             command: ConfigCommand::Check { config },
         } => Config::load(config.as_deref()).and_then(|cfg| {

@@ -108,6 +108,10 @@ async fn serve(
     let render: sluice_server::MetricsRenderer = Arc::new(move || upkeep.render());
     let listener = listeners.relay;
     let addr = listener.local_addr()?;
+    engine
+        .load_policy(cfg.policy.clone())
+        .await
+        .context("loading the runtime policy from the store")?;
     let state = AppState::new(
         engine.clone(),
         sluice_server::FrontEnd {

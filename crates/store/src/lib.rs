@@ -24,6 +24,7 @@
 //! transaction opens on a thread allowed to block.
 
 mod codec;
+mod policy;
 mod query;
 mod tables;
 mod write;

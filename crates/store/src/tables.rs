@@ -15,6 +15,7 @@
 //! | `address_tombstones` | pubkey ‖ kind [‖ sha256(d)] | newest deletion's created_at |
 //! | `expiry` | expires_at ‖ serial | empty |
 //! | `meta` | name (UTF-8) | u64 BE (`schema_version`, `next_serial`) |
+//! | `policy` | `<list>:<item>` (UTF-8) | reason (UTF-8): the operator's runtime policy |
 //!
 //! Every access goes through [`Table`], which turns bytes a codec cannot
 //! read into `StoreError::Corrupt` naming the table: corrupt data is an
@@ -36,7 +37,7 @@ use crate::codec::{
 };
 
 /// How many tables [`Tables`] has: the environment must allow them.
-pub(crate) const TABLE_COUNT: u32 = 12;
+pub(crate) const TABLE_COUNT: u32 = 13;
 
 /// Keys of the `meta` table.
 pub(crate) const META_VERSION: &str = "schema_version";
@@ -61,6 +62,7 @@ pub(crate) struct Tables<'e> {
     pub address_tombstones: Table<'e, AddressCodec, U64Codec>,
     pub expiry: IndexTable<'e, NoPrefix>,
     pub meta: Table<'e, Str, U64Codec>,
+    pub policy: Table<'e, Str, Str>,
 }
 
 /// The five time-ordered indexes.
@@ -93,6 +95,7 @@ impl Tables<'static> {
                     address_tombstones: Table::create(wdo, wtxn, "address_tombstones")?,
                     expiry: Table::create(wdo, wtxn, "expiry")?,
                     meta: Table::create(wdo, wtxn, "meta")?,
+                    policy: Table::create(wdo, wtxn, "policy")?,
                 }))
             })?;
         match opened {
@@ -119,6 +122,7 @@ impl<'e> OnCommit for Tables<'e> {
             address_tombstones: self.address_tombstones.on_commit(token),
             expiry: self.expiry.on_commit(token),
             meta: self.meta.on_commit(token),
+            policy: self.policy.on_commit(token),
         }
     }
 }

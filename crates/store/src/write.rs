@@ -86,7 +86,7 @@ impl Store {
 
     /// Runs `f` in one write transaction and commits it; on error nothing
     /// is written.
-    fn write_txn<T>(
+    pub(crate) fn write_txn<T>(
         &self,
         f: impl FnOnce(&Tables<'static>, &mut RwTxn<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
@@ -227,7 +227,11 @@ fn index_keys(ev: &Event, serial: u64) -> Vec<(Index, Vec<u8>)> {
 /// is not an error (it was removed earlier in the same batch). An event
 /// value that does not decode or parse is removed alone (its index entries
 /// cannot be known; scans skip them as rows whose event is gone) and logged.
-fn delete_serial(t: &Tables, wtxn: &mut RwTxn<'_>, serial: u64) -> Result<(), StoreError> {
+pub(crate) fn delete_serial(
+    t: &Tables,
+    wtxn: &mut RwTxn<'_>,
+    serial: u64,
+) -> Result<(), StoreError> {
     let sk = Be64::new(serial);
     let (expires_at, parsed) = match t.events.get(wtxn, &sk) {
         Ok(None) => return Ok(()),

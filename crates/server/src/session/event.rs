@@ -77,6 +77,9 @@ impl Session {
         let class = KindClass::of(ev.kind).as_str();
         metrics::counter!(m::EVENTS_RECEIVED_TOTAL, "kind_class" => class).increment(1);
         match self.admit(&ev) {
+            Err(refusal) if refusal.asks_auth() => {
+                self.send_asking_auth(out, refusal.ok(&ev.id_hex())).await
+            }
             Err(refusal) => out.send(refusal.ok(&ev.id_hex())).await,
             Ok(None) => self.verify_and_submit(out, ev, received).await,
             Ok(Some(delay)) => {
@@ -103,6 +106,12 @@ impl Session {
     fn admit(&mut self, ev: &Event) -> Result<Option<Duration>, Refusal> {
         ev.check_limits(&self.st.event_limits, unix_now())
             .map_err(|e| Refusal::Invalid(e.to_string()))?;
+        self.st
+            .engine
+            .policy()
+            .rules()
+            .check_event(ev, self.ip, self.auth.pubkeys())
+            .map_err(Refusal::Policy)?;
         let max = self.st.server.max_pending_writes;
         if self.writes.len() >= max {
             return Err(Refusal::InFlight { max });
@@ -132,7 +141,7 @@ impl Session {
                 metrics::counter!(m::EVENTS_ACCEPTED_TOTAL, "outcome" => "ephemeral").increment(1);
                 out.send(RelayMessage::ok(&id_hex(&id), true, "")).await
             }
-            Err(refusal @ Refusal::AuthRequired(_)) => {
+            Err(refusal) if refusal.asks_auth() => {
                 self.send_asking_auth(out, refusal.ok(&id_hex(&id))).await
             }
             Err(refusal) => out.send(refusal.ok(&id_hex(&id))).await,

@@ -74,6 +74,8 @@ pub(super) enum Refusal {
     /// A NIP-70 protected event while AUTH is off: nobody can prove
     /// authorship, so nobody may publish it.
     ProtectedWithoutAuth,
+    /// The operator's policy (`[policy]`, NIP-86): its own prefix.
+    Policy(sluice_engine::Denial),
 }
 
 impl Refusal {
@@ -94,6 +96,7 @@ impl Refusal {
             R::Restricted(_) => Reason::Restricted,
             R::ProtectedWithoutAuth => Reason::Blocked,
             R::AuthUnsupported => Reason::Unsupported,
+            R::Policy(d) => d.reason,
             R::UnknownType(_) => Reason::Unsupported,
             R::InFlight { .. }
             | R::Throttled(_)
@@ -150,10 +153,17 @@ impl Refusal {
             R::ProtectedWithoutAuth => {
                 "protected events are not accepted: this relay does not offer AUTH".into()
             }
+            R::Policy(d) => d.message.clone().into(),
         }
     }
 
     /// `"<prefix>: <detail>"`.
+    /// Whether the answer asks the client to authenticate (the challenge
+    /// goes first).
+    pub(super) fn asks_auth(&self) -> bool {
+        self.reason() == Reason::AuthRequired
+    }
+
     pub(super) fn message(&self) -> String {
         self.reason().message(&self.detail())
     }

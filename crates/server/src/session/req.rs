@@ -66,7 +66,7 @@ impl Session {
         refusal: Refusal,
     ) -> Step {
         let closed = refusal.closed(sub_id);
-        if let Refusal::AuthRequired(_) = refusal {
+        if refusal.asks_auth() {
             return self.send_asking_auth(out, closed).await;
         }
         out.send(closed).await
@@ -102,6 +102,11 @@ impl Session {
                 len: filters.len(),
                 max: lim.max_filters,
             });
+        }
+        let policy = self.st.engine.policy().rules();
+        if let Err(denial) = policy.check_read(self.ip, self.auth.pubkeys()) {
+            self.subs.close(sub_id);
+            return Err(Refusal::Policy(denial));
         }
         if let Err(refusal) = self.check_private_read(filters) {
             self.subs.close(sub_id);

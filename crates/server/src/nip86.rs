@@ -1,0 +1,315 @@
+//! NIP-86 relay management: JSON-RPC over HTTP POST on the relay URL
+//! (`Content-Type: application/nostr+json+rpc`), authorised by a NIP-98
+//! `Authorization: Nostr <base64 event>` header signed by a pubkey in
+//! `policy.admin_pubkeys`.
+//!
+//! NIP-98 checks, all required: kind 27235, a valid signature, `created_at`
+//! within [`MAX_SKEW_SECS`] of now, a `method` tag `POST`, a `u` tag naming
+//! this relay (`auth.relay_urls`, else the request's host, as for NIP-42),
+//! and a `payload` tag equal to the SHA-256 of the body. Anything else is
+//! 401. A change is made durable by the writer before the answer, logged with
+//! the admin's pubkey and counted (`sluice_nip86_requests_total`).
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use sluice_engine::policy::list;
+use sluice_proto::{Event, hex32};
+
+use crate::AppState;
+use crate::metrics_names as m;
+
+/// The content type of a NIP-86 request.
+pub const CONTENT_TYPE: &str = "application/nostr+json+rpc";
+/// Largest request body read.
+const MAX_BODY_BYTES: usize = 64 * 1024;
+/// How far a NIP-98 event's `created_at` may be from now.
+const MAX_SKEW_SECS: u64 = 60;
+/// Kind of the NIP-98 HTTP auth event.
+const HTTP_AUTH_KIND: u16 = 27235;
+
+/// The methods this relay answers.
+pub const METHODS: &[&str] = &[
+    "supportedmethods",
+    "banpubkey",
+    "unbanpubkey",
+    "purgepubkey",
+    "listbannedpubkeys",
+    "allowpubkey",
+    "disallowpubkey",
+    "listallowedpubkeys",
+    "banevent",
+    "allowevent",
+    "listbannedevents",
+    "allowkind",
+    "disallowkind",
+    "listallowedkinds",
+    "blockip",
+    "unblockip",
+    "listblockedips",
+    "changerelayname",
+    "changerelaydescription",
+];
+
+/// Whether a POST to `/` is a NIP-86 request.
+pub fn is_rpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().starts_with(CONTENT_TYPE))
+}
+
+fn answer(status: StatusCode, result: Value, error: Option<&str>) -> Response {
+    let body = json!({ "result": result, "error": error });
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn count(method: &str, result: &'static str) {
+    let method = if METHODS.contains(&method) {
+        method.to_string()
+    } else {
+        "unknown".to_string()
+    };
+    metrics::counter!(m::NIP86_REQUESTS_TOTAL, "method" => method, "result" => result).increment(1);
+}
+
+/// Serves one NIP-86 request.
+pub async fn handle(st: Arc<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let Ok(body) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
+        count("unknown", "too_large");
+        return answer(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            Value::Null,
+            Some("body too large"),
+        );
+    };
+    let admin = match authorise(&st, &headers, &body) {
+        Ok(pubkey) => pubkey,
+        Err(why) => {
+            count("unknown", "unauthorized");
+            return answer(StatusCode::UNAUTHORIZED, Value::Null, Some(&why));
+        }
+    };
+    let req: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(_) => {
+            count("unknown", "bad_request");
+            return answer(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                Some("body is not JSON"),
+            );
+        }
+    };
+    let method = req["method"].as_str().unwrap_or("").to_string();
+    let params = req["params"].as_array().cloned().unwrap_or_default();
+    match call(&st, &method, &params).await {
+        Ok((result, changed)) => {
+            count(&method, "ok");
+            if changed {
+                let params = Value::Array(params).to_string();
+                let admin = hex32::encode(&admin);
+                tracing::info!(admin, method, params, "NIP-86 change");
+            }
+            answer(StatusCode::OK, result, None)
+        }
+        Err(why) => {
+            count(&method, "error");
+            answer(StatusCode::OK, Value::Null, Some(&why))
+        }
+    }
+}
+
+/// Checks the NIP-98 header; the admin's pubkey, or why not.
+fn authorise(st: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<[u8; 32], String> {
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .ok_or("missing Authorization header (NIP-98)")?;
+    let encoded = value
+        .strip_prefix("Nostr ")
+        .ok_or("Authorization must be `Nostr <base64 event>`")?;
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .map_err(|_| "Authorization is not base64")?;
+    let text = String::from_utf8(raw).map_err(|_| "Authorization event is not UTF-8")?;
+    let ev = Event::parse(&text).map_err(|e| format!("Authorization event: {e}"))?;
+    ev.verify()
+        .map_err(|e| format!("Authorization event: {e}"))?;
+    if ev.kind != HTTP_AUTH_KIND {
+        return Err("Authorization event must be kind 27235".into());
+    }
+    if ev.created_at.abs_diff(sluice_engine::unix_now()) > MAX_SKEW_SECS {
+        return Err("Authorization event's created_at is too far from now".into());
+    }
+    if !ev
+        .first_tag_value("method")
+        .is_some_and(|m| m.eq_ignore_ascii_case("POST"))
+    {
+        return Err("Authorization event's method tag must be POST".into());
+    }
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    let url = ev
+        .first_tag_value("u")
+        .ok_or("Authorization event has no u tag")?;
+    if !sluice_proto::auth::relay_matches(url, &st.auth.relay_urls, host) {
+        return Err("Authorization event's u tag does not name this relay".into());
+    }
+    let digest = hex32::encode(&Sha256::digest(body));
+    if ev.first_tag_value("payload") != Some(digest.as_str()) {
+        return Err("Authorization event's payload tag is not the body's SHA-256".into());
+    }
+    if !st.engine.policy().is_admin(&ev.pubkey) {
+        return Err("this pubkey is not an admin of this relay".into());
+    }
+    Ok(ev.pubkey)
+}
+
+fn param_str<'a>(params: &'a [Value], i: usize, what: &str) -> Result<&'a str, String> {
+    params
+        .get(i)
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("parameter {} must be {what}", i + 1))
+}
+
+fn param_hex(params: &[Value], i: usize, what: &str) -> Result<String, String> {
+    let s = param_str(params, i, what)?;
+    hex32::decode::<32>(s)
+        .map(|b| hex32::encode(&b))
+        .ok_or_else(|| format!("parameter {} must be {what}", i + 1))
+}
+
+fn reason(params: &[Value], i: usize) -> String {
+    params
+        .get(i)
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
+}
+
+fn param_kind(params: &[Value]) -> Result<u16, String> {
+    params
+        .first()
+        .and_then(Value::as_u64)
+        .and_then(|k| u16::try_from(k).ok())
+        .ok_or_else(|| "parameter 1 must be a kind number".to_string())
+}
+
+/// Runs one method: its result, and whether it changed anything.
+async fn call(st: &AppState, method: &str, params: &[Value]) -> Result<(Value, bool), String> {
+    let engine = &st.engine;
+    let set = |key: String, value: Option<String>| async move {
+        engine
+            .change_policy(key, value)
+            .await
+            .map(|()| (Value::Bool(true), true))
+            .map_err(|e| format!("could not store the change: {e}"))
+    };
+    let rules = engine.policy().rules();
+    let listed = |items: Vec<(String, String)>, field: &str| {
+        Value::Array(
+            items
+                .into_iter()
+                .map(|(item, why)| json!({ field: item, "reason": why }))
+                .collect(),
+        )
+    };
+    match method {
+        "supportedmethods" => Ok((json!(METHODS), false)),
+        "banpubkey" => {
+            let pk = param_hex(params, 0, "a hex pubkey")?;
+            set(
+                format!("{}:{pk}", list::BAN_PUBKEY),
+                Some(reason(params, 1)),
+            )
+            .await
+        }
+        // Not in NIP-86: removes every stored event of a pubkey.
+        "purgepubkey" => {
+            let pk = param_hex(params, 0, "a hex pubkey")?;
+            let bytes = hex32::decode::<32>(&pk).ok_or("parameter 1 must be a hex pubkey")?;
+            let removed = engine
+                .remove_author_events(bytes)
+                .await
+                .map_err(|e| format!("could not remove its events: {e}"))?;
+            Ok((json!(removed), true))
+        }
+        "unbanpubkey" => {
+            let pk = param_hex(params, 0, "a hex pubkey")?;
+            set(format!("{}:{pk}", list::BAN_PUBKEY), None).await
+        }
+        "listbannedpubkeys" => Ok((listed(rules.banned_pubkeys(), "pubkey"), false)),
+        "allowpubkey" => {
+            let pk = param_hex(params, 0, "a hex pubkey")?;
+            set(
+                format!("{}:{pk}", list::ALLOW_PUBKEY),
+                Some(reason(params, 1)),
+            )
+            .await
+        }
+        "disallowpubkey" => {
+            let pk = param_hex(params, 0, "a hex pubkey")?;
+            set(format!("{}:{pk}", list::ALLOW_PUBKEY), None).await
+        }
+        "listallowedpubkeys" => Ok((listed(rules.allowed_pubkeys(), "pubkey"), false)),
+        "banevent" => {
+            let id = param_hex(params, 0, "a hex event id")?;
+            let out = set(format!("{}:{id}", list::BAN_EVENT), Some(reason(params, 1))).await?;
+            if let Some(bytes) = hex32::decode::<32>(&id) {
+                engine
+                    .remove_event(bytes)
+                    .await
+                    .map_err(|e| format!("banned, but removing it failed: {e}"))?;
+            }
+            Ok(out)
+        }
+        "allowevent" => {
+            let id = param_hex(params, 0, "a hex event id")?;
+            set(format!("{}:{id}", list::BAN_EVENT), None).await
+        }
+        "listbannedevents" => Ok((listed(rules.banned_events(), "id"), false)),
+        "allowkind" => {
+            let k = param_kind(params)?;
+            set(format!("{}:{k}", list::DENY_KIND), None).await?;
+            set(format!("{}:{k}", list::ALLOW_KIND), Some(String::new())).await
+        }
+        "disallowkind" => {
+            let k = param_kind(params)?;
+            set(format!("{}:{k}", list::ALLOW_KIND), None).await?;
+            set(format!("{}:{k}", list::DENY_KIND), Some(String::new())).await
+        }
+        "listallowedkinds" => Ok((json!(rules.allowed_kinds()), false)),
+        "blockip" => {
+            let ip = param_str(params, 0, "an IP address or CIDR")?;
+            let net = sluice_engine::policy::IpNet::parse(ip)
+                .ok_or("parameter 1 must be an IP address or CIDR")?;
+            set(format!("{}:{net}", list::BLOCK_IP), Some(reason(params, 1))).await
+        }
+        "unblockip" => {
+            let ip = param_str(params, 0, "an IP address or CIDR")?;
+            let net = sluice_engine::policy::IpNet::parse(ip)
+                .ok_or("parameter 1 must be an IP address or CIDR")?;
+            set(format!("{}:{net}", list::BLOCK_IP), None).await
+        }
+        "listblockedips" => Ok((listed(rules.blocked_ips(), "ip"), false)),
+        "changerelayname" => {
+            let name = param_str(params, 0, "a name")?;
+            set(format!("{}:name", list::RELAY), Some(name.to_string())).await
+        }
+        "changerelaydescription" => {
+            let d = param_str(params, 0, "a description")?;
+            set(format!("{}:description", list::RELAY), Some(d.to_string())).await
+        }
+        other => Err(format!("unsupported method {other:?}")),
+    }
+}
