@@ -210,3 +210,102 @@ async fn management_changes_apply_at_once_and_survive_a_restart() {
             .is_empty()
     );
 }
+
+fn plugin_env(script: &str, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let path = format!(
+        "{}/../../tests/fixtures/plugins/{script}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut env = vec![
+        ("SLUICE_POLICY__PLUGIN__COMMAND".to_string(), path),
+        // Python and sh from the PATH of the test run.
+        (
+            "PATH".to_string(),
+            std::env::var("PATH").unwrap_or_default(),
+        ),
+    ];
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    env
+}
+
+fn start_with_plugin(env: &[(String, String)]) -> Relay {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    Relay::start_with(&env)
+}
+
+#[tokio::test]
+async fn a_strfry_plugin_decides_each_event() {
+    let relay = start_with_plugin(&plugin_env("by_content.py", &[]));
+    let mut c = relay.client().await;
+    let (ok, msg) = c.publish(&ev(1, now(), 1, &[], "buy spam")).await;
+    assert!(!ok, "{msg}");
+    assert_eq!(
+        msg, "blocked: no spam here",
+        "the plugin's prefix is kept, not doubled"
+    );
+    let shadow = ev(1, now(), 1, &[], "shadow me");
+    let (ok, msg) = c.publish(&shadow).await;
+    assert!(ok, "{msg}");
+    let kept = ev(1, now(), 1, &[], "hello");
+    assert!(c.publish(&kept).await.0);
+    // Shadow-rejected: OK true, but not stored.
+    let ids = c.req_ids("q", &[json!({"authors": [pubkey_hex(1)]})]).await;
+    assert_eq!(ids, vec![kept.id_hex()]);
+    // The plugin sees who is authenticated.
+    let (ok, _) = c.publish(&ev(2, now(), 1, &[], "authed?")).await;
+    assert!(!ok);
+    let challenge = c.challenge().await;
+    let auth = ev(
+        2,
+        now(),
+        22242,
+        &[&["relay", &relay.url()], &["challenge", &challenge]],
+        "",
+    );
+    c.send_text(&format!("[\"AUTH\",{}]", auth.raw())).await;
+    assert!(c.expect_ok(&auth.id_hex()).await.0);
+    assert!(c.publish(&ev(2, now(), 1, &[], "authed? yes")).await.0);
+    assert_eq!(
+        relay
+            .metric("sluice_plugin_events_total", &["result=\"reject\""])
+            .await,
+        2.0
+    );
+    assert_eq!(relay.metric("sluice_plugin_in_flight", &[]).await, 0.0);
+}
+
+#[tokio::test]
+async fn a_silent_plugin_times_out_and_a_dying_one_is_restarted() {
+    // Fail closed (the default): no answer in time is a rejection.
+    let relay = start_with_plugin(&plugin_env(
+        "silent.sh",
+        &[("SLUICE_POLICY__PLUGIN__TIMEOUT_MS", "200")],
+    ));
+    let mut c = relay.client().await;
+    let (ok, msg) = c.publish(&ev(1, now(), 1, &[], "anyone?")).await;
+    assert!(!ok && msg.starts_with("blocked:"), "{msg}");
+    assert_eq!(
+        relay
+            .metric("sluice_plugin_events_total", &["result=\"timeout\""])
+            .await,
+        1.0
+    );
+    assert_eq!(relay.metric("sluice_plugin_in_flight", &[]).await, 0.0);
+    drop(c);
+
+    // Fail open, and a program that dies on each request: every EVENT is
+    // answered (accepted), and the program is restarted.
+    let relay = start_with_plugin(&plugin_env(
+        "exits.sh",
+        &[
+            ("SLUICE_POLICY__PLUGIN__FAIL_OPEN", "true"),
+            ("SLUICE_POLICY__PLUGIN__RESTART_BACKOFF_MS", "50"),
+        ],
+    ));
+    let mut c = relay.client().await;
+    for i in 0..3 {
+        let (ok, msg) = c.publish(&ev(1, now(), 1, &[], &format!("n{i}"))).await;
+        assert!(ok, "{msg}");
+    }
+    assert!(relay.metric("sluice_plugin_restarts_total", &[]).await >= 1.0);
+}

@@ -30,6 +30,7 @@ mod config;
 pub mod live;
 pub mod metrics_names;
 mod monitor;
+pub mod plugin;
 pub mod policy;
 pub mod process;
 pub mod reads;
@@ -170,6 +171,8 @@ pub struct Engine {
     monitor: monitor::MonitorHandle,
     shutting_down: AtomicBool,
     policy: policy::Policy,
+    /// The write-policy plugin, once `load_policy` started it.
+    plugin: std::sync::OnceLock<Arc<plugin::Plugin>>,
 }
 
 /// Current unix time in seconds.
@@ -201,6 +204,7 @@ impl Engine {
             monitor: monitor::MonitorHandle::new(),
             shutting_down: AtomicBool::new(false),
             policy: policy::Policy::default(),
+            plugin: std::sync::OnceLock::new(),
         });
         monitor::MonitorHandle::start(&engine);
         engine
@@ -265,8 +269,12 @@ impl Engine {
     }
 
     /// Loads `cfg` and the store's runtime policy entries (read by the
-    /// writer thread).
+    /// writer thread), and starts the write-policy plugin if one is
+    /// configured (once, on the calling tokio runtime).
     pub async fn load_policy(&self, cfg: policy::PolicyConfig) -> Result<(), BulkError> {
+        if let Some(p) = plugin::Plugin::start(&cfg.plugin) {
+            let _ = self.plugin.set(Arc::new(p));
+        }
         match self.writer.admin(AdminOp::ReadPolicy).await? {
             AdminDone::Policy(entries) => {
                 self.policy.load(cfg, entries);
@@ -274,6 +282,11 @@ impl Engine {
             }
             _ => Err(BulkError::Closed),
         }
+    }
+
+    /// The write-policy plugin, if one runs.
+    pub fn plugin(&self) -> Option<Arc<plugin::Plugin>> {
+        self.plugin.get().cloned()
     }
 
     /// Sets (`Some`) or removes (`None`) one runtime policy entry: durable

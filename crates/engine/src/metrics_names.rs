@@ -67,3 +67,12 @@ pub const QUERY_COST_UNITS_TOTAL: &str = "sluice_query_cost_units_total";
 pub const QUERY_SENT_BYTES_TOTAL: &str = "sluice_query_sent_bytes_total";
 pub const QUERY_ANSWERS_DROPPED_TOTAL: &str = "sluice_query_answers_dropped_total";
 pub const QUERY_READ_BUDGET_RATE: &str = "sluice_query_read_budget_units_per_second";
+/// Events the write-policy plugin decided, by result (`accept`, `reject`,
+/// `shadow_reject`, `timeout`, `queue_full`, `unavailable`).
+pub const PLUGIN_EVENTS_TOTAL: &str = "sluice_plugin_events_total";
+/// Restarts of the write-policy plugin.
+pub const PLUGIN_RESTARTS_TOTAL: &str = "sluice_plugin_restarts_total";
+/// Events sent to the plugin and not yet answered.
+pub const PLUGIN_IN_FLIGHT: &str = "sluice_plugin_in_flight";
+/// Time from sending an event to the plugin to its answer.
+pub const PLUGIN_LATENCY_SECONDS: &str = "sluice_plugin_latency_seconds";

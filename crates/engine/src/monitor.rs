@@ -213,6 +213,11 @@ impl Monitor {
         if batches == 0 && queued > 0 {
             wait_ns = wait_ns.max(since_last.as_nanos() as u64);
         }
+        // An EVENT waits for the write-policy plugin before it reaches the
+        // queue: a slow plugin is write load like a slow queue.
+        if let Some(plugin) = engine.plugin() {
+            wait_ns = wait_ns.max(plugin.take_max_latency().as_nanos() as u64);
+        }
         let commit_secs = ws.max_commit_ns.swap(0, Ordering::Relaxed) as f64 / 1e9;
         if batches > 0 {
             self.commit_baseline_secs = if self.commit_baseline_secs == 0.0 {

@@ -45,10 +45,13 @@ pub struct PolicyConfig {
     pub read_restricted: bool,
     /// Pubkeys (hex) allowed to use the NIP-86 management API.
     pub admin_pubkeys: Vec<String>,
+    /// A write-policy program speaking strfry's plugin protocol.
+    pub plugin: crate::plugin::PluginConfig,
 }
 
 impl PolicyConfig {
     pub fn validate(&self) -> Result<(), String> {
+        self.plugin.validate()?;
         for (key, list) in [
             ("policy.deny_pubkeys", &self.deny_pubkeys),
             ("policy.allow_pubkeys", &self.allow_pubkeys),

@@ -20,6 +20,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use sluice_engine::plugin::{PluginVerdict, Source};
 use sluice_engine::{Admit, WriteResult, unix_now};
 use sluice_proto::{Event, KindClass, RelayMessage};
 use tokio::time::Sleep;
@@ -35,8 +36,19 @@ pub(super) type WriteFut = Pin<Box<dyn Future<Output = WriteDone> + Send>>;
 pub(super) struct WriteDone {
     started: Instant,
     id: [u8; 32],
-    /// `None` when the writer stopped before answering.
-    result: Option<WriteResult>,
+    answer: Answer,
+}
+
+/// How an EVENT handed on ended.
+enum Answer {
+    /// The writer's outcome; `None` when it stopped before answering.
+    Written(Option<WriteResult>),
+    /// Refused before the writer (the write-policy plugin, or the writer's
+    /// queue after the plugin accepted).
+    Refused(Refusal),
+    /// Taken without storing: the plugin's `shadowReject`, or an ephemeral
+    /// event published after the plugin accepted it.
+    Taken(&'static str),
 }
 
 /// An EVENT waiting out a write delay. A session holds one at most.
@@ -164,6 +176,41 @@ impl Session {
         }
         let id = ev.id;
         let ev = Arc::new(*ev);
+        if let Some(plugin) = self.st.engine.plugin() {
+            // The write policy answers first; the writer (or the live
+            // fan-out) only after it accepted. The OK comes with the others.
+            let engine = self.st.engine.clone();
+            let source = (self.ip, self.auth.pubkeys().first().copied());
+            self.writes.push(Box::pin(async move {
+                let verdict = plugin
+                    .check(
+                        &ev,
+                        Source {
+                            ip: source.0,
+                            authed: source.1.as_ref(),
+                        },
+                    )
+                    .await;
+                let answer = match verdict {
+                    PluginVerdict::Reject(msg) => Answer::Refused(Refusal::Plugin(msg)),
+                    PluginVerdict::ShadowReject => Answer::Taken("shadow_rejected"),
+                    PluginVerdict::Accept if KindClass::of(ev.kind) == KindClass::Ephemeral => {
+                        engine.publish_ephemeral(ev);
+                        Answer::Taken("ephemeral")
+                    }
+                    PluginVerdict::Accept => match engine.submit(ev, admitted) {
+                        Ok(rx) => Answer::Written(rx.await.ok()),
+                        Err(e) => Answer::Refused(e.into()),
+                    },
+                };
+                WriteDone {
+                    started: received,
+                    id,
+                    answer,
+                }
+            }));
+            return Ok(Queued::Writer);
+        }
         if KindClass::of(ev.kind) == KindClass::Ephemeral {
             self.st.engine.publish_ephemeral(ev);
             return Ok(Queued::Ephemeral);
@@ -173,7 +220,7 @@ impl Session {
             WriteDone {
                 started: received,
                 id,
-                result: rx.await.ok(),
+                answer: Answer::Written(rx.await.ok()),
             }
         }));
         Ok(Queued::Writer)
@@ -183,7 +230,12 @@ impl Session {
     pub(super) async fn on_write_done(&mut self, out: &mut Out, done: WriteDone) -> Step {
         metrics::histogram!(m::OK_LATENCY_SECONDS).record(done.started.elapsed().as_secs_f64());
         let id = id_hex(&done.id);
-        match Refusal::of_write(done.result.as_ref()) {
+        let result = match done.answer {
+            Answer::Written(result) => Refusal::of_write(result.as_ref()),
+            Answer::Refused(refusal) => Err(refusal),
+            Answer::Taken(label) => Ok((label, String::new())),
+        };
+        match result {
             Ok((label, message)) => {
                 metrics::counter!(m::EVENTS_ACCEPTED_TOTAL, "outcome" => label).increment(1);
                 out.send(RelayMessage::ok(&id, true, &message)).await

@@ -76,6 +76,8 @@ pub(super) enum Refusal {
     ProtectedWithoutAuth,
     /// The operator's policy (`[policy]`, NIP-86): its own prefix.
     Policy(sluice_engine::Denial),
+    /// The write-policy plugin rejected it, with its message.
+    Plugin(String),
 }
 
 impl Refusal {
@@ -97,6 +99,7 @@ impl Refusal {
             R::ProtectedWithoutAuth => Reason::Blocked,
             R::AuthUnsupported => Reason::Unsupported,
             R::Policy(d) => d.reason,
+            R::Plugin(msg) => plugin_prefix(msg).0,
             R::UnknownType(_) => Reason::Unsupported,
             R::InFlight { .. }
             | R::Throttled(_)
@@ -154,6 +157,10 @@ impl Refusal {
                 "protected events are not accepted: this relay does not offer AUTH".into()
             }
             R::Policy(d) => d.message.clone().into(),
+            R::Plugin(msg) => match plugin_prefix(msg).1 {
+                "" => "rejected by the write policy".into(),
+                text => text.to_string().into(),
+            },
         }
     }
 
@@ -229,6 +236,28 @@ impl Refusal {
             None => Err(Refusal::ShuttingDown),
         }
     }
+}
+
+/// A plugin's message may carry its own NIP-01 prefix (strfry's plugins
+/// write `"blocked: ..."`): it is kept, not doubled; without one, `blocked:`.
+fn plugin_prefix(msg: &str) -> (Reason, &str) {
+    for reason in [
+        Reason::Blocked,
+        Reason::RateLimited,
+        Reason::Invalid,
+        Reason::Restricted,
+        Reason::Pow,
+        Reason::Error,
+        Reason::AuthRequired,
+    ] {
+        if let Some(rest) = msg
+            .strip_prefix(reason.as_str())
+            .and_then(|r| r.strip_prefix(':'))
+        {
+            return (reason, rest.trim_start());
+        }
+    }
+    (Reason::Blocked, msg)
 }
 
 impl From<sluice_engine::Refusal> for Refusal {
