@@ -309,3 +309,42 @@ async fn a_silent_plugin_times_out_and_a_dying_one_is_restarted() {
     }
     assert!(relay.metric("sluice_plugin_restarts_total", &[]).await >= 1.0);
 }
+
+#[tokio::test]
+async fn sluice_admin_store_changes_a_stopped_relays_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let mut relay = Relay::start_in(&store, &[]);
+    let mut c = relay.client().await;
+    assert!(c.publish(&ev(5, now(), 1, &[], "before")).await.0);
+    drop(c);
+    relay.stop();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(BIN)
+            .args(["admin", "--store"])
+            .args(args)
+            .env_clear()
+            .env("SLUICE_STORE__PATH", &store)
+            .env("SLUICE_STORE__MAP_SIZE_MB", "512")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    run(&["banpubkey", &pubkey_hex(5), "offline"]);
+    assert_eq!(run(&["purgepubkey", &pubkey_hex(5)]).trim(), "1");
+    assert!(run(&["listbannedpubkeys"]).contains("offline"));
+    let relay = Relay::start_in(&store, &[]);
+    let mut c = relay.client().await;
+    let (ok, msg) = c.publish(&ev(5, now(), 1, &[], "after")).await;
+    assert!(!ok && msg.starts_with("blocked:"), "{msg}");
+    assert!(
+        c.req_ids("q", &[json!({"authors": [pubkey_hex(5)]})])
+            .await
+            .is_empty()
+    );
+}

@@ -113,7 +113,7 @@ pub async fn handle(st: Arc<AppState>, headers: HeaderMap, body: Body) -> Respon
     };
     let method = req["method"].as_str().unwrap_or("").to_string();
     let params = req["params"].as_array().cloned().unwrap_or_default();
-    match call(&st, &method, &params).await {
+    match call(&st.engine, &method, &params).await {
         Ok((result, changed)) => {
             count(&method, "ok");
             if changed {
@@ -205,9 +205,13 @@ fn param_kind(params: &[Value]) -> Result<u16, String> {
         .ok_or_else(|| "parameter 1 must be a kind number".to_string())
 }
 
-/// Runs one method: its result, and whether it changed anything.
-async fn call(st: &AppState, method: &str, params: &[Value]) -> Result<(Value, bool), String> {
-    let engine = &st.engine;
+/// Runs one method: its result, and whether it changed anything. Used by
+/// the API and by `sluice admin --store` on a stopped relay's store.
+pub async fn call(
+    engine: &sluice_engine::Engine,
+    method: &str,
+    params: &[Value],
+) -> Result<(Value, bool), String> {
     let set = |key: String, value: Option<String>| async move {
         engine
             .change_policy(key, value)

@@ -6,6 +6,11 @@
 //! `sluice admin --url http://127.0.0.1:7777/ --key-file admin.key banpubkey HEX "spam"`
 //! prints the result as JSON; an error answer or a refused authorisation is
 //! a failure with the relay's words.
+//!
+//! `sluice admin --store [--config FILE] METHOD ...` makes the same change
+//! directly in the store of a relay that is not running (no key needed: it
+//! takes access to the store's files), through an engine of its own, so
+//! the writer rules are the same.
 
 use std::path::PathBuf;
 
@@ -32,6 +37,13 @@ pub struct AdminArgs {
     /// SLUICE_ADMIN_KEY environment variable).
     #[arg(long)]
     key_file: Option<PathBuf>,
+    /// Work on the store named by the config (`store.path`) directly,
+    /// with the relay stopped, instead of through the API.
+    #[arg(long)]
+    store: bool,
+    /// TOML configuration file, for `--store`.
+    #[arg(long)]
+    config: Option<PathBuf>,
     /// The NIP-86 method (e.g. banpubkey, listbannedpubkeys, allowkind,
     /// blockip, changerelayname, purgepubkey; `supportedmethods` lists them).
     method: String,
@@ -40,6 +52,10 @@ pub struct AdminArgs {
 }
 
 pub fn run(args: AdminArgs) -> anyhow::Result<()> {
+    let params = params_of(&args.params);
+    if args.store {
+        return offline(&args, &params);
+    }
     let key =
         match &args.key_file {
             Some(path) => std::fs::read_to_string(path)
@@ -49,14 +65,6 @@ pub fn run(args: AdminArgs) -> anyhow::Result<()> {
         };
     let secret: [u8; 32] = hex32::decode(key.trim())
         .context("the admin key must be 64 lowercase hex characters (a secret key)")?;
-    let params: Vec<Value> = args
-        .params
-        .iter()
-        .map(|p| match p.parse::<u64>() {
-            Ok(n) => json!(n),
-            Err(_) => json!(p),
-        })
-        .collect();
     let body = json!({ "method": args.method, "params": params }).to_string();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -69,6 +77,39 @@ pub fn run(args: AdminArgs) -> anyhow::Result<()> {
         bail!("HTTP {status}: {err}");
     }
     println!("{}", serde_json::to_string_pretty(&v["result"])?);
+    Ok(())
+}
+
+/// Numbers are sent as numbers, the rest as strings.
+fn params_of(args: &[String]) -> Vec<Value> {
+    args.iter()
+        .map(|p| match p.parse::<u64>() {
+            Ok(n) => json!(n),
+            Err(_) => json!(p),
+        })
+        .collect()
+}
+
+/// `--store`: the change made by an engine over the store itself.
+fn offline(args: &AdminArgs, params: &[Value]) -> anyhow::Result<()> {
+    let cfg = crate::config::Config::load(args.config.as_deref())?;
+    let store = cfg.store.open()?;
+    let engine = sluice_engine::Engine::start(store, cfg.engine.clone(), cfg.throttle.clone());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let result = runtime.block_on(async {
+        engine
+            .load_policy(cfg.policy.clone())
+            .await
+            .context("reading the runtime policy")?;
+        sluice_server::nip86::call(&engine, &args.method, params)
+            .await
+            .map_err(|e| anyhow::anyhow!(e))
+    });
+    engine.shutdown();
+    let (value, _) = result?;
+    println!("{}", serde_json::to_string_pretty(&value)?);
     Ok(())
 }
 
