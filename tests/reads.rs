@@ -282,6 +282,7 @@ const PER_CLIENT_GAUGES: &[(&str, Idle)] = &[
     ("sluice_connections_open", Idle::Is(0.0)),
     ("sluice_connections_authenticated", Idle::Is(0.0)),
     ("sluice_plugin_in_flight", Idle::Is(0.0)),
+    ("sluice_negentropy_sessions_open", Idle::Is(0.0)),
     ("sluice_subscriptions_open", Idle::Is(0.0)),
     ("sluice_live_subscriptions", Idle::Is(0.0)),
     ("sluice_query_window_in_flight", Idle::Is(0.0)),

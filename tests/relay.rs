@@ -801,7 +801,7 @@ async fn nip11_document_lists_every_limit_with_cors() {
     let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(doc["software"], "sluice");
     assert!(doc["version"].is_string());
-    assert_eq!(doc["supported_nips"], json!([1, 9, 11, 40, 42, 45, 70]));
+    assert_eq!(doc["supported_nips"], json!([1, 9, 11, 40, 42, 45, 70, 77]));
     let lim = &doc["limitation"];
     assert_eq!(lim["max_subscriptions"], 7);
     for key in [

@@ -15,7 +15,18 @@ pub fn client_message(text: &str) {
                 check_filter(f);
             }
         }
-        Ok(ClientMessage::Close { sub_id }) => assert!(!sub_id.is_empty()),
+        Ok(ClientMessage::Close { sub_id }) | Ok(ClientMessage::NegClose { sub_id }) => {
+            assert!(!sub_id.is_empty())
+        }
+        Ok(ClientMessage::NegOpen {
+            filter, message, ..
+        }) => {
+            check_filter(&filter);
+            assert!(message.len() % 2 == 0 && message.bytes().all(|b| b.is_ascii_hexdigit()));
+        }
+        Ok(ClientMessage::NegMsg { message, .. }) => {
+            assert!(message.len() % 2 == 0 && message.bytes().all(|b| b.is_ascii_hexdigit()));
+        }
         Err(_) => {}
     }
 }

@@ -26,6 +26,21 @@ pub enum ClientMessage {
     },
     /// NIP-42: a signed kind-22242 event answering the relay's challenge.
     Auth(Box<Event>),
+    /// NIP-77: open a negentropy reconciliation over the events matching
+    /// `filter`; `message` is the client's first message, hex.
+    NegOpen {
+        sub_id: String,
+        filter: Box<Filter>,
+        message: String,
+    },
+    /// NIP-77: the next message of a reconciliation, hex.
+    NegMsg {
+        sub_id: String,
+        message: String,
+    },
+    NegClose {
+        sub_id: String,
+    },
 }
 
 impl ClientMessage {
@@ -37,6 +52,9 @@ impl ClientMessage {
             ClientMessage::Count { .. } => "count",
             ClientMessage::Close { .. } => "close",
             ClientMessage::Auth(_) => "auth",
+            ClientMessage::NegOpen { .. } => "neg_open",
+            ClientMessage::NegMsg { .. } => "neg_msg",
+            ClientMessage::NegClose { .. } => "neg_close",
         }
     }
 }
@@ -63,6 +81,9 @@ pub enum MessageError {
     /// A REQ/COUNT/CLOSE without a usable subscription id.
     #[error("subscription id must be a non-empty string")]
     BadSubId,
+    /// A NEG-OPEN or NEG-MSG that cannot be used: answer with NEG-ERR.
+    #[error("{error}")]
+    BadNeg { sub_id: String, error: String },
 }
 
 impl ClientMessage {
@@ -123,12 +144,55 @@ impl ClientMessage {
                         error,
                     })
             }
+            "NEG-OPEN" => {
+                let sub_id = sub_id(parts.get(1))?;
+                let bad = |error: String| MessageError::BadNeg {
+                    sub_id: sub_id.clone(),
+                    error,
+                };
+                if parts.len() != 4 {
+                    return Err(bad("NEG-OPEN takes a filter and a message".into()));
+                }
+                let filter = Filter::parse(parts[2].get()).map_err(|e| bad(e.to_string()))?;
+                let message = hex_message(parts[3]).map_err(bad)?;
+                Ok(ClientMessage::NegOpen {
+                    sub_id,
+                    filter: Box::new(filter),
+                    message,
+                })
+            }
+            "NEG-MSG" => {
+                let sub_id = sub_id(parts.get(1))?;
+                if parts.len() != 3 {
+                    return Err(MessageError::BadNeg {
+                        sub_id,
+                        error: "NEG-MSG takes one message".into(),
+                    });
+                }
+                match hex_message(parts[2]) {
+                    Ok(message) => Ok(ClientMessage::NegMsg { sub_id, message }),
+                    Err(error) => Err(MessageError::BadNeg { sub_id, error }),
+                }
+            }
+            "NEG-CLOSE" => Ok(ClientMessage::NegClose {
+                sub_id: sub_id(parts.get(1))?,
+            }),
             "CLOSE" => Ok(ClientMessage::Close {
                 sub_id: sub_id(parts.get(1))?,
             }),
             other => Err(MessageError::UnknownType(truncate(other, 32))),
         }
     }
+}
+
+/// A NIP-77 message: a string of hex digits, even in length.
+fn hex_message(raw: &RawValue) -> Result<String, String> {
+    let s: String =
+        serde_json::from_str(raw.get()).map_err(|_| "message must be a hex string".to_string())?;
+    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err("message must be a hex string".into());
+    }
+    Ok(s)
 }
 
 fn sub_id(raw: Option<&&RawValue>) -> Result<String, MessageError> {
@@ -202,6 +266,20 @@ impl RelayMessage {
 
     pub fn notice(message: &str) -> String {
         format!("[\"NOTICE\",{}]", json_str(message))
+    }
+
+    /// `["NEG-MSG", sub_id, hex]` (NIP-77).
+    pub fn neg_msg(sub_id: &str, message_hex: &str) -> String {
+        format!(
+            "[\"NEG-MSG\",{},{}]",
+            json_str(sub_id),
+            json_str(message_hex)
+        )
+    }
+
+    /// `["NEG-ERR", sub_id, reason]` (NIP-77).
+    pub fn neg_err(sub_id: &str, reason: &str) -> String {
+        format!("[\"NEG-ERR\",{},{}]", json_str(sub_id), json_str(reason))
     }
 
     /// `["AUTH", challenge]` (NIP-42).

@@ -90,6 +90,9 @@ pub struct LimitsConfig {
     /// Events more than this many seconds in the future are refused
     /// (NIP-11 created_at_upper_limit).
     pub created_at_max_ahead_secs: u64,
+    /// Most stored events one NIP-77 negentropy session reconciles over
+    /// (its query is also bounded by `engine.max_scan_rows`).
+    pub max_negentropy_items: usize,
 }
 
 impl Default for LimitsConfig {
@@ -105,6 +108,7 @@ impl Default for LimitsConfig {
             max_content_bytes: 64 * 1024,
             created_at_max_age_secs: 0,
             created_at_max_ahead_secs: 900,
+            max_negentropy_items: 200_000,
         }
     }
 }
@@ -180,6 +184,7 @@ impl LimitsConfig {
             ("limits.max_subscriptions", self.max_subscriptions),
             ("limits.max_filters", self.max_filters),
             ("limits.max_subid_length", self.max_subid_length),
+            ("limits.max_negentropy_items", self.max_negentropy_items),
         ] {
             if v == 0 {
                 return Err(format!("{key} must be at least 1"));

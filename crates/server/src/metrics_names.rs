@@ -30,3 +30,11 @@ pub const AUTH_TIER_TOTAL: &str = "sluice_auth_tier_total";
 /// NIP-86 management requests, by method and result (`ok`, `error`,
 /// `unauthorized`, `bad_request`, `too_large`).
 pub const NIP86_REQUESTS_TOTAL: &str = "sluice_nip86_requests_total";
+/// NIP-77 negentropy sessions open now.
+pub const NEGENTROPY_SESSIONS_OPEN: &str = "sluice_negentropy_sessions_open";
+/// NIP-77 messages received, by type (`open`, `msg`, `close`).
+pub const NEGENTROPY_MESSAGES_TOTAL: &str = "sluice_negentropy_messages_total";
+/// Items (stored events) negentropy sessions reconciled over.
+pub const NEGENTROPY_ITEMS_TOTAL: &str = "sluice_negentropy_items_total";
+/// NEG-ERR answers, by reason.
+pub const NEGENTROPY_ERRORS_TOTAL: &str = "sluice_negentropy_errors_total";

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use crate::config::{AuthConfig, LimitsConfig, RelayInfoConfig};
 
 /// NIPs this relay implements in full, whatever the config.
-pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 40, 45];
+pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 40, 45, 77];
 
 /// NIPs offered when `auth.enabled` is on: AUTH and protected events.
 pub const AUTH_NIPS: &[u16] = &[42, 70];

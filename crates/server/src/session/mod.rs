@@ -13,6 +13,7 @@
 //!   messages;
 //! - `count`: COUNT;
 //! - `live`: live delivery to matching subscriptions;
+//! - `neg`: NIP-77 negentropy sessions (read through the REQ path);
 //! - `subs`: the registry of subscriptions and running COUNTs (owns the
 //!   `sluice_subscriptions_open` gauge and every query guard);
 //! - `refusal`: every refusal, its NIP-01 prefix, wording and metrics;
@@ -22,6 +23,7 @@ mod auth;
 mod count;
 mod event;
 mod live;
+mod neg;
 mod out;
 mod refusal;
 mod req;
@@ -78,6 +80,8 @@ struct Session {
     live: LiveConn,
     /// NIP-42: the challenge and the pubkeys proven on this connection.
     auth: auth::AuthState,
+    /// NIP-77 negentropy sessions.
+    neg: neg::NegSessions,
     /// Who this connection's requests are charged to: its tier and key
     /// (its address until it authenticates).
     principal: Principal,
@@ -192,6 +196,7 @@ impl Session {
             live,
             auth,
             principal: Principal::anonymous(ip),
+            neg: neg::NegSessions::default(),
             host,
             st,
         }
@@ -200,7 +205,10 @@ impl Session {
     /// Nothing this connection asked for is open: no subscription, no
     /// COUNT, no EVENT held or awaiting its OK.
     fn is_idle(&self) -> bool {
-        self.subs.open_len() == 0 && self.writes.is_empty() && self.held.is_none()
+        self.subs.open_len() == 0
+            && self.neg.len() == 0
+            && self.writes.is_empty()
+            && self.held.is_none()
     }
 
     /// One WebSocket frame from the client (`None`: the stream ended).
@@ -265,6 +273,15 @@ impl Session {
             ClientMessage::Count { sub_id, filters } => self.on_count(out, sub_id, filters).await,
             ClientMessage::Close { sub_id } => self.on_close(&sub_id),
             ClientMessage::Auth(ev) => self.on_auth(out, ev).await,
+            ClientMessage::NegOpen {
+                sub_id,
+                filter,
+                message,
+            } => self.on_neg_open(out, sub_id, *filter, message).await,
+            ClientMessage::NegMsg { sub_id, message } => {
+                self.on_neg_msg(out, sub_id, message).await
+            }
+            ClientMessage::NegClose { sub_id } => self.on_neg_close(&sub_id),
         }
     }
 
@@ -282,6 +299,12 @@ impl Session {
                     .await
             }
             MessageError::UnknownType(t) => out.send(Refusal::UnknownType(t).notice()).await,
+            MessageError::BadNeg { sub_id, error } => {
+                metrics::counter!(m::NEGENTROPY_ERRORS_TOTAL, "reason" => "invalid").increment(1);
+                let text = Refusal::Invalid(error).message();
+                out.send(sluice_proto::RelayMessage::neg_err(&sub_id, &text))
+                    .await
+            }
             other => out.send(Refusal::Invalid(other.to_string()).notice()).await,
         }
     }

@@ -142,6 +142,9 @@ impl Session {
         if self.subs.is_count(msg.job) {
             return self.on_count_answer(out, msg).await;
         }
+        if let Some(sub_id) = self.neg.sub_of_query(msg.job) {
+            return self.on_neg_read(out, sub_id, msg).await;
+        }
         let Some(sub_id) = self.subs.sub_of_query(msg.job) else {
             // A query closed or replaced since: its answer is dropped.
             return Ok(());

@@ -1,0 +1,276 @@
+//! NIP-77 negentropy reconciliation on one connection: `NEG-OPEN` runs the
+//! filter as a read through the same path as a REQ (policy, buckets, the
+//! controller, the read budgets, the fair scheduler, the private-kind rule),
+//! collects the `(created_at, id)` of the matching events, and answers the
+//! client's first message; `NEG-MSG` continues; `NEG-CLOSE` ends it.
+//!
+//! Bounds: at most [`MAX_SESSIONS`] open per connection (each an owned
+//! guard counted on `sluice_negentropy_sessions_open`), at most
+//! `limits.max_negentropy_items` items (more: `NEG-ERR blocked:`), the scan
+//! budget of a query (a filter that exhausts it: `NEG-ERR blocked:`), and
+//! outgoing frames of at most [`FRAME_SIZE_LIMIT`] bytes. A bad message is
+//! answered with `NEG-ERR`, never a panic.
+
+use std::collections::HashMap;
+
+use negentropy::{Id, Negentropy, NegentropyStorageVector};
+use serde::Deserialize;
+use sluice_engine::{ReadEnd, ReadGuard, ReadMsg};
+use sluice_proto::{Filter, RelayMessage};
+use sluice_throttle::JobId;
+
+use super::Session;
+use super::out::{Out, Step};
+use super::refusal::Refusal;
+use crate::metrics_names as m;
+
+/// Negentropy sessions one connection may hold open.
+pub(super) const MAX_SESSIONS: usize = 4;
+/// Largest negentropy message the relay sends (bytes, before hex).
+const FRAME_SIZE_LIMIT: u64 = 60_000;
+
+/// This connection's negentropy sessions.
+#[derive(Default)]
+pub(super) struct NegSessions {
+    open: HashMap<String, NegSession>,
+}
+
+struct NegSession {
+    state: State,
+    _open: OpenGauge,
+}
+
+enum State {
+    /// The filter's query runs; its items so far, and the client's first
+    /// message.
+    Collecting {
+        query: ReadGuard,
+        items: Vec<(u64, [u8; 32])>,
+        first: Vec<u8>,
+    },
+    Ready(Box<Negentropy<'static, NegentropyStorageVector>>),
+}
+
+/// Counts one session in `sluice_negentropy_sessions_open` while it lives.
+struct OpenGauge;
+
+impl OpenGauge {
+    fn new() -> OpenGauge {
+        metrics::gauge!(m::NEGENTROPY_SESSIONS_OPEN).increment(1.0);
+        OpenGauge
+    }
+}
+
+impl Drop for OpenGauge {
+    fn drop(&mut self) {
+        metrics::gauge!(m::NEGENTROPY_SESSIONS_OPEN).decrement(1.0);
+    }
+}
+
+impl NegSessions {
+    pub(super) fn len(&self) -> usize {
+        self.open.len()
+    }
+
+    /// The session whose query is `job`.
+    pub(super) fn sub_of_query(&self, job: JobId) -> Option<String> {
+        self.open.iter().find_map(|(id, s)| match &s.state {
+            State::Collecting { query, .. } if query.job() == job => Some(id.clone()),
+            _ => None,
+        })
+    }
+}
+
+/// The two fields an item needs, read without parsing the whole event.
+#[derive(Deserialize)]
+struct IdAndTime<'a> {
+    id: &'a str,
+    created_at: u64,
+}
+
+fn neg_err(sub_id: &str, reason: &'static str, message: &str) -> String {
+    metrics::counter!(m::NEGENTROPY_ERRORS_TOTAL, "reason" => reason).increment(1);
+    RelayMessage::neg_err(sub_id, message)
+}
+
+impl Session {
+    pub(super) async fn on_neg_open(
+        &mut self,
+        out: &mut Out,
+        sub_id: String,
+        mut filter: Filter,
+        message: String,
+    ) -> Step {
+        metrics::counter!(m::NEGENTROPY_MESSAGES_TOTAL, "type" => "open").increment(1);
+        // A NEG-OPEN of an open id replaces it.
+        self.neg.open.remove(&sub_id);
+        if self.neg.len() >= MAX_SESSIONS {
+            let text = format!("rate-limited: too many negentropy sessions (max {MAX_SESSIONS})");
+            return out.send(neg_err(&sub_id, "sessions", &text)).await;
+        }
+        let Ok(first) = hex::decode(&message) else {
+            return out
+                .send(neg_err(&sub_id, "invalid", "invalid: message is not hex"))
+                .await;
+        };
+        if let Err(refusal) = self.admit_req(&sub_id, std::slice::from_ref(&filter), false) {
+            if refusal.asks_auth() {
+                self.send_challenge(out).await?;
+            }
+            return out
+                .send(neg_err(&sub_id, "refused", &refusal.message()))
+                .await;
+        }
+        let max = self.st.limits.max_negentropy_items;
+        // One more than allowed: its arrival says the set is too large.
+        filter.limit = Some(max as u64 + 1);
+        let readers = self.auth.readers().clone();
+        let reads = self.st.engine.reads();
+        match reads.submit_query(
+            &self.reads,
+            self.principal,
+            vec![filter],
+            readers,
+            &mut self.read_budget,
+        ) {
+            Ok(query) => {
+                self.neg.open.insert(
+                    sub_id,
+                    NegSession {
+                        state: State::Collecting {
+                            query,
+                            items: Vec::new(),
+                            first,
+                        },
+                        _open: OpenGauge::new(),
+                    },
+                );
+                Ok(())
+            }
+            Err(e) => {
+                let refusal = Refusal::from(e);
+                out.send(neg_err(&sub_id, "refused", &refusal.message()))
+                    .await
+            }
+        }
+    }
+
+    /// A chunk (and/or the end) of a negentropy session's query.
+    pub(super) async fn on_neg_read(
+        &mut self,
+        out: &mut Out,
+        sub_id: String,
+        msg: ReadMsg,
+    ) -> Step {
+        let max = self.st.limits.max_negentropy_items;
+        let Some(session) = self.neg.open.get_mut(&sub_id) else {
+            return Ok(());
+        };
+        let State::Collecting { items, .. } = &mut session.state else {
+            return Ok(());
+        };
+        for raw in &msg.events {
+            let Ok(it) = serde_json::from_str::<IdAndTime>(raw) else {
+                continue;
+            };
+            if let Some(id) = sluice_proto::hex32::decode::<32>(it.id) {
+                items.push((it.created_at, id));
+            }
+        }
+        if items.len() > max {
+            self.neg.open.remove(&sub_id);
+            let text =
+                format!("blocked: too many items to reconcile (max {max}); narrow the filter");
+            return out.send(neg_err(&sub_id, "too_many_items", &text)).await;
+        }
+        match &msg.end {
+            None => Ok(()),
+            Some(ReadEnd::Eose {
+                truncated: true, ..
+            }) => {
+                self.neg.open.remove(&sub_id);
+                let text = "blocked: the filter matches more than one query may scan; narrow it";
+                out.send(neg_err(&sub_id, "truncated", text)).await
+            }
+            Some(ReadEnd::Eose { .. }) => self.neg_start(out, &sub_id).await,
+            Some(end) => {
+                self.neg.open.remove(&sub_id);
+                let refusal = Refusal::of_query_end(end);
+                out.send(neg_err(&sub_id, "refused", &refusal.message()))
+                    .await
+            }
+        }
+    }
+
+    /// The items are in: build the set and answer the first message.
+    async fn neg_start(&mut self, out: &mut Out, sub_id: &str) -> Step {
+        let Some(session) = self.neg.open.get_mut(sub_id) else {
+            return Ok(());
+        };
+        let State::Collecting { items, first, .. } = &mut session.state else {
+            return Ok(());
+        };
+        let items = std::mem::take(items);
+        let first = std::mem::take(first);
+        metrics::counter!(m::NEGENTROPY_ITEMS_TOTAL).increment(items.len() as u64);
+        let built = (|| {
+            let mut storage = NegentropyStorageVector::with_capacity(items.len());
+            for (created_at, id) in items {
+                storage.insert(created_at, Id::from_byte_array(id))?;
+            }
+            storage.seal()?;
+            let mut neg = Negentropy::owned(storage, FRAME_SIZE_LIMIT)?;
+            let reply = neg.reconcile(&first)?;
+            Ok::<_, negentropy::Error>((neg, reply))
+        })();
+        match built {
+            Ok((neg, reply)) => {
+                session.state = State::Ready(Box::new(neg));
+                out.send(RelayMessage::neg_msg(sub_id, &hex::encode(reply)))
+                    .await
+            }
+            Err(e) => {
+                self.neg.open.remove(sub_id);
+                let text = format!("invalid: {e}");
+                out.send(neg_err(sub_id, "protocol", &text)).await
+            }
+        }
+    }
+
+    pub(super) async fn on_neg_msg(
+        &mut self,
+        out: &mut Out,
+        sub_id: String,
+        message: String,
+    ) -> Step {
+        metrics::counter!(m::NEGENTROPY_MESSAGES_TOTAL, "type" => "msg").increment(1);
+        let Some(session) = self.neg.open.get_mut(&sub_id) else {
+            let text = "closed: no such negentropy session";
+            return out.send(neg_err(&sub_id, "unknown", text)).await;
+        };
+        let State::Ready(neg) = &mut session.state else {
+            let text = "invalid: the session is still reading its events";
+            return out.send(neg_err(&sub_id, "early", text)).await;
+        };
+        let answer = hex::decode(&message)
+            .map_err(|_| "message is not hex".to_string())
+            .and_then(|q| neg.reconcile(&q).map_err(|e| e.to_string()));
+        match answer {
+            Ok(reply) => {
+                out.send(RelayMessage::neg_msg(&sub_id, &hex::encode(reply)))
+                    .await
+            }
+            Err(e) => {
+                self.neg.open.remove(&sub_id);
+                out.send(neg_err(&sub_id, "protocol", &format!("invalid: {e}")))
+                    .await
+            }
+        }
+    }
+
+    pub(super) fn on_neg_close(&mut self, sub_id: &str) -> Step {
+        metrics::counter!(m::NEGENTROPY_MESSAGES_TOTAL, "type" => "close").increment(1);
+        self.neg.open.remove(sub_id);
+        Ok(())
+    }
+}

@@ -1,0 +1,149 @@
+//! Black-box tests of NIP-77 negentropy on the relay: a client reconciles
+//! its set against the relay's and learns exactly the difference, both
+//! ways; bad NEG messages get NEG-ERR and the connection stays usable; a
+//! session's guard is given back when the client vanishes.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use negentropy::{Id, Negentropy, NegentropyStorageVector};
+use serde_json::{Value, json};
+use support::*;
+
+/// Reconciles `mine` against the relay's events matching `filter`:
+/// `(ids the client has and the relay lacks, ids the relay has and the
+/// client lacks)`, and the number of round trips.
+async fn reconcile(
+    c: &mut Client,
+    filter: Value,
+    mine: &[sluice_proto::Event],
+) -> (Vec<String>, Vec<String>, usize) {
+    let mut storage = NegentropyStorageVector::new();
+    for e in mine {
+        storage
+            .insert(e.created_at, Id::from_byte_array(e.id))
+            .unwrap();
+    }
+    storage.seal().unwrap();
+    let mut neg = Negentropy::owned(storage, 0).unwrap();
+    let first = neg.initiate().unwrap();
+    c.send(json!(["NEG-OPEN", "n", filter, hex::encode(first)]))
+        .await;
+    let (mut have, mut need) = (Vec::new(), Vec::new());
+    let mut rounds = 0;
+    loop {
+        let m = c.recv().await;
+        assert_eq!(m[0], "NEG-MSG", "{m}");
+        rounds += 1;
+        let msg = hex::decode(m[2].as_str().unwrap()).unwrap();
+        match neg.reconcile_with_ids(&msg, &mut have, &mut need).unwrap() {
+            Some(next) => {
+                c.send(json!(["NEG-MSG", "n", hex::encode(next)])).await;
+            }
+            None => break,
+        }
+    }
+    c.send(json!(["NEG-CLOSE", "n"])).await;
+    let hexes = |ids: Vec<Id>| {
+        let mut v: Vec<String> = ids.iter().map(|i| hex::encode(i.as_bytes())).collect();
+        v.sort();
+        v
+    };
+    (hexes(have), hexes(need), rounds)
+}
+
+#[tokio::test]
+async fn a_client_learns_exactly_the_difference() {
+    let relay = Relay::start_with(&[
+        ("SLUICE_THROTTLE__MODE", "off"),
+        ("SLUICE_SERVER__MAX_PENDING_WRITES", "1000"),
+    ]);
+    let t = now() - 10_000;
+    let shared: Vec<_> = (0..300u64)
+        .map(|i| ev(1 + (i % 5) as u8, t + i, 1, &[], &format!("shared {i}")))
+        .collect();
+    let relay_only: Vec<_> = (0..7u64)
+        .map(|i| ev(6, t + 500 + i, 1, &[], &format!("relay {i}")))
+        .collect();
+    let client_only: Vec<_> = (0..5u64)
+        .map(|i| ev(7, t + 600 + i, 1, &[], &format!("client {i}")))
+        .collect();
+    let mut w = relay.client().await;
+    for e in shared.iter().chain(&relay_only) {
+        w.send_event(e).await;
+    }
+    let mut waiting: std::collections::HashSet<String> = shared
+        .iter()
+        .chain(&relay_only)
+        .map(|e| e.id_hex())
+        .collect();
+    while !waiting.is_empty() {
+        let m = w.expect("OK").await;
+        assert_eq!(m[2], true, "{m}");
+        waiting.remove(m[1].as_str().unwrap());
+    }
+    let mine: Vec<_> = shared.iter().chain(&client_only).cloned().collect();
+    let mut c = relay.client().await;
+    let (have, need, _) = reconcile(&mut c, json!({"kinds": [1]}), &mine).await;
+    let mut want_have: Vec<String> = client_only.iter().map(|e| e.id_hex()).collect();
+    let mut want_need: Vec<String> = relay_only.iter().map(|e| e.id_hex()).collect();
+    want_have.sort();
+    want_need.sort();
+    assert_eq!(have, want_have);
+    assert_eq!(need, want_need);
+    // The filter applies: over one author, the client lacks nothing.
+    let of_six = json!({"authors": [pubkey_hex(6)]});
+    let mine: Vec<_> = relay_only.to_vec();
+    let (have, need, _) = reconcile(&mut c, of_six, &mine).await;
+    assert!(have.is_empty() && need.is_empty());
+    assert!(relay.metric("sluice_negentropy_items_total", &[]).await >= 307.0);
+}
+
+#[tokio::test]
+async fn bad_neg_messages_get_neg_err_and_sessions_are_given_back() {
+    let relay = Relay::start_with(&[("SLUICE_LIMITS__MAX_NEGENTROPY_ITEMS", "3")]);
+    let mut w = relay.client().await;
+    for i in 0..5 {
+        assert!(w.publish(&ev(1, now(), 1, &[], &format!("n{i}"))).await.0);
+    }
+    let mut c = relay.client().await;
+    for (msg, why) in [
+        (json!(["NEG-MSG", "x", "00"]), "closed:"),
+        (json!(["NEG-OPEN", "x", {}, "zz"]), "invalid:"),
+        (json!(["NEG-OPEN", "x", {"kinds": "one"}, "61"]), "invalid:"),
+        (json!(["NEG-OPEN", "x", {}]), "invalid:"),
+        (json!(["NEG-OPEN", "x", {}, "6100"]), "blocked:"),
+    ] {
+        c.send(msg.clone()).await;
+        let m = c.expect("NEG-ERR").await;
+        assert_eq!(m[1], "x", "{msg}: {m}");
+        assert!(m[2].as_str().unwrap().starts_with(why), "{msg}: {m}");
+    }
+    // A garbage first message over a small set: NEG-ERR, not a panic.
+    c.send(json!(["NEG-OPEN", "y", {"limit": 1, "authors": [pubkey_hex(2)]}, "ff00ff"]))
+        .await;
+    let m = c.expect("NEG-ERR").await;
+    assert_eq!(m[1], "y", "{m}");
+    // The connection still works.
+    assert_eq!(c.req_ids("r", &[json!({"limit": 1})]).await.len(), 1);
+    // A session left open by a client that vanishes is given back.
+    let mut storage = NegentropyStorageVector::new();
+    storage.seal().unwrap();
+    let mut neg = Negentropy::owned(storage, 0).unwrap();
+    let first = hex::encode(neg.initiate().unwrap());
+    c.send(json!(["NEG-OPEN", "z", {"authors": [pubkey_hex(3)]}, first]))
+        .await;
+    assert_eq!(c.expect("NEG-MSG").await[1], "z");
+    assert_eq!(
+        relay.metric("sluice_negentropy_sessions_open", &[]).await,
+        1.0
+    );
+    drop(c);
+    for _ in 0..200 {
+        if relay.metric("sluice_negentropy_sessions_open", &[]).await == 0.0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the negentropy session was not given back");
+}
