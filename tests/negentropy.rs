@@ -147,3 +147,75 @@ async fn bad_neg_messages_get_neg_err_and_sessions_are_given_back() {
     }
     panic!("the negentropy session was not given back");
 }
+
+/// Every stored event id of a relay, sorted.
+async fn all_ids(relay: &Relay) -> Vec<String> {
+    let mut c = relay.client().await;
+    let mut ids = c.req_ids("all", &[json!({"limit": 5000})]).await;
+    ids.sort();
+    ids
+}
+
+#[tokio::test]
+async fn sluice_sync_both_ways_makes_two_stores_the_same() {
+    let t = now() - 10_000;
+    let shared: Vec<_> = (0..40u64)
+        .map(|i| ev(1 + (i % 4) as u8, t + i, 1, &[], &format!("shared {i}")))
+        .collect();
+    let only_remote: Vec<_> = (0..6u64)
+        .map(|i| ev(6, t + 100 + i, 1, &[], &format!("remote {i}")))
+        .collect();
+    let only_local: Vec<_> = (0..4u64)
+        .map(|i| ev(7, t + 200 + i, 1, &[], &format!("local {i}")))
+        .collect();
+    // A replaceable event: the remote has the newer version.
+    let old_profile = ev(8, t + 300, 0, &[], "{\"name\":\"old\"}");
+    let new_profile = ev(8, t + 301, 0, &[], "{\"name\":\"new\"}");
+    // A note the local store has and the remote deleted.
+    let doomed = ev(9, t + 400, 1, &[], "doomed");
+    let deletion = ev(9, t + 401, 5, &[&["e", &doomed.id_hex()]], "");
+
+    let remote = Relay::start_with(&[
+        ("SLUICE_THROTTLE__MODE", "off"),
+        ("SLUICE_SERVER__MAX_PENDING_WRITES", "1000"),
+    ]);
+    let mut w = remote.client().await;
+    for e in shared
+        .iter()
+        .chain(&only_remote)
+        .chain([&new_profile, &doomed, &deletion])
+    {
+        let (ok, msg) = w.publish(e).await;
+        assert!(ok, "{msg}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let local_store = dir.path().join("store");
+    let local_events: Vec<_> = shared
+        .iter()
+        .chain(&only_local)
+        .chain([&old_profile, &doomed])
+        .cloned()
+        .collect();
+    import_events(&local_store, &local_events);
+
+    let out = std::process::Command::new(BIN)
+        .args(["sync", &remote.url(), "--direction", "both"])
+        .env_clear()
+        .env("SLUICE_STORE__PATH", &local_store)
+        .env("SLUICE_STORE__MAP_SIZE_MB", "512")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // Only the difference moved: the remote's 6 notes, the new profile and
+    // the deletion down; the local 4 notes up.
+    assert!(stderr.contains("8 only on the remote"), "{stderr}");
+    assert!(stderr.contains("uploaded 4"), "{stderr}");
+
+    let local = Relay::start_in(&local_store, &[]);
+    let (a, b) = (all_ids(&remote).await, all_ids(&local).await);
+    assert_eq!(a, b, "the two stores hold the same events");
+    assert!(a.contains(&new_profile.id_hex()) && !a.contains(&old_profile.id_hex()));
+    assert!(!a.contains(&doomed.id_hex()) && a.contains(&deletion.id_hex()));
+    assert_eq!(a.len(), 40 + 6 + 4 + 1 + 1);
+}

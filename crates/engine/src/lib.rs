@@ -48,7 +48,9 @@ pub use config::EngineConfig;
 pub use live::{Lagged, LiveConn, LiveDelivery, LiveHub, LiveSub, SubHandle};
 pub use policy::{Denial, PolicyConfig};
 pub use reads::{ReadEnd, ReadGuard, ReadMsg, ReadSink, Reads};
-pub use sluice_store::{QueryOutput, Store, StoreError, StoreOptions, StoreStats, WriteOutcome};
+pub use sluice_store::{
+    QueryOptions, QueryOutput, Store, StoreError, StoreOptions, StoreStats, WriteOutcome,
+};
 pub use throttle::{Admit, Refusal, Throttle, ThrottleConfig};
 pub use writer::{
     AdminDone, AdminOp, Backlog, BulkError, SubmitError, WriteError, WriteResult, outcome_label,

@@ -6,6 +6,7 @@ mod config;
 mod export;
 mod import;
 mod serve;
+mod sync;
 mod telemetry;
 
 use std::path::PathBuf;
@@ -38,6 +39,9 @@ enum Command {
     Import(import::ImportArgs),
     /// Write stored events as JSONL to standard output.
     Export(export::ExportArgs),
+    /// Reconcile the local store with another relay over NIP-77 and copy
+    /// the difference.
+    Sync(sync::SyncArgs),
     /// NIP-86 management of a running relay (signed with an admin key).
     Admin(admin::AdminArgs),
     /// Configuration tools.
@@ -65,6 +69,7 @@ fn main() -> ExitCode {
         Command::Import(args) => import::run(args),
         Command::Export(args) => export::run(args),
         Command::Admin(args) => admin::run(args),
+        Command::Sync(args) => sync::run(args),
         Command::Config {
             command: ConfigCommand::Check { config },
         } => Config::load(config.as_deref()).and_then(|cfg| {
