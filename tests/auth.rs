@@ -242,12 +242,8 @@ async fn a_listed_pubkey_is_limited_by_its_tier_not_by_its_address() {
     // pubkey bucket a hundred times that. Twenty EVENTs at once: the
     // anonymous connection is refused some, the trusted one none, from the
     // same address, at any machine speed.
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("sluice.toml");
-    std::fs::write(
-        &file,
-        format!(
-            r#"
+    let toml = format!(
+        r#"
 [throttle.clients.events_per_ip]
 rate_per_s = 0.5
 burst_ratio = 1.0
@@ -260,11 +256,9 @@ weight = 4
 rate_multiplier = 200.0
 pubkeys = ["{}"]
 "#,
-            pubkey_hex(7)
-        ),
-    )
-    .unwrap();
-    let relay = Relay::start_with_config(&file, &[]);
+        pubkey_hex(7)
+    );
+    let relay = Relay::start_with_toml(&toml, &[]);
     let batch = |from: u8| -> Vec<sluice_proto::Event> {
         (0..20)
             .map(|i| ev(from + i, now(), 1, &[], &format!("note {i}")))

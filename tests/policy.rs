@@ -81,12 +81,8 @@ fn nip98(n: u8, url: &str, method: &str, body: &str) -> String {
 
 #[tokio::test]
 async fn config_rules_answer_with_their_prefixes() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("sluice.toml");
-    std::fs::write(
-        &file,
-        format!(
-            r#"
+    let toml = format!(
+        r#"
 [policy]
 deny_pubkeys = ["{banned}"]
 allow_pubkeys = ["{member}"]
@@ -97,12 +93,10 @@ read_restricted = true
 [policy.max_event_bytes_by_kind]
 "0" = 600
 "#,
-            banned = pubkey_hex(2),
-            member = pubkey_hex(3),
-        ),
-    )
-    .unwrap();
-    let relay = Relay::start_with_config(&file, &[]);
+        banned = pubkey_hex(2),
+        member = pubkey_hex(3),
+    );
+    let relay = Relay::start_with_toml(&toml, &[]);
     let mut c = relay.client().await;
     let (ok, msg) = c.publish(&ev(2, now(), 1, &[], "banned")).await;
     assert!(!ok && msg.starts_with("blocked:"), "{msg}");

@@ -55,6 +55,16 @@ impl Relay {
         r
     }
 
+    /// Starts with a config file holding `toml` (kept beside the store).
+    pub fn start_with_toml(toml: &str, env: &[(&str, &str)]) -> Relay {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("sluice.toml");
+        std::fs::write(&file, toml).unwrap();
+        let mut r = Relay::spawn(&tmp.path().join("store"), Some(&file), env);
+        r._tmp = Some(tmp);
+        r
+    }
+
     /// Starts on an existing store directory (for restart tests).
     pub fn start_in(dir: &Path, env: &[(&str, &str)]) -> Relay {
         Relay::spawn(dir, None, env)

@@ -8,7 +8,7 @@
 //! like every store write (`tests/invariants.rs`).
 
 use crate::codec::author_prefix;
-use crate::write::delete_serial;
+use crate::write::{delete_indexed, delete_serial};
 use crate::{Store, StoreError};
 
 impl Store {
@@ -44,17 +44,7 @@ impl Store {
                 std::ops::Bound::Included(&from[..]),
                 std::ops::Bound::Included(&to[..]),
             );
-            let serials: Vec<u64> = t
-                .by_author
-                .range(wtxn, &range)?
-                .take(max)
-                .map(|r| r.map(|((_, serial), ())| serial))
-                .collect::<Result<_, _>>()
-                .map_err(|e| t.by_author.error(e))?;
-            for &s in &serials {
-                delete_serial(t, wtxn, s)?;
-            }
-            Ok(serials.len())
+            delete_indexed(t, wtxn, &t.by_author, &range, max)
         })
     }
 

@@ -70,17 +70,7 @@ impl Store {
                 std::ops::Bound::Unbounded,
                 std::ops::Bound::Included(&end[..]),
             );
-            let serials: Vec<u64> = t
-                .expiry
-                .range(wtxn, &range)?
-                .take(max)
-                .map(|r| r.map(|((_, serial), ())| serial))
-                .collect::<Result<_, _>>()
-                .map_err(|e| t.expiry.error(e))?;
-            for &s in &serials {
-                delete_serial(t, wtxn, s)?;
-            }
-            Ok(serials.len())
+            delete_indexed(t, wtxn, &t.expiry, &range, max)
         })
     }
 
@@ -221,6 +211,27 @@ fn index_keys(ev: &Event, serial: u64) -> Vec<(Index, Vec<u8>)> {
         ));
     }
     v
+}
+
+/// Removes the events of the first `max` rows of `range` in `index` (with
+/// all their index entries); returns how many rows there were.
+pub(crate) fn delete_indexed<P: crate::codec::Prefix + 'static>(
+    t: &Tables,
+    wtxn: &mut RwTxn<'_>,
+    index: &crate::tables::IndexTable<'_, P>,
+    range: &(std::ops::Bound<&[u8]>, std::ops::Bound<&[u8]>),
+    max: usize,
+) -> Result<usize, StoreError> {
+    let serials: Vec<u64> = index
+        .range(wtxn, range)?
+        .take(max)
+        .map(|r| r.map(|((_, serial), ())| serial))
+        .collect::<Result<_, _>>()
+        .map_err(|e| index.error(e))?;
+    for &s in &serials {
+        delete_serial(t, wtxn, s)?;
+    }
+    Ok(serials.len())
 }
 
 /// Removes an event and all its index entries. A serial that is not there
