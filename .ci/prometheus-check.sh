@@ -123,7 +123,13 @@ ws_send() {
 }
 # Reads the next relay message up to its first ']' (enough to recognise
 # EOSE and OK); the frame header bytes before it are ignored by the caller.
-ws_read() { IFS= read -r -t 10 -d ']' REPLY <&"$WS" || fail "no reply from the relay"; }
+# The NIP-42 AUTH challenge the relay sends at connect is skipped.
+ws_read() {
+    while true; do
+        IFS= read -r -t 10 -d ']' REPLY <&"$WS" || fail "no reply from the relay"
+        [[ $REPLY == *'["AUTH",'* ]] || return 0
+    done
+}
 
 exec {WS}<>"/dev/tcp/127.0.0.1/$PORT"
 printf 'GET / HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: c2x1aWNlLWNpLWNoZWNrIQ==\r\nSec-WebSocket-Version: 13\r\n\r\n' "$ADDR" >&"$WS"
