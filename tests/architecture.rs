@@ -20,6 +20,10 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
             "server",
             &["sluice-proto", "sluice-engine", "sluice-throttle"][..],
         ),
+        (
+            "cluster",
+            &["sluice-proto", "sluice-engine", "sluice-throttle"][..],
+        ),
         ("bench", &["sluice-proto"][..]),
         (
             "sluice",
@@ -29,6 +33,7 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
                 "sluice-throttle",
                 "sluice-engine",
                 "sluice-server",
+                "sluice-cluster",
             ][..],
         ),
     ])

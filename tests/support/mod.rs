@@ -144,6 +144,12 @@ impl Relay {
         wait_exit(&mut child)
     }
 
+    /// Takes the temporary directory holding the store, so it outlives
+    /// this process (a restart on the same store).
+    pub fn keep_dir(&mut self) -> Option<tempfile::TempDir> {
+        self._tmp.take()
+    }
+
     pub fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }

@@ -34,11 +34,12 @@ pub mod plugin;
 pub mod policy;
 pub mod process;
 pub mod reads;
+mod replica;
 pub mod throttle;
 mod writer;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sluice_proto::Event;
@@ -51,7 +52,7 @@ pub use reads::{ReadEnd, ReadGuard, ReadMsg, ReadSink, Reads};
 pub use sluice_store::{
     QueryOptions, QueryOutput, Store, StoreError, StoreOptions, StoreStats, WriteOutcome,
 };
-pub use throttle::{Admit, Refusal, Throttle, ThrottleConfig};
+pub use throttle::{Admit, Refusal, Throttle, ThrottleConfig, Usage, UsageKey, UsageMap};
 pub use writer::{
     AdminDone, AdminOp, Backlog, BulkError, SubmitError, WriteError, WriteResult, outcome_label,
 };
@@ -175,6 +176,11 @@ pub struct Engine {
     policy: policy::Policy,
     /// The write-policy plugin, once `load_policy` started it.
     plugin: std::sync::OnceLock<Arc<plugin::Plugin>>,
+    /// Where stored and ephemeral client events go to other nodes.
+    tap: Arc<replica::Tap>,
+    /// Conditions /readyz reports without failing (e.g. a cluster running
+    /// on local limits while Redis is away), by source.
+    notes: Mutex<std::collections::BTreeMap<&'static str, String>>,
 }
 
 /// Current unix time in seconds.
@@ -193,7 +199,8 @@ impl Engine {
     /// memory target.
     pub fn start(store: Store, cfg: EngineConfig, throttle: ThrottleConfig) -> Arc<Engine> {
         let live = LiveHub::new(cfg.live_buffer_events, cfg.live_buffer_bytes);
-        let writer = writer::spawn(store.clone(), cfg.clone(), live.clone());
+        let tap = Arc::new(replica::Tap::default());
+        let writer = writer::spawn(store.clone(), cfg.clone(), live.clone(), tap.clone());
         let throttle = Throttle::new(throttle);
         let reads = Reads::start(store.clone(), throttle.clone(), &cfg);
         let engine = Arc::new(Engine {
@@ -207,6 +214,8 @@ impl Engine {
             shutting_down: AtomicBool::new(false),
             policy: policy::Policy::default(),
             plugin: std::sync::OnceLock::new(),
+            tap,
+            notes: Mutex::new(std::collections::BTreeMap::new()),
         });
         monitor::MonitorHandle::start(&engine);
         engine
@@ -248,7 +257,51 @@ impl Engine {
         event: Arc<Event>,
         received: Instant,
     ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
-        self.writer.submit(event, received)
+        self.writer.submit(event, received, true)
+    }
+
+    /// Queues an event another node stored (the cluster's consumer): the
+    /// same write rules, live delivery here, and never sent back to the
+    /// replication tap.
+    pub fn submit_replica(
+        &self,
+        event: Arc<Event>,
+    ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
+        self.writer.submit(event, Instant::now(), false)
+    }
+
+    /// Attaches the replication tap: from now on every event a client
+    /// stored here, and every ephemeral event a client sent here, is
+    /// offered to `tx` (never waiting: a full channel drops it, counted
+    /// in `sluice_cluster_outbound_dropped_total`). Once per engine.
+    pub fn attach_replication(&self, tx: tokio::sync::mpsc::Sender<Arc<Event>>) {
+        self.tap.attach(tx);
+    }
+
+    /// Delivers an ephemeral event another node received to live
+    /// subscriptions here (not sent back to the tap).
+    pub fn deliver_replica_ephemeral(&self, event: Arc<Event>) {
+        self.live.publish(&[Arc::new(LiveEvent {
+            serial: None,
+            event,
+        })]);
+        metrics::counter!(metrics_names::LIVE_PUBLISHED_TOTAL).increment(1);
+    }
+
+    /// Sets (`Some`) or clears (`None`) a note /readyz shows beside
+    /// "ready" (a degraded but serving condition).
+    pub fn set_note(&self, source: &'static str, note: Option<String>) {
+        let mut notes = self.notes.lock().unwrap_or_else(PoisonError::into_inner);
+        match note {
+            Some(n) => notes.insert(source, n),
+            None => notes.remove(source),
+        };
+    }
+
+    /// The notes set by [`Engine::set_note`], one `source: note` each.
+    pub fn notes(&self) -> Vec<String> {
+        let notes = self.notes.lock().unwrap_or_else(PoisonError::into_inner);
+        notes.iter().map(|(k, v)| format!("{k}: {v}")).collect()
     }
 
     /// Bulk mode: the writer writes `events` in order as one transaction
@@ -320,6 +373,9 @@ impl Engine {
 
     /// Delivers an ephemeral event to live subscriptions; never stored.
     pub fn publish_ephemeral(&self, event: Arc<Event>) {
+        if self.tap.attached() {
+            self.tap.offer(&event);
+        }
         self.live.publish(&[Arc::new(LiveEvent {
             serial: None,
             event,

@@ -76,3 +76,6 @@ pub const PLUGIN_RESTARTS_TOTAL: &str = "sluice_plugin_restarts_total";
 pub const PLUGIN_IN_FLIGHT: &str = "sluice_plugin_in_flight";
 /// Time from sending an event to the plugin to its answer.
 pub const PLUGIN_LATENCY_SECONDS: &str = "sluice_plugin_latency_seconds";
+/// Client events not replicated to the cluster: the publisher's channel
+/// was full (or closed), by reason.
+pub const CLUSTER_OUTBOUND_DROPPED_TOTAL: &str = "sluice_cluster_outbound_dropped_total";

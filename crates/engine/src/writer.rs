@@ -89,6 +89,9 @@ struct Request {
     event: Arc<Event>,
     enqueued: Instant,
     reply: oneshot::Sender<WriteResult>,
+    /// Whether a stored event goes to the replication tap (a client's
+    /// event does; one replicated from another node does not).
+    replicate: bool,
 }
 
 /// What an operator asks the writer to do.
@@ -190,7 +193,12 @@ pub(crate) struct WriterHandle {
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-pub(crate) fn spawn(store: Store, cfg: EngineConfig, live: Arc<LiveHub>) -> WriterHandle {
+pub(crate) fn spawn(
+    store: Store,
+    cfg: EngineConfig,
+    live: Arc<LiveHub>,
+    tap: Arc<crate::replica::Tap>,
+) -> WriterHandle {
     let (tx, rx) = std::sync::mpsc::sync_channel(cfg.writer_queue_events);
     let queued = Arc::new(AtomicUsize::new(0));
     let alive = Arc::new(AtomicBool::new(true));
@@ -200,6 +208,7 @@ pub(crate) fn spawn(store: Store, cfg: EngineConfig, live: Arc<LiveHub>) -> Writ
         store,
         cfg,
         live,
+        tap,
         rx,
         queued: queued.clone(),
         bulk_cost: CommitCost::default(),
@@ -228,12 +237,14 @@ impl WriterHandle {
         &self,
         event: Arc<Event>,
         received: Instant,
+        replicate: bool,
     ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
         let (reply, rx) = oneshot::channel();
         let msg = Msg::Write(Request {
             event,
             enqueued: received,
             reply,
+            replicate,
         });
         // Count before sending so the writer's decrement never underflows.
         self.queued.fetch_add(1, Ordering::Relaxed);
@@ -352,6 +363,7 @@ struct Writer {
     store: Store,
     cfg: EngineConfig,
     live: Arc<LiveHub>,
+    tap: Arc<crate::replica::Tap>,
     rx: Receiver<Msg>,
     queued: Arc<AtomicUsize>,
     bulk_cost: CommitCost,
@@ -503,6 +515,13 @@ impl Writer {
                     })
                     .collect();
                 self.live.publish(&stored);
+                if self.tap.attached() {
+                    for (r, outcome) in batch.iter().zip(&outcomes) {
+                        if r.replicate && matches!(outcome, WriteOutcome::Stored { .. }) {
+                            self.tap.offer(&r.event);
+                        }
+                    }
+                }
                 for (r, outcome) in batch.into_iter().zip(outcomes) {
                     count_outcome(&outcome);
                     // A sender that went away (connection closed) is fine:

@@ -349,7 +349,15 @@ async fn readyz(State(st): State<Arc<AppState>>) -> Response {
         st.engine.health()
     };
     match health {
-        Ok(()) => "ready\n".into_response(),
+        Ok(()) => {
+            // Degraded but serving (e.g. a cluster node on local limits).
+            let mut body = String::from("ready\n");
+            for note in st.engine.notes() {
+                body.push_str(&note);
+                body.push('\n');
+            }
+            body.into_response()
+        }
         Err(why) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("not ready: {why}\n"),

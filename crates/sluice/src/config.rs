@@ -7,7 +7,7 @@
 //! `[server]`, `[limits]`, `[relay]`, `[auth]` by `sluice-server`; `[engine]`, `[policy]` by
 //! `sluice-engine`; `[throttle]` and its tables by `sluice-throttle`
 //! (except that `throttle.clients.trusted_proxies` is parsed by the
-//! server's `address` module); `[store]`, `[metrics]`, `[log]` here.
+//! server's `address` module); `[cluster]` by `sluice-cluster`; `[store]`, `[metrics]`, `[log]` here.
 
 use std::path::{Path, PathBuf};
 
@@ -15,6 +15,7 @@ use anyhow::{Context, bail};
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
+use sluice_cluster::ClusterConfig;
 use sluice_engine::{EngineConfig, PolicyConfig};
 use sluice_server::address::TrustedProxies;
 use sluice_server::{AuthConfig, LimitsConfig, RelayInfoConfig, ServerConfig};
@@ -33,6 +34,7 @@ pub struct Config {
     pub policy: PolicyConfig,
     pub metrics: MetricsConfig,
     pub log: LogConfig,
+    pub cluster: ClusterConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -130,6 +132,7 @@ impl Config {
             self.store.validate(),
             self.metrics.validate(),
             self.log.validate(),
+            self.cluster.validate(),
         ];
         for c in checks {
             if let Err(msg) = c {

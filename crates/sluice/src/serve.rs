@@ -136,11 +136,31 @@ async fn serve(
         ));
     }
     tokio::spawn(wait_for_signal(shutdown.clone()));
+    let cluster = if cfg.cluster.enabled {
+        let repair_engine = engine.clone();
+        let repair: sluice_cluster::RepairFn = Arc::new(move |url, since| {
+            let engine = repair_engine.clone();
+            Box::pin(async move {
+                crate::sync::pull(url, since, engine)
+                    .await
+                    .map_err(|e| format!("{e:#}"))
+            })
+        });
+        let c = sluice_cluster::Cluster::start(cfg.cluster.clone(), engine.clone(), addr, repair)
+            .map_err(anyhow::Error::msg)?;
+        Some(c)
+    } else {
+        None
+    };
     tracing::info!("listening on ws://{addr}");
-    sluice_server::serve(listener, state)
+    let served = sluice_server::serve(listener, state)
         .await
-        .context("serving")?;
-    Ok(())
+        .context("serving");
+    // Sessions are gone: the publisher hands on what they stored.
+    if let Some(c) = cluster {
+        c.shutdown().await;
+    }
+    served
 }
 
 async fn wait_for_signal(shutdown: CancellationToken) {

@@ -70,6 +70,8 @@ struct Summary {
     uploaded: usize,
     refused_up: usize,
     rounds: usize,
+    /// No progress lines (a cluster repair inside `serve` logs instead).
+    quiet: bool,
 }
 
 type Ws =
@@ -167,45 +169,8 @@ async fn sync(
     let (mut ws, _) = tokio_tungstenite::connect_async(&args.url)
         .await
         .with_context(|| format!("connecting to {}", args.url))?;
-    let mut storage = NegentropyStorageVector::with_capacity(local.len());
-    for (t, id) in local {
-        storage.insert(*t, Id::from_byte_array(*id))?;
-    }
-    storage.seal()?;
-    let mut neg = Negentropy::owned(storage, 60_000)?;
     let filter: Value = serde_json::from_str(filter_text)?;
-    let mut filter = filter;
-    if let Some(obj) = filter.as_object_mut() {
-        obj.remove("limit");
-    }
-    let first = neg.initiate()?;
-    send(
-        &mut ws,
-        json!(["NEG-OPEN", "sync", filter, hex::encode(first)]),
-    )
-    .await?;
-    let (mut have, mut need): (Vec<Id>, Vec<Id>) = (Vec::new(), Vec::new());
-    loop {
-        let m = next_text(&mut ws).await?;
-        match m[0].as_str() {
-            Some("NEG-MSG") if m[1] == "sync" => {
-                summary.rounds += 1;
-                let msg = hex::decode(m[2].as_str().unwrap_or(""))
-                    .context("the remote's NEG-MSG is not hex")?;
-                match neg.reconcile_with_ids(&msg, &mut have, &mut need)? {
-                    Some(next) => {
-                        send(&mut ws, json!(["NEG-MSG", "sync", hex::encode(next)])).await?
-                    }
-                    None => break,
-                }
-            }
-            Some("NEG-ERR") => bail!("the remote refused the reconciliation: {}", m[2]),
-            _ => {}
-        }
-    }
-    send(&mut ws, json!(["NEG-CLOSE", "sync"])).await?;
-    summary.remote_only = need.len();
-    summary.local_only = have.len();
+    let (have, need) = negotiate(&mut ws, filter, local, summary).await?;
     eprintln!(
         "sync: reconciled in {} rounds: {} only on the remote, {} only here",
         summary.rounds,
@@ -220,6 +185,88 @@ async fn sync(
     }
     let _ = ws.close(None).await;
     Ok(())
+}
+
+/// The NEG-OPEN / NEG-MSG rounds: `(ids only here, ids only on the
+/// remote)`.
+async fn negotiate(
+    ws: &mut Ws,
+    mut filter: Value,
+    local: &[(u64, [u8; 32])],
+    summary: &mut Summary,
+) -> anyhow::Result<(Vec<Id>, Vec<Id>)> {
+    let mut storage = NegentropyStorageVector::with_capacity(local.len());
+    for (t, id) in local {
+        storage.insert(*t, Id::from_byte_array(*id))?;
+    }
+    storage.seal()?;
+    let mut neg = Negentropy::owned(storage, 60_000)?;
+    if let Some(obj) = filter.as_object_mut() {
+        obj.remove("limit");
+    }
+    let first = neg.initiate()?;
+    send(ws, json!(["NEG-OPEN", "sync", filter, hex::encode(first)])).await?;
+    let (mut have, mut need): (Vec<Id>, Vec<Id>) = (Vec::new(), Vec::new());
+    loop {
+        let m = next_text(ws).await?;
+        match m[0].as_str() {
+            Some("NEG-MSG") if m[1] == "sync" => {
+                summary.rounds += 1;
+                let msg = hex::decode(m[2].as_str().unwrap_or(""))
+                    .context("the remote's NEG-MSG is not hex")?;
+                match neg.reconcile_with_ids(&msg, &mut have, &mut need)? {
+                    Some(next) => send(ws, json!(["NEG-MSG", "sync", hex::encode(next)])).await?,
+                    None => break,
+                }
+            }
+            Some("NEG-ERR") => bail!("the remote refused the reconciliation: {}", m[2]),
+            _ => {}
+        }
+    }
+    send(ws, json!(["NEG-CLOSE", "sync"])).await?;
+    summary.remote_only = need.len();
+    summary.local_only = have.len();
+    Ok((have, need))
+}
+
+/// A cluster node's repair: reconciles the events created at or after
+/// `since` (0: all) with the relay at `url` and stores what this node
+/// lacks through the running engine's writer. Returns `(fetched,
+/// stored)`.
+pub async fn pull(
+    url: String,
+    since: u64,
+    engine: std::sync::Arc<Engine>,
+) -> anyhow::Result<(usize, usize)> {
+    let filter = if since == 0 {
+        json!({})
+    } else {
+        json!({ "since": since })
+    };
+    let parsed = Filter::parse(&filter.to_string()).context("repair filter")?;
+    let store = engine.store().clone();
+    // A store read: on a thread of its own, outside the runtime (serve
+    // forbids transactions on any thread in the runtime's context).
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("sluice-repair".into())
+        .spawn(move || {
+            let _ = tx.send(local_items(&store, &parsed));
+        })
+        .context("starting the repair's reader thread")?;
+    let local = rx.await.context("the repair's reader thread failed")??;
+    let (mut ws, _) = tokio_tungstenite::connect_async(&url)
+        .await
+        .with_context(|| format!("connecting to {url}"))?;
+    let mut summary = Summary {
+        local: local.len(),
+        quiet: true,
+        ..Summary::default()
+    };
+    let (_, need) = negotiate(&mut ws, filter, &local, &mut summary).await?;
+    download(&mut ws, &need, &engine, &mut summary).await?;
+    let _ = ws.close(None).await;
+    Ok((summary.downloaded, summary.stored))
 }
 
 async fn send(ws: &mut Ws, v: Value) -> anyhow::Result<()> {
@@ -269,7 +316,9 @@ async fn download(
                 _ => summary.not_stored += 1,
             }
         }
-        eprintln!("sync: downloaded {} of {}", summary.downloaded, need.len());
+        if !summary.quiet {
+            eprintln!("sync: downloaded {} of {}", summary.downloaded, need.len());
+        }
     }
     Ok(())
 }

@@ -63,6 +63,11 @@ struct Slot<K> {
     prev: u32,
     /// Towards the least recently used end.
     next: u32,
+    /// Operations taken since the last [`KeyedBuckets::drain_usage`]
+    /// (only while usage is tracked).
+    used: u32,
+    /// On the `dirty` list.
+    dirty: bool,
 }
 
 /// A bounded map from key to token bucket. See the module docs.
@@ -78,6 +83,12 @@ pub struct KeyedBuckets<K> {
     /// Least recently used slot: the eviction candidate.
     tail: u32,
     stats: KeyedStats,
+    /// Whether `check` counts what each key takes (a cluster reconciles
+    /// it with the other nodes); off by default.
+    track: bool,
+    /// Slots with usage not yet drained; each at most once (bounded by
+    /// `max_keys`).
+    dirty: Vec<u32>,
 }
 
 impl<K: Hash + Eq + Clone> KeyedBuckets<K> {
@@ -99,6 +110,8 @@ impl<K: Hash + Eq + Clone> KeyedBuckets<K> {
                 max_keys,
                 ..KeyedStats::default()
             },
+            track: false,
+            dirty: Vec::new(),
         })
     }
 
@@ -111,10 +124,63 @@ impl<K: Hash + Eq + Clone> KeyedBuckets<K> {
             .bucket
             .try_take(&self.params, now_ns, cost);
         match result {
-            Ok(()) => self.stats.allowed_total += 1,
+            Ok(()) => {
+                self.stats.allowed_total += 1;
+                if self.track {
+                    let slot = &mut self.slots[idx as usize];
+                    slot.used = slot.used.saturating_add(cost);
+                    if !slot.dirty {
+                        slot.dirty = true;
+                        self.dirty.push(idx);
+                    }
+                }
+            }
             Err(_) => self.stats.refused_total += 1,
         }
         result
+    }
+
+    /// Starts or stops counting what each key takes (for
+    /// [`KeyedBuckets::drain_usage`]). Stopping forgets what was counted.
+    pub fn set_usage_tracking(&mut self, on: bool) {
+        self.track = on;
+        if !on {
+            for idx in self.dirty.drain(..) {
+                let slot = &mut self.slots[idx as usize];
+                slot.dirty = false;
+                slot.used = 0;
+            }
+        }
+    }
+
+    /// Appends each key's operations taken since the last drain (those
+    /// with any) to `out`, and starts counting again from zero. Cost:
+    /// the keys used since, not the map.
+    pub fn drain_usage(&mut self, out: &mut Vec<(K, u32)>) {
+        for idx in self.dirty.drain(..) {
+            let slot = &mut self.slots[idx as usize];
+            slot.dirty = false;
+            if slot.used > 0 {
+                out.push((slot.key.clone(), slot.used));
+                slot.used = 0;
+            }
+        }
+    }
+
+    /// Charges `cost` that another node's clients took from the same key
+    /// (debt beyond what the bucket holds), without counting it as local
+    /// use nor creating the key: a key unknown here starts full, an error
+    /// of at most one burst. Returns whether the key was here.
+    pub fn charge_remote(&mut self, key: &K, now_ns: u64, cost: u64) -> bool {
+        match self.index.get(key) {
+            Some(&idx) => {
+                self.slots[idx as usize]
+                    .bucket
+                    .charge(&self.params, now_ns, cost);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Charges `cost` to `key`'s bucket whatever it holds (debt beyond it);
@@ -207,6 +273,8 @@ impl<K: Hash + Eq + Clone> KeyedBuckets<K> {
                 bucket,
                 prev: NIL,
                 next: NIL,
+                used: 0,
+                dirty: false,
             });
             self.index.insert(key.clone(), idx);
             self.push_front(idx);
@@ -222,6 +290,9 @@ impl<K: Hash + Eq + Clone> KeyedBuckets<K> {
         self.index.remove(&victim.key);
         victim.key = key.clone();
         victim.bucket = bucket;
+        // The victim's undrained use is lost (its slot may stay on the
+        // dirty list, now for the new key).
+        victim.used = 0;
         self.index.insert(key.clone(), idx);
         self.touch(idx);
         idx
@@ -268,6 +339,8 @@ impl<K: Hash + Eq + Clone> KeyedBuckets<K> {
             cur = self.slots[cur as usize].next;
         }
         let dropped = self.slots.len() - order.len();
+        // Indices change: undrained use is forgotten (a reload only).
+        self.dirty.clear();
         self.stats.evicted_active_total += dropped as u64;
         let mut kept: Vec<Slot<K>> = order
             .iter()
@@ -276,6 +349,8 @@ impl<K: Hash + Eq + Clone> KeyedBuckets<K> {
         let n = kept.len() as u32;
         for (i, slot) in kept.iter_mut().enumerate() {
             let i = i as u32;
+            slot.used = 0;
+            slot.dirty = false;
             slot.prev = if i == 0 { NIL } else { i - 1 };
             slot.next = if i + 1 == n { NIL } else { i + 1 };
         }
@@ -420,6 +495,38 @@ mod tests {
             assert!(m.check(&k, SEC / 2, 1).is_err());
             assert!(m.check(&k, SEC + SEC / 2, 1).is_ok());
         }
+    }
+
+    #[test]
+    fn usage_is_counted_per_key_once_per_drain_and_remote_use_is_debt() {
+        let mut m = KeyedBuckets::new(config(10.0), 2).unwrap();
+        m.check(&"a", 0, 1).unwrap();
+        let mut out = Vec::new();
+        m.drain_usage(&mut out);
+        assert!(out.is_empty(), "not tracked by default");
+        m.set_usage_tracking(true);
+        for _ in 0..3 {
+            m.check(&"a", 0, 1).unwrap();
+        }
+        m.check(&"b", 0, 2).unwrap();
+        m.drain_usage(&mut out);
+        out.sort();
+        assert_eq!(out, vec![("a", 3), ("b", 2)]);
+        out.clear();
+        m.drain_usage(&mut out);
+        assert!(out.is_empty());
+        // Eviction of a key with undrained use: the new key starts at 0.
+        m.check(&"a", 0, 1).unwrap();
+        m.check(&"c", 0, 1).unwrap(); // evicts "b" (LRU)
+        m.drain_usage(&mut out);
+        out.sort();
+        assert_eq!(out, vec![("a", 1), ("c", 1)]);
+        // Remote use: debt on a known key, nothing for an unknown one.
+        assert!(m.charge_remote(&"a", 0, 100));
+        assert!(m.check(&"a", 0, 1).is_err());
+        assert!(!m.charge_remote(&"zz", 0, 100));
+        assert_eq!(m.len(), 2);
+        assert_consistent(&m);
     }
 
     #[test]

@@ -1,0 +1,122 @@
+//! `[cluster]`: off by default; a single node needs nothing from here.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// Join a cluster of Sluice nodes through `redis_url`.
+    pub enabled: bool,
+    /// The Redis server the nodes share (`redis://host:port[/db]`).
+    pub redis_url: String,
+    /// This node's name, unique in the cluster (letters, digits, `-`,
+    /// `_`, `.`). Empty: the host name.
+    pub node_id: String,
+    /// Prefix of every Redis key the cluster uses (several clusters can
+    /// share one Redis).
+    pub key_prefix: String,
+    /// The stream is trimmed to about this many events (`MAXLEN ~`); a
+    /// node down for longer than the stream holds repairs by negentropy.
+    pub stream_maxlen: u64,
+    /// Client events waiting for the publisher, at most (also what rides
+    /// out a Redis outage); beyond, dropped from replication and counted.
+    pub outbound_buffer: usize,
+    /// Stream entries read and stored per round by the consumer.
+    pub consume_batch: usize,
+    /// How often each node reconciles its clients' bucket use with the
+    /// others' (the global limits' lag).
+    pub limits_tick_ms: u64,
+    /// Share per-IP and per-pubkey limits across the nodes.
+    pub global_limits: bool,
+    /// WebSocket URL the other nodes reach this node at, for negentropy
+    /// repair. Empty: `ws://<address of server.listen, or the host name
+    /// when it is 0.0.0.0>:<port>`.
+    pub advertise_url: String,
+    /// Repair from these URLs instead of the nodes registered in Redis.
+    pub repair_peers: Vec<String>,
+    /// A repair reconciles the events created in this many seconds before
+    /// now (0: every event; mind `limits.max_negentropy_items` on peers).
+    pub repair_window_secs: u64,
+    /// Longest wait for one Redis command (the blocking stream read waits
+    /// this long for news).
+    pub redis_timeout_ms: u64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            enabled: false,
+            redis_url: "redis://127.0.0.1:6379".into(),
+            node_id: String::new(),
+            key_prefix: "sluice".into(),
+            stream_maxlen: 1_000_000,
+            outbound_buffer: 10_000,
+            consume_batch: 500,
+            limits_tick_ms: 100,
+            global_limits: true,
+            advertise_url: String::new(),
+            repair_peers: Vec::new(),
+            repair_window_secs: 86_400,
+            redis_timeout_ms: 1_000,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// Checks the section; the error names the key as written in TOML.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.enabled {
+            return Ok(());
+        }
+        if !(self.redis_url.starts_with("redis://") || self.redis_url.starts_with("unix://")) {
+            return Err(format!(
+                "cluster.redis_url = {:?}: must start with redis:// or unix://",
+                self.redis_url
+            ));
+        }
+        let ok_id = |s: &str| {
+            s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        };
+        if !ok_id(&self.node_id) || self.node_id.len() > 64 {
+            return Err(format!(
+                "cluster.node_id = {:?}: at most 64 letters, digits, '-', '_' or '.'",
+                self.node_id
+            ));
+        }
+        if self.key_prefix.is_empty() || !ok_id(&self.key_prefix) {
+            return Err(format!(
+                "cluster.key_prefix = {:?}: letters, digits, '-', '_' or '.', not empty",
+                self.key_prefix
+            ));
+        }
+        let ranges: [(&str, u64, u64, u64); 5] = [
+            ("stream_maxlen", self.stream_maxlen, 1_000, 1_000_000_000),
+            (
+                "outbound_buffer",
+                self.outbound_buffer as u64,
+                16,
+                10_000_000,
+            ),
+            ("consume_batch", self.consume_batch as u64, 1, 10_000),
+            ("limits_tick_ms", self.limits_tick_ms, 10, 60_000),
+            ("redis_timeout_ms", self.redis_timeout_ms, 50, 60_000),
+        ];
+        for (key, v, lo, hi) in ranges {
+            if !(lo..=hi).contains(&v) {
+                return Err(format!("cluster.{key} = {v}: must be in {lo}..={hi}"));
+            }
+        }
+        for url in std::iter::once(&self.advertise_url)
+            .filter(|u| !u.is_empty())
+            .chain(&self.repair_peers)
+        {
+            if !(url.starts_with("ws://") || url.starts_with("wss://")) {
+                return Err(format!(
+                    "cluster: {url:?} is not a ws:// or wss:// URL (advertise_url, repair_peers)"
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,283 @@
+//! Cluster mode: several Sluice nodes behind a load balancer share one
+//! Redis server (`[cluster]`, off by default).
+//!
+//! - **Live events** (`stream.rs`): every event a client stores on a node,
+//!   and every ephemeral event, leaves through the engine's replication tap
+//!   to one Redis stream (`<prefix>:events`, trimmed with `MAXLEN ~`). Each
+//!   node reads the stream in its own consumer group (named by its node
+//!   id, so Redis remembers each node's position), stores what it lacks
+//!   through its own writer (same write rules; never re-published) and
+//!   delivers it to its live subscribers; an entry is acknowledged after
+//!   the commit, so a node killed at any moment re-reads what it had not
+//!   stored. A node whose position was trimmed away, or whose group is new
+//!   while others exist, repairs by negentropy against a peer.
+//! - **Global limits** (`limits.rs`): each node keeps its local buckets
+//!   (admission stays local, atomics and one short lock), counts each
+//!   client's use, and every `limits_tick_ms` adds it to per-client
+//!   counters in Redis with one Lua call; what the other nodes' clients
+//!   took since the last tick is charged to the same keys here as debt.
+//! - **Registry** (`registry.rs`): each node's advertised URL (for
+//!   repair) and heartbeat, the stream lag gauge.
+//!
+//! Redis away: the node serves on local limits, holds outbound events in
+//! the tap's bounded channel, says so on /metrics and /readyz, reconnects
+//! with backoff, and repairs from a peer when Redis is back.
+
+pub mod config;
+mod limits;
+pub mod metrics_names;
+mod registry;
+mod stream;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use sluice_engine::Engine;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use config::ClusterConfig;
+
+use crate::metrics_names as m;
+
+/// What a repair moved: `(events the peer had and this node lacked,
+/// of which stored)`.
+pub type RepairResult = Result<(usize, usize), String>;
+
+/// Reconciles this node's events created at or after `since` (unix
+/// seconds) with the relay at the URL, downloading what is missing here
+/// (the binary provides it: NIP-77 through `sluice sync`'s code).
+pub type RepairFn =
+    Arc<dyn Fn(String, u64) -> Pin<Box<dyn Future<Output = RepairResult> + Send>> + Send + Sync>;
+
+/// Redis commands each task issues, for labels.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Task {
+    Publish = 0,
+    Consume = 1,
+    Limits = 2,
+    Registry = 3,
+}
+
+impl Task {
+    fn label(self) -> &'static str {
+        match self {
+            Task::Publish => "publish",
+            Task::Consume => "consume",
+            Task::Limits => "limits",
+            Task::Registry => "registry",
+        }
+    }
+}
+
+/// State the cluster's tasks share.
+pub(crate) struct Shared {
+    pub cfg: ClusterConfig,
+    pub node_id: String,
+    pub advertise_url: String,
+    pub engine: Arc<Engine>,
+    pub client: redis::Client,
+    pub repair: RepairFn,
+    /// Per task: whether its last Redis command succeeded.
+    up: [AtomicBool; 4],
+    /// Unix ms when Redis was first seen down in the current outage (0:
+    /// up).
+    down_since_ms: AtomicU64,
+    /// Set when something calls for a repair (a gap, a new group, Redis
+    /// back after an outage); the registry task runs it.
+    pub repair_wanted: AtomicBool,
+    pub repair_wake: Notify,
+    pub stop: CancellationToken,
+}
+
+impl Shared {
+    pub(crate) fn key(&self, suffix: &str) -> String {
+        format!("{}:{suffix}", self.cfg.key_prefix)
+    }
+
+    pub(crate) fn stream_key(&self) -> String {
+        self.key("events")
+    }
+
+    /// Connection options: every command bounded by `redis_timeout_ms`,
+    /// plus `extra` for a blocking read.
+    pub(crate) async fn connect(
+        &self,
+        extra: Duration,
+    ) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+        let t = Duration::from_millis(self.cfg.redis_timeout_ms);
+        let opts = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(t))
+            .set_response_timeout(Some(t + extra));
+        self.client
+            .get_multiplexed_async_connection_with_config(&opts)
+            .await
+    }
+
+    /// Records the outcome of a task's Redis command: metrics, the
+    /// /readyz note, and a repair once Redis is back after an outage.
+    pub(crate) fn report(&self, task: Task, ok: bool, err: Option<&redis::RedisError>) {
+        if let Some(e) = err {
+            metrics::counter!(m::CLUSTER_REDIS_ERRORS_TOTAL, "task" => task.label()).increment(1);
+            if self.up[task as usize].load(Ordering::Relaxed) {
+                tracing::warn!(task = task.label(), error = %e, "cluster: Redis command failed");
+            }
+        }
+        self.up[task as usize].store(ok, Ordering::Relaxed);
+        let all_up = self.up.iter().all(|u| u.load(Ordering::Relaxed));
+        metrics::gauge!(m::CLUSTER_REDIS_UP).set(if all_up { 1.0 } else { 0.0 });
+        if all_up {
+            let since = self.down_since_ms.swap(0, Ordering::Relaxed);
+            if since != 0 {
+                tracing::info!(
+                    down_ms = now_ms().saturating_sub(since),
+                    "cluster: Redis reachable again; global limits back, repairing from a peer"
+                );
+                self.engine.set_note("cluster", None);
+                self.want_repair();
+            }
+        } else if self
+            .down_since_ms
+            .compare_exchange(0, now_ms(), Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            tracing::error!(
+                "cluster: Redis unreachable; serving with local limits only, replication held \
+                 (up to cluster.outbound_buffer events)"
+            );
+            self.engine.set_note(
+                "cluster",
+                Some(format!(
+                    "Redis {} unreachable: local limits only, replication paused",
+                    redact(&self.cfg.redis_url)
+                )),
+            );
+        }
+    }
+
+    pub(crate) fn want_repair(&self) {
+        self.repair_wanted.store(true, Ordering::Relaxed);
+        self.repair_wake.notify_one();
+    }
+}
+
+/// The Redis URL without a password.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://…@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_string(),
+    }
+}
+
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The running cluster tasks.
+pub struct Cluster {
+    tracker: TaskTracker,
+    stop: CancellationToken,
+}
+
+impl Cluster {
+    /// Attaches to `engine` and starts the publisher, consumer, limits and
+    /// registry tasks on the current tokio runtime. `listen` (the bound
+    /// address) makes the default advertised URL. Fails only on a config Redis' client
+    /// refuses (an unreachable Redis is not an error: the node serves and
+    /// retries).
+    pub fn start(
+        cfg: ClusterConfig,
+        engine: Arc<Engine>,
+        listen: std::net::SocketAddr,
+        repair: RepairFn,
+    ) -> Result<Cluster, String> {
+        let client = redis::Client::open(cfg.redis_url.as_str())
+            .map_err(|e| format!("cluster.redis_url: {e}"))?;
+        let node_id = if cfg.node_id.is_empty() {
+            host_name()
+        } else {
+            cfg.node_id.clone()
+        };
+        let advertise_url = if cfg.advertise_url.is_empty() {
+            let host = if listen.ip().is_unspecified() {
+                host_name()
+            } else {
+                listen.ip().to_string()
+            };
+            format!("ws://{host}:{}", listen.port())
+        } else {
+            cfg.advertise_url.clone()
+        };
+        let stop = CancellationToken::new();
+        let shared = Arc::new(Shared {
+            node_id,
+            advertise_url,
+            engine: engine.clone(),
+            client,
+            repair,
+            up: std::array::from_fn(|_| AtomicBool::new(true)),
+            down_since_ms: AtomicU64::new(0),
+            repair_wanted: AtomicBool::new(false),
+            repair_wake: Notify::new(),
+            stop: stop.clone(),
+            cfg,
+        });
+        metrics::gauge!(m::CLUSTER_REDIS_UP).set(1.0);
+        tracing::info!(
+            node = %shared.node_id,
+            redis = %redact(&shared.cfg.redis_url),
+            advertise = %shared.advertise_url,
+            "cluster mode"
+        );
+        let (tx, rx) = tokio::sync::mpsc::channel(shared.cfg.outbound_buffer);
+        engine.attach_replication(tx);
+        if shared.cfg.global_limits {
+            engine.throttle().track_usage();
+        }
+        let tracker = TaskTracker::new();
+        tracker.spawn(stream::publish(shared.clone(), rx));
+        tracker.spawn(stream::consume(shared.clone()));
+        if shared.cfg.global_limits {
+            tracker.spawn(limits::reconcile(shared.clone()));
+        }
+        tracker.spawn(registry::run(shared));
+        tracker.close();
+        Ok(Cluster { tracker, stop })
+    }
+
+    /// Stops the tasks (the publisher first flushes what it holds, for at
+    /// most `redis_timeout_ms`) and waits for them.
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        self.tracker.wait().await;
+    }
+}
+
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `len` bytes into our buffer.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let name = if rc == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        String::new()
+    };
+    let clean: String = name
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .take(64)
+        .collect();
+    if clean.is_empty() {
+        "node".into()
+    } else {
+        clean
+    }
+}

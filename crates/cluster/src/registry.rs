@@ -1,0 +1,158 @@
+//! The node registry and repairs. Every second: this node's advertised
+//! URL and heartbeat in `<prefix>:nodes`, and its consumer group's lag.
+//! When a repair is wanted (a new consumer group, the stream trimmed past
+//! this node, Redis back after an outage), it reconciles with a peer by
+//! negentropy, downloading what it lacks from every peer
+//! (`cluster.repair_peers`, else the other nodes whose heartbeat is
+//! fresh): each peer holds at least its own clients' events, so the union
+//! is complete whatever gaps the peers have themselves.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+use redis::aio::MultiplexedConnection;
+
+use crate::metrics_names as m;
+use crate::stream::{group_field, text};
+use crate::{Shared, Task, now_ms};
+
+const HEARTBEAT: Duration = Duration::from_secs(1);
+/// A peer whose heartbeat is older than this is not asked for a repair.
+const PEER_FRESH_MS: u64 = 10_000;
+
+pub(crate) async fn run(sh: Arc<Shared>) {
+    let mut conn: Option<MultiplexedConnection> = None;
+    let mut every = tokio::time::interval(HEARTBEAT);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            _ = sh.stop.cancelled() => break,
+            _ = every.tick() => {}
+            _ = sh.repair_wake.notified() => {}
+        }
+        let peers = match beat(&sh, &mut conn).await {
+            Ok(peers) => {
+                sh.report(Task::Registry, true, None);
+                peers
+            }
+            Err(e) => {
+                sh.report(Task::Registry, false, Some(&e));
+                conn = None;
+                continue;
+            }
+        };
+        if sh.repair_wanted.swap(false, Ordering::Relaxed) {
+            repair(&sh, peers).await;
+        }
+    }
+    // Leaving cleanly: drop out of the registry (best effort).
+    if let Some(c) = conn.as_mut() {
+        let _: redis::RedisResult<()> = redis::cmd("HDEL")
+            .arg(sh.key("nodes"))
+            .arg(&sh.node_id)
+            .query_async(c)
+            .await;
+    }
+}
+
+/// Heartbeat and lag; returns the other nodes' URLs with a fresh
+/// heartbeat.
+async fn beat(
+    sh: &Shared,
+    conn: &mut Option<MultiplexedConnection>,
+) -> redis::RedisResult<Vec<String>> {
+    if conn.is_none() {
+        *conn = Some(sh.connect(Duration::ZERO).await?);
+    }
+    let Some(c) = conn.as_mut() else {
+        return Ok(Vec::new());
+    };
+    let now = now_ms();
+    let me = serde_json::json!({"url": sh.advertise_url, "ms": now}).to_string();
+    let nodes = sh.key("nodes");
+    let (_, all, groups): ((), Vec<(String, String)>, Value) = redis::pipe()
+        .cmd("HSET")
+        .arg(&nodes)
+        .arg(&sh.node_id)
+        .arg(me)
+        .cmd("HGETALL")
+        .arg(&nodes)
+        .cmd("XINFO")
+        .arg("GROUPS")
+        .arg(sh.stream_key())
+        .query_async(c)
+        .await
+        .or_else(|e| {
+            // No stream yet (the consumer creates it): no lag to show.
+            if e.code() == Some("ERR") || e.to_string().contains("no such key") {
+                Ok(((), Vec::new(), Value::Nil))
+            } else {
+                Err(e)
+            }
+        })?;
+    if let Some(lag) = group_field(&groups, &sh.node_id, "lag")
+        .and_then(text)
+        .and_then(|s| s.parse::<f64>().ok())
+    {
+        metrics::gauge!(m::CLUSTER_STREAM_LAG_ENTRIES).set(lag);
+    }
+    let peers = all
+        .into_iter()
+        .filter(|(id, _)| *id != sh.node_id)
+        .filter_map(|(_, v)| {
+            let v: serde_json::Value = serde_json::from_str(&v).ok()?;
+            let fresh = now.saturating_sub(v["ms"].as_u64()?) < PEER_FRESH_MS;
+            fresh.then(|| v["url"].as_str().map(String::from))?
+        })
+        .collect();
+    Ok(peers)
+}
+
+async fn repair(sh: &Shared, registered: Vec<String>) {
+    let peers = if sh.cfg.repair_peers.is_empty() {
+        registered
+    } else {
+        sh.cfg.repair_peers.clone()
+    };
+    if peers.is_empty() {
+        tracing::info!("cluster: no peer to repair from (this node is alone)");
+        metrics::counter!(m::CLUSTER_REPAIRS_TOTAL, "result" => "no_peer").increment(1);
+        return;
+    }
+    let since = match sh.cfg.repair_window_secs {
+        0 => 0,
+        w => (now_ms() / 1000).saturating_sub(w),
+    };
+    // Every peer: each holds at least the events its own clients sent,
+    // whatever gaps it has itself, so the union is complete.
+    let mut failed = false;
+    for url in peers {
+        let started = Instant::now();
+        tracing::info!(peer = %url, since, "cluster: repair by negentropy");
+        match (sh.repair)(url.clone(), since).await {
+            Ok((fetched, stored)) => {
+                tracing::info!(
+                    peer = %url,
+                    fetched,
+                    stored,
+                    secs = started.elapsed().as_secs_f64(),
+                    "cluster: repair done"
+                );
+                metrics::counter!(m::CLUSTER_REPAIRS_TOTAL, "result" => "ok").increment(1);
+                metrics::counter!(m::CLUSTER_REPAIR_EVENTS_TOTAL).increment(stored as u64);
+            }
+            Err(e) => {
+                tracing::warn!(peer = %url, error = %e, "cluster: repair failed");
+                metrics::counter!(m::CLUSTER_REPAIRS_TOTAL, "result" => "failed").increment(1);
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        // Try again at the next heartbeat.
+        sh.repair_wanted.store(true, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,527 @@
+//! Cluster mode, black box: a real Redis (Debian's `redis-server`, started
+//! here on a free port) and several real Sluice nodes on loopback.
+//!
+//! - an event published on node A reaches a live subscriber on node C,
+//!   and is stored on every node (delivery delay reported);
+//! - node B killed with SIGKILL while events are published, restarted:
+//!   it replays the stream from its position, and when the stream was
+//!   trimmed past it, repairs by negentropy; it converges to exactly the
+//!   published set (checked by negentropy against the test's own set);
+//! - one address flooding all three nodes is held to the one global rate;
+//! - Redis stopped and restarted: the nodes keep serving, say so on
+//!   /metrics and /readyz, and recover (what was published meanwhile
+//!   reaches the other node).
+//!
+//! Without `redis-server` on PATH these tests say so and pass, unless
+//! `SLUICE_REQUIRE_REDIS` is set (`.ci/run` sets it and installs Redis).
+//! `SLUICE_CLUSTER_TEST_EVENTS` sets how many events the kill test
+//! publishes while B is down (default 10,000).
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use negentropy::{Id, Negentropy, NegentropyStorageVector};
+use serde_json::{Value, json};
+use sluice_proto::Event;
+use support::*;
+
+/// A Redis server of its own, on a free loopback port; killed on drop.
+struct Redis {
+    child: Option<Child>,
+    port: u16,
+}
+
+impl Redis {
+    /// `None` (the test is skipped) when redis-server is not installed and
+    /// `SLUICE_REQUIRE_REDIS` is not set.
+    fn start() -> Option<Redis> {
+        let found = Command::new("redis-server")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !found {
+            assert!(
+                std::env::var_os("SLUICE_REQUIRE_REDIS").is_none(),
+                "redis-server is not on PATH (apt-get install redis-server)"
+            );
+            eprintln!("SKIPPED: redis-server is not on PATH");
+            return None;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut r = Redis { child: None, port };
+        r.spawn();
+        Some(r)
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The environment of a cluster node; `extra` last (it may override).
+fn node_env<'a>(
+    redis: &'a str,
+    id: &'a str,
+    extra: &[(&'a str, &'a str)],
+) -> Vec<(&'a str, &'a str)> {
+    let mut env = vec![
+        ("SLUICE_CLUSTER__ENABLED", "true"),
+        ("SLUICE_CLUSTER__REDIS_URL", redis),
+        ("SLUICE_CLUSTER__NODE_ID", id),
+        ("SLUICE_CLUSTER__REDIS_TIMEOUT_MS", "500"),
+        ("SLUICE_THROTTLE__MODE", "off"),
+        ("SLUICE_SERVER__MAX_PENDING_WRITES", "1000"),
+        ("SLUICE_AUTH__CHALLENGE_ON_CONNECT", "false"),
+    ];
+    env.extend_from_slice(extra);
+    env
+}
+
+fn node(redis: &Redis, id: &str, extra: &[(&str, &str)]) -> Relay {
+    let url = redis.url();
+    Relay::start_with(&node_env(&url, id, extra))
+}
+
+fn node_in(dir: &Path, redis: &Redis, id: &str, extra: &[(&str, &str)]) -> Relay {
+    let url = redis.url();
+    Relay::start_in(dir, &node_env(&url, id, extra))
+}
+
+/// A distinct signed kind-1 event per `i` (author `author`).
+fn note(author: u8, i: usize, tag: &str) -> Event {
+    ev(
+        author,
+        now() - (i % 600) as u64,
+        1,
+        &[&["t", tag]],
+        &format!("{tag} {i}"),
+    )
+}
+
+/// Publishes `events` over `conns` connections with up to `window` EVENTs
+/// awaiting their OK on each; every OK must be true.
+async fn publish_all(url: &str, events: &[Event], conns: usize, window: usize) {
+    let mut tasks = Vec::new();
+    for part in events.chunks(events.len().div_ceil(conns).max(1)) {
+        let part: Vec<Event> = part.to_vec();
+        let url = url.to_string();
+        tasks.push(tokio::spawn(async move {
+            let mut c = Client::connect(&url).await;
+            let mut sent = 0;
+            let mut acked = 0;
+            while acked < part.len() {
+                while sent < part.len() && sent - acked < window {
+                    c.send_event(&part[sent]).await;
+                    sent += 1;
+                }
+                let m = c.recv().await;
+                if m[0] == "OK" {
+                    assert_eq!(m[2], true, "{m}");
+                    acked += 1;
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// Waits until `cond` holds, polling; panics with `what` after `limit`.
+async fn wait_until<F, Fut>(limit: Duration, what: &str, mut cond: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    loop {
+        if cond().await {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < limit, "timed out waiting: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Events the relay holds for `filter` (COUNT).
+async fn count(relay: &Relay, filter: Value) -> u64 {
+    let mut c = relay.client().await;
+    c.send(json!(["COUNT", "n", filter])).await;
+    let m = c.recv().await;
+    assert_eq!(m[0], "COUNT", "{m}");
+    m[2]["count"].as_u64().unwrap()
+}
+
+/// Reconciles the test's own set against the relay's events matching
+/// `filter` by NIP-77: `(ids the relay lacks, ids the relay has beyond)`.
+async fn difference(relay: &Relay, filter: Value, mine: &[Event]) -> (usize, usize) {
+    let mut storage = NegentropyStorageVector::new();
+    for e in mine {
+        storage
+            .insert(e.created_at, Id::from_byte_array(e.id))
+            .unwrap();
+    }
+    storage.seal().unwrap();
+    let mut neg = Negentropy::owned(storage, 0).unwrap();
+    let mut c = relay.client().await;
+    let first = neg.initiate().unwrap();
+    c.send(json!(["NEG-OPEN", "d", filter, hex::encode(first)]))
+        .await;
+    let (mut have, mut need) = (Vec::new(), Vec::new());
+    loop {
+        let m = c.recv().await;
+        assert_eq!(m[0], "NEG-MSG", "{m}");
+        let msg = hex::decode(m[2].as_str().unwrap()).unwrap();
+        match neg.reconcile_with_ids(&msg, &mut have, &mut need).unwrap() {
+            Some(next) => c.send(json!(["NEG-MSG", "d", hex::encode(next)])).await,
+            None => break,
+        }
+    }
+    (have.len(), need.len())
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+#[tokio::test]
+async fn an_event_on_one_node_reaches_a_subscriber_on_another() {
+    let Some(redis) = Redis::start() else { return };
+    let a = node(&redis, "a", &[]);
+    let b = node(&redis, "b", &[]);
+    let c = node(&redis, "c", &[]);
+    let mut watcher = c.client().await;
+    let author = pubkey_hex(41);
+    watcher
+        .send(json!(["REQ", "w", {"authors": [author], "kinds": [1, 20001]}]))
+        .await;
+    assert_eq!(watcher.recv().await[0], "EOSE");
+    let mut publisher = a.client().await;
+    // Delivery delay from the EVENT sent to A to its arrival on C.
+    let n = 200;
+    let mut delays = Vec::new();
+    for i in 0..n {
+        let e = note(41, i, "live");
+        let sent = Instant::now();
+        let (ok, why) = publisher.publish(&e).await;
+        assert!(ok, "{why}");
+        let m = watcher.recv().await;
+        assert_eq!(m[0], "EVENT", "{m}");
+        assert_eq!(m[2]["id"], e.id_hex(), "in order, once each");
+        delays.push(sent.elapsed());
+    }
+    delays.sort();
+    eprintln!(
+        "cluster live delivery A -> C over {n} events: p50 {:?}, p99 {:?}, max {:?}",
+        percentile(&delays, 0.5),
+        percentile(&delays, 0.99),
+        delays[n - 1]
+    );
+    // An ephemeral event crosses too, and is stored nowhere.
+    let eph = ev(41, now(), 20001, &[], "ephemeral");
+    publisher.send_event(&eph).await;
+    let m = watcher.recv().await;
+    assert_eq!(m[2]["id"], eph.id_hex(), "{m}");
+    // Every node stores every event (B had no subscriber: the stream, not
+    // fan-out, carried it).
+    for relay in [&a, &b, &c] {
+        wait_until(
+            Duration::from_secs(20),
+            "every node stores the events",
+            || async { count(relay, json!({"authors": [pubkey_hex(41)]})).await == n as u64 },
+        )
+        .await;
+    }
+    // Nothing loops back: A published each event once and stored none
+    // from the stream (its own entries are skipped).
+    assert_eq!(
+        a.metric("sluice_cluster_events_out_total", &[]).await,
+        n as f64 + 1.0
+    );
+    assert_eq!(a.metric("sluice_cluster_events_in_total", &[]).await, 0.0);
+    assert_eq!(
+        b.metric("sluice_cluster_events_in_total", &["result=\"stored\""])
+            .await,
+        n as f64
+    );
+    assert_eq!(b.metric("sluice_cluster_events_out_total", &[]).await, 0.0);
+    assert_eq!(c.metric("sluice_cluster_redis_up", &[]).await, 1.0);
+}
+
+#[tokio::test]
+async fn a_node_killed_and_restarted_converges() {
+    let Some(redis) = Redis::start() else { return };
+    let total: usize = std::env::var("SLUICE_CLUSTER_TEST_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    // A short stream: the large batch below is trimmed past B's position.
+    let extra = [("SLUICE_CLUSTER__STREAM_MAXLEN", "1000")];
+    let a = node(&redis, "a", &extra);
+    let mut b = node(&redis, "b", &extra);
+    let c = node(&redis, "c", &extra);
+    let dir = b.dir.clone();
+    let keep = b.keep_dir();
+    let filter = json!({"authors": [pubkey_hex(42)]});
+
+    // 1. B killed, a few hundred events while it is down (the stream
+    // still holds them all): B replays them from its consumer group.
+    b.signal("KILL");
+    b.wait_stopped();
+    let first: Vec<Event> = (0..300).map(|i| note(42, i, "replay")).collect();
+    publish_all(&a.url(), &first, 2, 32).await;
+    let started = Instant::now();
+    let b2 = node_in(&dir, &redis, "b", &extra);
+    let took = wait_until(Duration::from_secs(60), "B replays the stream", || async {
+        count(&b2, filter.clone()).await == first.len() as u64
+    })
+    .await;
+    eprintln!(
+        "cluster: B restarted after {} events, caught up from the stream in {:?} ({:?} with start-up)",
+        first.len(),
+        took,
+        started.elapsed()
+    );
+    assert_eq!(difference(&b2, filter.clone(), &first).await, (0, 0));
+    assert_eq!(
+        b2.metric("sluice_cluster_repairs_total", &["result=\"ok\""])
+            .await,
+        0.0
+    );
+
+    // 2. B killed again, `total` events spread over A and C while it is
+    // down: the stream (about 1,000 entries) no longer reaches back to
+    // B's position, so B repairs by negentropy from a peer.
+    let mut b2 = b2;
+    b2.signal("KILL");
+    b2.wait_stopped();
+    let second: Vec<Event> = (0..total).map(|i| note(42, 1000 + i, "down")).collect();
+    let (to_a, to_c) = second.split_at(total / 2);
+    let (url_a, url_c) = (a.url(), c.url());
+    tokio::join!(
+        publish_all(&url_a, to_a, 4, 64),
+        publish_all(&url_c, to_c, 4, 64)
+    );
+    let all: Vec<Event> = first.iter().chain(&second).cloned().collect();
+    let started = Instant::now();
+    let b3 = node_in(&dir, &redis, "b", &extra);
+    let mut took = None;
+    for _ in 0..1200 {
+        if count(&b3, filter.clone()).await == all.len() as u64 {
+            took = Some(started.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let Some(took) = took else {
+        panic!(
+            "B did not converge: {} of {}; its log:\n{}",
+            count(&b3, filter.clone()).await,
+            all.len(),
+            b3.log_text()
+        );
+    };
+    eprintln!(
+        "cluster: B restarted after {total} events with the stream trimmed past it: converged in {:?} ({:?} with start-up), repairs {}",
+        took,
+        started.elapsed(),
+        b3.metric("sluice_cluster_repairs_total", &["result=\"ok\""])
+            .await
+    );
+    assert_eq!(difference(&b3, filter.clone(), &all).await, (0, 0));
+    assert!(
+        b3.metric("sluice_cluster_repairs_total", &["result=\"ok\""])
+            .await
+            >= 1.0
+    );
+    // A and C hold the same set.
+    for relay in [&a, &c] {
+        wait_until(
+            Duration::from_secs(60),
+            "A and C hold every event",
+            || async { count(relay, filter.clone()).await == all.len() as u64 },
+        )
+        .await;
+        assert_eq!(difference(relay, filter.clone(), &all).await, (0, 0));
+    }
+    drop(keep);
+}
+
+#[tokio::test]
+async fn a_flood_over_three_nodes_gets_the_global_rate() {
+    let Some(redis) = Redis::start() else { return };
+    let rate = 20.0;
+    let limits = [
+        ("SLUICE_THROTTLE__MODE", "enforce"),
+        ("SLUICE_THROTTLE__CLIENTS__EVENTS_PER_IP__RATE_PER_S", "20"),
+        ("SLUICE_THROTTLE__CLIENTS__EVENTS_PER_IP__WINDOW_MS", "250"),
+        ("SLUICE_THROTTLE__CLIENTS__EVENTS_PER_IP__BURST_RATIO", "1"),
+        ("SLUICE_THROTTLE__CLIENTS__EVENTS_PER_IP__CATCH_UP_MS", "0"),
+        (
+            "SLUICE_THROTTLE__CLIENTS__EVENTS_PER_PUBKEY__RATE_PER_S",
+            "100000",
+        ),
+    ];
+    let nodes: Vec<Relay> = ["a", "b", "c"]
+        .iter()
+        .map(|id| node(&redis, id, &limits))
+        .collect();
+    let secs = 6.0;
+    let mut tasks = Vec::new();
+    for (k, n) in nodes.iter().enumerate() {
+        let url = n.url();
+        tasks.push(tokio::spawn(async move {
+            let mut c = Client::connect(&url).await;
+            let (mut ok, mut refused) = (0u64, 0u64);
+            let started = Instant::now();
+            let mut i = 0;
+            while started.elapsed().as_secs_f64() < secs {
+                let e = note(43 + k as u8, i, "flood");
+                i += 1;
+                let (accepted, why) = c.publish(&e).await;
+                if accepted {
+                    ok += 1;
+                } else {
+                    assert!(why.starts_with("rate-limited:"), "{why}");
+                    refused += 1;
+                }
+            }
+            (ok, refused)
+        }));
+    }
+    let (mut ok, mut refused) = (0, 0);
+    for t in tasks {
+        let (o, r) = t.await.unwrap();
+        ok += o;
+        refused += r;
+    }
+    // One rate across the nodes: what a single node would admit, plus a
+    // pool per node (rate × window) and a tick of lag, within 20%.
+    let single = rate * secs;
+    let pools = 3.0 * rate * 0.25;
+    eprintln!(
+        "cluster flood over 3 nodes for {secs} s at a global {rate}/s: {ok} accepted (one node alone: ~{single}), {refused} refused"
+    );
+    assert!(
+        refused > ok,
+        "the flood was not limited: {ok} accepted, {refused} refused"
+    );
+    assert!(
+        (ok as f64) <= (single + pools) * 1.2,
+        "{ok} accepted: more than the global rate allows (~{single} + {pools})"
+    );
+    assert!(
+        (ok as f64) >= single * 0.5,
+        "{ok} accepted: far below the global rate"
+    );
+    let remote: f64 = {
+        let mut sum = 0.0;
+        for n in &nodes {
+            sum += n
+                .metric("sluice_cluster_limits_remote_ops_total", &[])
+                .await;
+        }
+        sum
+    };
+    assert!(remote > 0.0, "no node was charged for the others' use");
+}
+
+#[tokio::test]
+async fn nodes_keep_serving_without_redis_and_recover() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let a = node(&redis, "a", &[]);
+    let c = node(&redis, "c", &[]);
+    let author = pubkey_hex(44);
+    let mut watcher = c.client().await;
+    watcher
+        .send(json!(["REQ", "w", {"authors": [author]}]))
+        .await;
+    assert_eq!(watcher.recv().await[0], "EOSE");
+    let mut publisher = a.client().await;
+    let before = note(44, 0, "before");
+    assert!(publisher.publish(&before).await.0);
+    assert_eq!(watcher.recv().await[2]["id"], before.id_hex());
+
+    redis.stop();
+    let during = note(44, 1, "during");
+    let (ok, why) = publisher.publish(&during).await;
+    assert!(ok, "a node without Redis still stores: {why}");
+    assert_eq!(count(&a, json!({"ids": [during.id_hex()]})).await, 1);
+    wait_until(Duration::from_secs(20), "A reports Redis down", || async {
+        a.metric("sluice_cluster_redis_up", &[]).await == 0.0
+    })
+    .await;
+    let (status, _, body) = http_get(&a.addr, "/readyz", None).await;
+    assert_eq!(status, 200, "still serving: {body}");
+    assert!(
+        body.contains("cluster: ") && body.contains("local limits"),
+        "{body}"
+    );
+
+    redis.spawn();
+    for n in [&a, &c] {
+        wait_until(
+            Duration::from_secs(30),
+            "Redis back on every node",
+            || async { n.metric("sluice_cluster_redis_up", &[]).await == 1.0 },
+        )
+        .await;
+    }
+    // What A stored meanwhile reaches C (the held publication or the
+    // repair), live to the watcher and into C's store.
+    let m = watcher.recv().await;
+    assert_eq!(m[2]["id"], during.id_hex(), "{m}");
+    wait_until(
+        Duration::from_secs(30),
+        "C stores the event of the outage",
+        || async { count(&c, json!({"ids": [during.id_hex()]})).await == 1 },
+    )
+    .await;
+    let (_, _, body) = http_get(&a.addr, "/readyz", None).await;
+    assert_eq!(body, "ready\n");
+    // And live delivery goes on.
+    let after = note(44, 2, "after");
+    assert!(publisher.publish(&after).await.0);
+    let m = watcher.recv().await;
+    assert_eq!(m[2]["id"], after.id_hex(), "{m}");
+}
