@@ -284,6 +284,18 @@ async fn an_event_on_one_node_reaches_a_subscriber_on_another() {
     );
     assert_eq!(b.metric("sluice_cluster_events_out_total", &[]).await, 0.0);
     assert_eq!(c.metric("sluice_cluster_redis_up", &[]).await, 1.0);
+    // Nothing held for the stream once it is published.
+    drop((publisher, watcher));
+    wait_until(
+        Duration::from_secs(20),
+        "A's outbound queue drains",
+        || async { a.metric("sluice_cluster_outbound_queued", &[]).await == 0.0 },
+    )
+    .await;
+    assert_eq!(
+        a.metric("sluice_cluster_outbound_dropped_total", &[]).await,
+        0.0
+    );
 }
 
 #[tokio::test]

@@ -303,6 +303,14 @@ const PER_CLIENT_GAUGES: &[(&str, Idle)] = &[
 const NOT_PER_CLIENT: &[&str] = &[
     // Constant.
     "sluice_build_info",
+    // Cluster mode only (off here): Redis' state, the stream's lag, the
+    // keys of the last limits reconcile. The outbound queue drains when
+    // Redis answers, whoever is connected (tests/cluster.rs checks it
+    // returns to 0).
+    "sluice_cluster_redis_up",
+    "sluice_cluster_stream_lag_entries",
+    "sluice_cluster_limits_keys",
+    "sluice_cluster_outbound_queued",
     // The per-IP read budget's current rate: scaled by the read controller.
     "sluice_query_read_budget_units_per_second",
     // The store's content and size.

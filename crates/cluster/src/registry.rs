@@ -21,9 +21,15 @@ use crate::{Shared, Task, now_ms};
 const HEARTBEAT: Duration = Duration::from_secs(1);
 /// A peer whose heartbeat is older than this is not asked for a repair.
 const PEER_FRESH_MS: u64 = 10_000;
+/// A repair that finds no peer is tried again at each heartbeat for this
+/// long (after Redis comes back empty, the peers register again within a
+/// heartbeat); then this node is taken to be alone.
+const WAIT_FOR_PEERS: Duration = Duration::from_secs(30);
 
 pub(crate) async fn run(sh: Arc<Shared>) {
     let mut conn: Option<MultiplexedConnection> = None;
+    // Since when a repair has waited for a peer.
+    let mut waiting: Option<Instant> = None;
     let mut every = tokio::time::interval(HEARTBEAT);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -45,6 +51,14 @@ pub(crate) async fn run(sh: Arc<Shared>) {
             }
         };
         if sh.repair_wanted.swap(false, Ordering::Relaxed) {
+            if peers.is_empty() && sh.cfg.repair_peers.is_empty() {
+                let since = *waiting.get_or_insert_with(Instant::now);
+                if since.elapsed() < WAIT_FOR_PEERS {
+                    sh.repair_wanted.store(true, Ordering::Relaxed);
+                    continue;
+                }
+            }
+            waiting = None;
             repair(&sh, peers).await;
         }
     }

@@ -64,6 +64,7 @@ pub(crate) async fn publish(sh: Arc<Shared>, mut rx: Receiver<Arc<Event>>) {
             Ok(()) => {
                 batch.clear();
                 backoff = BACKOFF_MIN;
+                metrics::gauge!(m::CLUSTER_OUTBOUND_QUEUED).set(rx.len() as f64);
             }
             Err(()) => {
                 tokio::select! {
