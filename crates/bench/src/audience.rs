@@ -233,6 +233,7 @@ pub async fn run(args: &AudienceArgs) -> anyhow::Result<AudienceReport> {
         drain_ms: args.drain_ms,
         seed: args.seed,
         json: None,
+        publish_to: None,
     })
     .await?;
     let crowd = Crowd::open(&relay, args, &source_addrs).await;

@@ -54,6 +54,10 @@ pub struct FanoutArgs {
     pub seed: u64,
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Publish to this relay instead (another node of a Sluice cluster:
+    /// the latency is then publish on one node to delivery on the other).
+    #[arg(long)]
+    pub publish_to: Option<String>,
 }
 
 #[derive(Debug, Serialize, serde::Deserialize)]
@@ -124,7 +128,7 @@ pub async fn run(args: &FanoutArgs) -> anyhow::Result<FanoutReport> {
 /// subscribers, sum up).
 pub struct Fanout {
     args: FanoutArgs,
-    relay: RelayUrl,
+    publish_relay: RelayUrl,
     events: Vec<Prepared>,
     schedule: Schedule,
     deliveries: Arc<Deliveries>,
@@ -138,6 +142,10 @@ impl Fanout {
     /// subscriber; returns once each has its EOSE or failed.
     pub async fn subscribe(args: &FanoutArgs) -> anyhow::Result<Fanout> {
         let relay = RelayUrl::parse(&args.relay)?;
+        let publish_relay = match &args.publish_to {
+            Some(url) => RelayUrl::parse(url)?,
+            None => relay.clone(),
+        };
         let tag = format!("sluice-bench-fanout-{}-{}", unix_now(), args.seed);
         let events = sign_events(args, &tag);
         if events.is_empty() {
@@ -163,7 +171,7 @@ impl Fanout {
         let (handles, ready) = subscribe_all(&relay, args, &tag, &deliveries, stop_rx).await;
         Ok(Fanout {
             args: args.clone(),
-            relay,
+            publish_relay,
             events,
             schedule,
             deliveries,
@@ -180,7 +188,14 @@ impl Fanout {
         let t0 = Instant::now() + Duration::from_millis(100);
         self.deliveries.t0.set(t0).expect("t0 is set once");
         let events = std::mem::take(&mut self.events);
-        let publish = publish_all(&self.relay, &self.args, events, self.schedule.clone(), t0).await;
+        let publish = publish_all(
+            &self.publish_relay,
+            &self.args,
+            events,
+            self.schedule.clone(),
+            t0,
+        )
+        .await;
         let expected = publish.accepted * self.ready as u64;
         wait_for(
             &self.deliveries,

@@ -49,7 +49,7 @@ impl Default for ClusterConfig {
             redis_url: "redis://127.0.0.1:6379".into(),
             node_id: String::new(),
             key_prefix: "sluice".into(),
-            stream_maxlen: 1_000_000,
+            stream_maxlen: 250_000,
             outbound_buffer: 10_000,
             consume_batch: 500,
             limits_tick_ms: 100,
