@@ -82,6 +82,18 @@ fn main() {
         });
     }
 
+    // Cluster mode: the same common path with each client's use counted
+    // for the limits reconcile, drained every 10,000 calls as its tick does.
+    let t = throttle(true);
+    t.track_usage();
+    let mut conn = t.admission();
+    percentiles("admit_event admitted, cluster (use counted)", |i| {
+        if i % 10_000 == 0 {
+            black_box(t.drain_usage());
+        }
+        t.admit_event(&Principal::anonymous(ip(i)), &mut conn)
+    });
+
     let mut c = Criterion::default().configure_from_args();
     let mut g = c.benchmark_group("admission");
     g.throughput(Throughput::Elements(1));
