@@ -646,6 +646,7 @@ fn store_events(dir: &Path) -> u64 {
         &sluice_engine::StoreOptions {
             map_size_bytes: 512 << 20,
             max_readers: 126,
+            write_map: false,
         },
     )
     .unwrap();

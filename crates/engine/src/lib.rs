@@ -432,6 +432,7 @@ mod tests {
             &StoreOptions {
                 map_size_bytes: 64 << 20,
                 max_readers: 126,
+                write_map: false,
             },
         )
         .unwrap();

@@ -46,6 +46,8 @@ pub struct StoreConfig {
     pub map_size_mb: u64,
     /// LMDB reader slots (concurrent read transactions across processes).
     pub max_readers: u32,
+    /// LMDB's MDB_WRITEMAP (docs/configuration.md).
+    pub write_map: bool,
 }
 
 impl Default for StoreConfig {
@@ -54,6 +56,7 @@ impl Default for StoreConfig {
             path: PathBuf::from("./data"),
             map_size_mb: 16 * 1024,
             max_readers: 126,
+            write_map: false,
         }
     }
 }
@@ -149,6 +152,7 @@ impl StoreConfig {
         let opts = sluice_engine::StoreOptions {
             map_size_bytes: self.map_size_mb * 1024 * 1024,
             max_readers: self.max_readers,
+            write_map: self.write_map,
         };
         sluice_engine::Store::open(&self.path, &opts)
             .with_context(|| format!("opening the store at {}", self.path.display()))

@@ -94,6 +94,11 @@ impl StoreError {
 pub struct StoreOptions {
     pub map_size_bytes: u64,
     pub max_readers: u32,
+    /// LMDB's `MDB_WRITEMAP`: a transaction's dirty pages are written in
+    /// the map, not copied on the heap first. Every process opening the
+    /// store must agree (the relay and an import beside it read the same
+    /// config).
+    pub write_map: bool,
 }
 
 impl Default for StoreOptions {
@@ -101,6 +106,7 @@ impl Default for StoreOptions {
         StoreOptions {
             map_size_bytes: 16 << 30,
             max_readers: 126,
+            write_map: false,
         }
     }
 }
@@ -146,6 +152,14 @@ impl Store {
         eo.map_size(opts.map_size_bytes as usize)
             .max_readers(opts.max_readers)
             .max_dbs(TABLE_COUNT);
+        if opts.write_map {
+            // SAFETY: WRITE_MAP is not one of the flags that weaken
+            // durability (NO_SYNC, NO_META_SYNC, NO_LOCK); nested write
+            // transactions, which it forbids, are never used.
+            unsafe {
+                eo.flags(heed::EnvFlags::WRITE_MAP);
+            }
+        }
         // SAFETY: the environment is opened once per process for this path
         // and never mapped with conflicting flags; other processes (import
         // beside serve) use the same flags, which LMDB supports.

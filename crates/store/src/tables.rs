@@ -249,6 +249,24 @@ impl<K, V> Table<'_, K, V> {
         self.db.put(txn, key, value).map_err(|e| self.error(e))
     }
 
+    /// Adds an entry whose key is greater than every key in the table
+    /// (`MDB_APPEND`: no search from the root); an error, changing
+    /// nothing, if it is not.
+    pub(crate) fn append<'a>(
+        &self,
+        txn: &mut RwTxn<'_>,
+        key: &'a K::EItem,
+        value: &'a V::EItem,
+    ) -> Result<(), StoreError>
+    where
+        K: BytesEncode<'a>,
+        V: BytesEncode<'a>,
+    {
+        self.db
+            .put_with_flags(txn, heed::PutFlags::APPEND, key, value)
+            .map_err(|e| self.error(e))
+    }
+
     /// Removes the entry if there is one.
     pub(crate) fn delete<'a>(
         &self,

@@ -29,6 +29,7 @@ fn open(dir: &Path) -> Store {
     let opts = StoreOptions {
         map_size_bytes: MAP_SIZE_BYTES,
         max_readers: 16,
+        write_map: false,
     };
     Store::open(dir, &opts).unwrap()
 }
@@ -442,6 +443,7 @@ fn schema_version_of_the_wrong_length_refuses_to_open() {
     let opts = StoreOptions {
         map_size_bytes: MAP_SIZE_BYTES,
         max_readers: 16,
+        write_map: false,
     };
     let opened = Store::open(fx.dir.path(), &opts).map(|_| ());
     assert_eq!(corrupt_table(opened), "meta");

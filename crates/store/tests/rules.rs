@@ -12,6 +12,7 @@ fn open() -> (tempfile::TempDir, Store) {
     let opts = StoreOptions {
         map_size_bytes: 64 << 20,
         max_readers: 16,
+        write_map: false,
     };
     let store = Store::open(dir.path(), &opts).unwrap();
     (dir, store)
@@ -372,6 +373,7 @@ fn data_survives_reopen_and_serials_are_not_reused() {
     let opts = StoreOptions {
         map_size_bytes: 64 << 20,
         max_readers: 16,
+        write_map: false,
     };
     let e1 = ev(1, NOW - 30, 1, &[], "one");
     let e2 = ev(1, NOW - 20, 1, &[], "two");
@@ -399,6 +401,7 @@ fn full_map_is_an_error_not_a_panic() {
     let opts = StoreOptions {
         map_size_bytes: 256 << 10,
         max_readers: 16,
+        write_map: false,
     };
     let s = Store::open(dir.path(), &opts).unwrap();
     let big = "x".repeat(60_000);
@@ -470,4 +473,90 @@ fn contains_ids_answers_for_each_id_in_order() {
         vec![false, true, false, true]
     );
     assert!(store.contains_ids([]).unwrap().is_empty());
+}
+
+/// One batch holding an event, its duplicate, a replaceable event and its
+/// newer version, and a deletion of an event of the same batch: the
+/// batch's index entries are inserted at its end (in key order), so what
+/// the batch itself replaced or deleted must leave no entry behind, with
+/// and without MDB_WRITEMAP, across a reopen.
+#[test]
+fn rules_hold_inside_one_batch_with_and_without_write_map() {
+    for write_map in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = StoreOptions {
+            map_size_bytes: 64 << 20,
+            max_readers: 16,
+            write_map,
+        };
+        let note = ev(1, NOW - 50, 1, &[&["t", "x"]], "note");
+        let doomed = ev(1, NOW - 40, 1, &[&["t", "x"]], "doomed");
+        let old_meta = ev(1, NOW - 30, 0, &[], "old profile");
+        let new_meta = ev(1, NOW - 20, 0, &[], "new profile");
+        let delete = ev(1, NOW - 10, 5, &[&["e", &doomed.id_hex()]], "");
+        {
+            let store = Store::open(dir.path(), &opts).unwrap();
+            let out = store
+                .write_batch([&note, &note, &doomed, &old_meta, &new_meta, &delete], NOW)
+                .unwrap();
+            assert!(matches!(out[0], WriteOutcome::Stored { .. }));
+            assert_eq!(out[1], WriteOutcome::Duplicate);
+            assert!(matches!(
+                out[4],
+                WriteOutcome::Stored { replaced: true, .. }
+            ));
+            assert!(matches!(out[5], WriteOutcome::Stored { deleted: 1, .. }));
+            store.close();
+        }
+        let store = Store::open(dir.path(), &opts).unwrap();
+        let author = hex32::encode(&ev(1, 0, 1, &[], "").pubkey);
+        let mut want = vec![note.id_hex(), new_meta.id_hex(), delete.id_hex()];
+        want.sort();
+        for filter in [
+            json!({"authors": [author]}),
+            json!({}),
+            json!({"kinds": [0, 1, 5]}),
+            json!({"authors": [author], "kinds": [0, 1, 5]}),
+        ] {
+            let mut got = ids(&q(&store, filter.clone()));
+            got.sort();
+            assert_eq!(got, want, "{filter} (write_map {write_map})");
+        }
+        assert_eq!(ids(&q(&store, json!({"#t": ["x"]}))), vec![note.id_hex()]);
+        // No index entry is left behind for what the batch removed: each
+        // index scan reads exactly the live events' rows.
+        for filter in [
+            json!({"authors": [author]}),
+            json!({"kinds": [0]}),
+            json!({"kinds": [1]}),
+            json!({"#t": ["x"]}),
+            json!({}),
+        ] {
+            let f = Filter::from_value(&filter).unwrap();
+            let opts = QueryOptions {
+                now: NOW,
+                max_scan_rows: 1_000_000,
+            };
+            let out = store.query(&[f], &opts).unwrap();
+            assert_eq!(
+                out.rows_scanned,
+                out.events.len() as u64,
+                "{filter}: stale index rows (write_map {write_map})"
+            );
+        }
+        assert_eq!(
+            ids(&q(&store, json!({"ids": [doomed.id_hex()]}))),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            ids(&q(&store, json!({"ids": [old_meta.id_hex()]}))),
+            Vec::<String>::new()
+        );
+        // The replaced and deleted events are gone from the ids table too:
+        // written again, one is superseded, the other stays deleted.
+        let again = store.write_batch([&old_meta, &doomed], NOW).unwrap();
+        assert_eq!(again[0], WriteOutcome::Superseded);
+        assert_eq!(again[1], WriteOutcome::Deleted);
+        assert_eq!(store.stats().unwrap().events, 3);
+    }
 }

@@ -16,6 +16,7 @@ fn open() -> (tempfile::TempDir, Store) {
     let opts = StoreOptions {
         map_size_bytes: 64 << 20,
         max_readers: 16,
+        write_map: false,
     };
     let store = Store::open(dir.path(), &opts).unwrap();
     (dir, store)

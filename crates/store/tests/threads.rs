@@ -19,6 +19,7 @@ fn a_transaction_on_a_forbidden_thread_is_caught() {
     let opts = StoreOptions {
         map_size_bytes: 16 << 20,
         max_readers: 8,
+        write_map: false,
     };
     let store = Store::open(dir.path(), &opts).unwrap();
     // An allowed thread: nothing happens.
