@@ -24,7 +24,6 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use negentropy::{Id, Negentropy, NegentropyStorageVector};
 use serde_json::{Value, json};
 use sluice_proto::Event;
 use support::*;
@@ -193,28 +192,8 @@ async fn count(relay: &Relay, filter: Value) -> u64 {
 /// Reconciles the test's own set against the relay's events matching
 /// `filter` by NIP-77: `(ids the relay lacks, ids the relay has beyond)`.
 async fn difference(relay: &Relay, filter: Value, mine: &[Event]) -> (usize, usize) {
-    let mut storage = NegentropyStorageVector::new();
-    for e in mine {
-        storage
-            .insert(e.created_at, Id::from_byte_array(e.id))
-            .unwrap();
-    }
-    storage.seal().unwrap();
-    let mut neg = Negentropy::owned(storage, 0).unwrap();
     let mut c = relay.client().await;
-    let first = neg.initiate().unwrap();
-    c.send(json!(["NEG-OPEN", "d", filter, hex::encode(first)]))
-        .await;
-    let (mut have, mut need) = (Vec::new(), Vec::new());
-    loop {
-        let m = c.recv().await;
-        assert_eq!(m[0], "NEG-MSG", "{m}");
-        let msg = hex::decode(m[2].as_str().unwrap()).unwrap();
-        match neg.reconcile_with_ids(&msg, &mut have, &mut need).unwrap() {
-            Some(next) => c.send(json!(["NEG-MSG", "d", hex::encode(next)])).await,
-            None => break,
-        }
-    }
+    let (have, need, _) = reconcile(&mut c, filter, mine).await;
     (have.len(), need.len())
 }
 

@@ -6,51 +6,9 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use negentropy::{Id, Negentropy, NegentropyStorageVector};
-use serde_json::{Value, json};
+use negentropy::{Negentropy, NegentropyStorageVector};
+use serde_json::json;
 use support::*;
-
-/// Reconciles `mine` against the relay's events matching `filter`:
-/// `(ids the client has and the relay lacks, ids the relay has and the
-/// client lacks)`, and the number of round trips.
-async fn reconcile(
-    c: &mut Client,
-    filter: Value,
-    mine: &[sluice_proto::Event],
-) -> (Vec<String>, Vec<String>, usize) {
-    let mut storage = NegentropyStorageVector::new();
-    for e in mine {
-        storage
-            .insert(e.created_at, Id::from_byte_array(e.id))
-            .unwrap();
-    }
-    storage.seal().unwrap();
-    let mut neg = Negentropy::owned(storage, 0).unwrap();
-    let first = neg.initiate().unwrap();
-    c.send(json!(["NEG-OPEN", "n", filter, hex::encode(first)]))
-        .await;
-    let (mut have, mut need) = (Vec::new(), Vec::new());
-    let mut rounds = 0;
-    loop {
-        let m = c.recv().await;
-        assert_eq!(m[0], "NEG-MSG", "{m}");
-        rounds += 1;
-        let msg = hex::decode(m[2].as_str().unwrap()).unwrap();
-        match neg.reconcile_with_ids(&msg, &mut have, &mut need).unwrap() {
-            Some(next) => {
-                c.send(json!(["NEG-MSG", "n", hex::encode(next)])).await;
-            }
-            None => break,
-        }
-    }
-    c.send(json!(["NEG-CLOSE", "n"])).await;
-    let hexes = |ids: Vec<Id>| {
-        let mut v: Vec<String> = ids.iter().map(|i| hex::encode(i.as_bytes())).collect();
-        v.sort();
-        v
-    };
-    (hexes(have), hexes(need), rounds)
-}
 
 #[tokio::test]
 async fn a_client_learns_exactly_the_difference() {
