@@ -516,3 +516,24 @@ async fn nodes_keep_serving_without_redis_and_recover() {
     let m = watcher.recv().await;
     assert_eq!(m[2]["id"], after.id_hex(), "{m}");
 }
+
+#[tokio::test]
+async fn events_imported_into_one_node_reach_the_others_by_the_periodic_repair() {
+    let Some(redis) = Redis::start() else { return };
+    let extra = [("SLUICE_CLUSTER__REPAIR_EVERY_SECS", "1")];
+    let a = node(&redis, "a", &extra);
+    let c = node(&redis, "c", &extra);
+    // Written into A's store beside it (LMDB lets two processes write):
+    // they bypass the stream.
+    let events: Vec<Event> = (0..50).map(|i| note(45, i, "imported")).collect();
+    import_events(&a.dir, &events);
+    let filter = json!({"authors": [pubkey_hex(45)]});
+    assert_eq!(count(&a, filter.clone()).await, 50);
+    let took = wait_until(Duration::from_secs(60), "C repairs from A", || async {
+        count(&c, filter.clone()).await == 50
+    })
+    .await;
+    eprintln!("cluster: 50 events imported into A reached C by repair in {took:?}");
+    assert_eq!(difference(&c, filter, &events).await, (0, 0));
+    assert!(c.metric("sluice_cluster_repair_events_total", &[]).await >= 50.0);
+}

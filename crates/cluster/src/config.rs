@@ -37,6 +37,9 @@ pub struct ClusterConfig {
     /// A repair reconciles the events created in this many seconds before
     /// now (0: every event; mind `limits.max_negentropy_items` on peers).
     pub repair_window_secs: u64,
+    /// Also repair this often (seconds; 0: only on a gap): heals what did
+    /// not travel by the stream (imports, dropped publications).
+    pub repair_every_secs: u64,
     /// Longest wait for one Redis command (the blocking stream read waits
     /// this long for news).
     pub redis_timeout_ms: u64,
@@ -57,6 +60,7 @@ impl Default for ClusterConfig {
             advertise_url: String::new(),
             repair_peers: Vec::new(),
             repair_window_secs: 86_400,
+            repair_every_secs: 3_600,
             redis_timeout_ms: 1_000,
         }
     }

@@ -1,7 +1,7 @@
 //! The node registry and repairs. Every second: this node's advertised
 //! URL and heartbeat in `<prefix>:nodes`, and its consumer group's lag.
 //! When a repair is wanted (a new consumer group, the stream trimmed past
-//! this node, Redis back after an outage), it reconciles with a peer by
+//! this node, Redis back after an outage, every `repair_every_secs`), it reconciles with a peer by
 //! negentropy, downloading what it lacks from every peer
 //! (`cluster.repair_peers`, else the other nodes whose heartbeat is
 //! fresh): each peer holds at least its own clients' events, so the union
@@ -30,6 +30,8 @@ pub(crate) async fn run(sh: Arc<Shared>) {
     let mut conn: Option<MultiplexedConnection> = None;
     // Since when a repair has waited for a peer.
     let mut waiting: Option<Instant> = None;
+    let mut last_repair = Instant::now();
+    let every_repair = Duration::from_secs(sh.cfg.repair_every_secs);
     let mut every = tokio::time::interval(HEARTBEAT);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -50,6 +52,9 @@ pub(crate) async fn run(sh: Arc<Shared>) {
                 continue;
             }
         };
+        if !every_repair.is_zero() && last_repair.elapsed() >= every_repair {
+            sh.repair_wanted.store(true, Ordering::Relaxed);
+        }
         if sh.repair_wanted.swap(false, Ordering::Relaxed) {
             if peers.is_empty() && sh.cfg.repair_peers.is_empty() {
                 let since = *waiting.get_or_insert_with(Instant::now);
@@ -59,6 +64,7 @@ pub(crate) async fn run(sh: Arc<Shared>) {
                 }
             }
             waiting = None;
+            last_repair = Instant::now();
             repair(&sh, peers).await;
         }
     }
