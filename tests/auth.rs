@@ -289,3 +289,27 @@ pubkeys = ["{}"]
         "an unlisted key gets no more than its address ({unlisted_ok}/20)"
     );
 }
+
+#[tokio::test]
+async fn a_full_reader_reads_every_private_message_and_others_do_not() {
+    // Key 9 is a full reader (a backup, a cluster's repair key); key 8 is not.
+    let full = pubkey_hex(9);
+    let relay = Relay::start_with(&[
+        ("SLUICE_AUTH__FULL_READERS", &format!("[\"{full}\"]")),
+        ("SLUICE_THROTTLE__MODE", "off"),
+    ]);
+    let dm = ev(1, now(), 4, &[&["p", &pubkey_hex(2)]], "between 1 and 2");
+    let mut author = relay.client().await;
+    authenticate(&relay, &mut author, 1).await;
+    assert!(author.publish(&dm).await.0);
+    let filter = json!({"kinds": [4]});
+    let mut stranger = relay.client().await;
+    authenticate(&relay, &mut stranger, 8).await;
+    stranger.send(json!(["REQ", "s", filter.clone()])).await;
+    let m = stranger.recv().await;
+    assert!(m[0] == "EOSE" || m[0] == "CLOSED", "a stranger got {m}");
+    let mut reader = relay.client().await;
+    authenticate(&relay, &mut reader, 9).await;
+    let got = reader.req_ids("r", &[filter]).await;
+    assert_eq!(got, vec![dm.id_hex()]);
+}

@@ -95,6 +95,29 @@ impl Drop for Redis {
     }
 }
 
+/// The cluster's repair key: a full reader of every node's private kinds.
+const REPAIR_KEY: u8 = 99;
+
+fn repair_key_hex() -> &'static str {
+    static HEX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HEX.get_or_init(|| hex::encode(key(REPAIR_KEY)))
+}
+
+/// A client authenticated with the repair key: it reads private kinds too.
+async fn full_reader(relay: &Relay) -> Client {
+    let mut c = relay.client().await;
+    let challenge = c.challenge().await;
+    let tags = vec![
+        vec!["relay".to_string(), relay.url()],
+        vec!["challenge".to_string(), challenge],
+    ];
+    let auth = Event::sign(&key(REPAIR_KEY), now(), 22242, tags, "");
+    c.send_text(&format!("[\"AUTH\",{}]", auth.raw())).await;
+    let (ok, why) = c.expect_ok(&auth.id_hex()).await;
+    assert!(ok, "AUTH as the repair key: {why}");
+    c
+}
+
 /// The environment of a cluster node; `extra` last (it may override).
 fn node_env<'a>(
     redis: &'a str,
@@ -108,7 +131,7 @@ fn node_env<'a>(
         ("SLUICE_CLUSTER__REDIS_TIMEOUT_MS", "500"),
         ("SLUICE_THROTTLE__MODE", "off"),
         ("SLUICE_SERVER__MAX_PENDING_WRITES", "1000"),
-        ("SLUICE_AUTH__CHALLENGE_ON_CONNECT", "false"),
+        ("SLUICE_CLUSTER__REPAIR_SECRET_KEY", repair_key_hex()),
     ];
     env.extend_from_slice(extra);
     env
@@ -182,7 +205,7 @@ where
 
 /// Events the relay holds for `filter` (COUNT).
 async fn count(relay: &Relay, filter: Value) -> u64 {
-    let mut c = relay.client().await;
+    let mut c = full_reader(relay).await;
     c.send(json!(["COUNT", "n", filter])).await;
     let m = c.recv().await;
     assert_eq!(m[0], "COUNT", "{m}");
@@ -192,7 +215,7 @@ async fn count(relay: &Relay, filter: Value) -> u64 {
 /// Reconciles the test's own set against the relay's events matching
 /// `filter` by NIP-77: `(ids the relay lacks, ids the relay has beyond)`.
 async fn difference(relay: &Relay, filter: Value, mine: &[Event]) -> (usize, usize) {
-    let mut c = relay.client().await;
+    let mut c = full_reader(relay).await;
     let (have, need, _) = reconcile(&mut c, filter, mine).await;
     (have.len(), need.len())
 }
@@ -324,7 +347,23 @@ async fn a_node_killed_and_restarted_converges() {
     let mut b2 = b2;
     b2.signal("KILL");
     b2.wait_stopped();
-    let second: Vec<Event> = (0..total).map(|i| note(42, 1000 + i, "down")).collect();
+    // Every tenth a direct message (a private kind: only the repair key
+    // lets the repair read it from the peers).
+    let second: Vec<Event> = (0..total)
+        .map(|i| {
+            if i % 10 == 0 {
+                ev(
+                    42,
+                    now() - (i % 600) as u64,
+                    4,
+                    &[&["p", &pubkey_hex(46)]],
+                    &format!("dm {i}"),
+                )
+            } else {
+                note(42, 1000 + i, "down")
+            }
+        })
+        .collect();
     let (to_a, to_c) = second.split_at(total / 2);
     let (url_a, url_c) = (a.url(), c.url());
     tokio::join!(

@@ -37,6 +37,12 @@ pub struct ClusterConfig {
     /// A repair reconciles the events created in this many seconds before
     /// now (0: every event; mind `limits.max_negentropy_items` on peers).
     pub repair_window_secs: u64,
+    /// Secret key (64 hex digits) a repair authenticates with (NIP-42) to
+    /// read the peers' private kinds; every node adds its pubkey to
+    /// `auth.full_readers`. Give all nodes the same key. Empty: repairs
+    /// read without authenticating (private kinds missed from the stream
+    /// are not repaired).
+    pub repair_secret_key: String,
     /// Also repair this often (seconds; 0: only on a gap): heals what did
     /// not travel by the stream (imports, dropped publications).
     pub repair_every_secs: u64,
@@ -61,12 +67,20 @@ impl Default for ClusterConfig {
             repair_peers: Vec::new(),
             repair_window_secs: 86_400,
             repair_every_secs: 3_600,
+            repair_secret_key: String::new(),
             redis_timeout_ms: 1_000,
         }
     }
 }
 
 impl ClusterConfig {
+    /// `repair_secret_key` and its pubkey, when set and valid.
+    pub fn repair_key(&self) -> Option<([u8; 32], [u8; 32])> {
+        let sk = sluice_proto::hex32::decode::<32>(&self.repair_secret_key)?;
+        let pk = sluice_proto::event::try_public_key_of(&sk)?;
+        Some((sk, pk))
+    }
+
     /// Checks the section; the error names the key as written in TOML.
     pub fn validate(&self) -> Result<(), String> {
         if !self.enabled {
@@ -110,6 +124,11 @@ impl ClusterConfig {
             if !(lo..=hi).contains(&v) {
                 return Err(format!("cluster.{key} = {v}: must be in {lo}..={hi}"));
             }
+        }
+        if !self.repair_secret_key.is_empty() && self.repair_key().is_none() {
+            return Err(
+                "cluster.repair_secret_key: not a secp256k1 secret key (64 hex digits)".into(),
+            );
         }
         for url in std::iter::once(&self.advertise_url)
             .filter(|u| !u.is_empty())

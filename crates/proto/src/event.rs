@@ -487,6 +487,14 @@ pub fn public_key_of(secret_key: &[u8; 32]) -> [u8; 32] {
     keypair.x_only_public_key().0.to_byte_array()
 }
 
+/// The public key of a secret key, or `None` when the bytes are not a
+/// valid secp256k1 secret key (zero, or not below the curve order).
+pub fn try_public_key_of(secret_key: &[u8; 32]) -> Option<[u8; 32]> {
+    secp256k1::Keypair::from_secret_bytes(*secret_key)
+        .ok()
+        .map(|k| k.x_only_public_key().0.to_byte_array())
+}
+
 /// How strings are escaped in the id serialization.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Escapes {

@@ -246,6 +246,10 @@ pub struct AuthConfig {
     /// is named in one of its `p` tags (direct messages, gift wraps);
     /// empty: every stored event is public.
     pub private_kinds: Vec<u16>,
+    /// Pubkeys (hex) that, once authenticated, read every private event:
+    /// the other nodes of a cluster repairing from this one (a node adds
+    /// its `cluster.repair_secret_key`'s pubkey itself), a backup.
+    pub full_readers: Vec<String>,
 }
 
 impl Default for AuthConfig {
@@ -257,11 +261,21 @@ impl Default for AuthConfig {
             max_skew_secs: 600,
             max_pubkeys_per_connection: 8,
             private_kinds: vec![4, 1059, 1060],
+            full_readers: Vec::new(),
         }
     }
 }
 
 impl AuthConfig {
+    /// Whether one of `pubkeys` reads every private event.
+    pub fn any_full_reader(&self, pubkeys: &[[u8; 32]]) -> bool {
+        pubkeys.iter().any(|p| {
+            self.full_readers
+                .iter()
+                .any(|f| sluice_proto::hex32::decode::<32>(f).as_ref() == Some(p))
+        })
+    }
+
     pub fn validate(&self) -> Result<(), String> {
         if self.max_pubkeys_per_connection == 0 {
             return Err("auth.max_pubkeys_per_connection must be at least 1".into());
@@ -272,6 +286,13 @@ impl AuthConfig {
                  set auth.private_kinds = [] to serve them to everyone"
                     .into(),
             );
+        }
+        for pk in &self.full_readers {
+            if sluice_proto::hex32::decode::<32>(pk).is_none() {
+                return Err(format!(
+                    "auth.full_readers: {pk:?} is not a pubkey (64 hex digits)"
+                ));
+            }
         }
         for url in &self.relay_urls {
             if !sluice_proto::auth::relay_matches(url, std::slice::from_ref(url), None) {

@@ -117,7 +117,7 @@ async fn serve(
         sluice_server::FrontEnd {
             server: fit_descriptors(&cfg.server),
             limits: cfg.limits.clone(),
-            auth: cfg.auth.clone(),
+            auth: auth_with_cluster_reader(&cfg),
             relay: cfg.relay.clone(),
         },
         cfg.metrics.on_relay_port.then(|| render.clone()),
@@ -138,10 +138,11 @@ async fn serve(
     tokio::spawn(wait_for_signal(shutdown.clone()));
     let cluster = if cfg.cluster.enabled {
         let repair_engine = engine.clone();
+        let repair_key = cfg.cluster.repair_key().map(|(sk, _)| sk);
         let repair: sluice_cluster::RepairFn = Arc::new(move |url, since| {
             let engine = repair_engine.clone();
             Box::pin(async move {
-                crate::sync::pull(url, since, engine)
+                crate::sync::pull(url, since, engine, repair_key)
                     .await
                     .map_err(|e| format!("{e:#}"))
             })
@@ -161,6 +162,18 @@ async fn serve(
         c.shutdown().await;
     }
     served
+}
+
+/// `[auth]`, plus the cluster's repair pubkey as a full reader (the other
+/// nodes authenticate with it to repair private kinds from this one).
+fn auth_with_cluster_reader(cfg: &Config) -> sluice_server::AuthConfig {
+    let mut auth = cfg.auth.clone();
+    if cfg.cluster.enabled
+        && let Some((_, pk)) = cfg.cluster.repair_key()
+    {
+        auth.full_readers.push(hex::encode(pk));
+    }
+    auth
 }
 
 async fn wait_for_signal(shutdown: CancellationToken) {

@@ -237,6 +237,7 @@ pub async fn pull(
     url: String,
     since: u64,
     engine: std::sync::Arc<Engine>,
+    key: Option<[u8; 32]>,
 ) -> anyhow::Result<(usize, usize)> {
     let filter = if since == 0 {
         json!({})
@@ -258,6 +259,9 @@ pub async fn pull(
     let (mut ws, _) = tokio_tungstenite::connect_async(&url)
         .await
         .with_context(|| format!("connecting to {url}"))?;
+    if let Some(key) = key {
+        authenticate(&mut ws, &url, &key).await?;
+    }
     let mut summary = Summary {
         local: local.len(),
         quiet: true,
@@ -267,6 +271,41 @@ pub async fn pull(
     download(&mut ws, &need, &engine, &mut summary).await?;
     let _ = ws.close(None).await;
     Ok((summary.downloaded, summary.stored))
+}
+
+/// NIP-42 with `key`: waits for the challenge the peer sends at connect
+/// (`auth.challenge_on_connect`), answers it and waits for OK true.
+async fn authenticate(ws: &mut Ws, url: &str, key: &[u8; 32]) -> anyhow::Result<()> {
+    let challenge = loop {
+        let msg = tokio::time::timeout(Duration::from_secs(5), ws.next())
+            .await
+            .context("the peer sent no AUTH challenge (auth.challenge_on_connect off?)")?
+            .context("the peer closed the connection")??;
+        if let Message::Text(t) = msg {
+            let v: Value = serde_json::from_str(&t).context("the peer sent something not JSON")?;
+            if v[0] == "AUTH"
+                && let Some(c) = v[1].as_str()
+            {
+                break c.to_string();
+            }
+        }
+    };
+    let tags = vec![
+        vec!["relay".to_string(), url.to_string()],
+        vec!["challenge".to_string(), challenge],
+    ];
+    let ev = Event::sign(key, sluice_engine::unix_now(), 22242, tags, "");
+    ws.send(Message::Text(format!("[\"AUTH\",{}]", ev.raw()).into()))
+        .await?;
+    loop {
+        let m = next_text(ws).await?;
+        if m[0] == "OK" && m[1] == ev.id_hex().as_str() {
+            if m[2] == true {
+                return Ok(());
+            }
+            bail!("the peer refused our AUTH: {}", m[3]);
+        }
+    }
 }
 
 async fn send(ws: &mut Ws, v: Value) -> anyhow::Result<()> {

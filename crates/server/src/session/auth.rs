@@ -145,7 +145,14 @@ impl Session {
         }
         let mut pubkeys = self.auth.pubkeys().to_vec();
         pubkeys.push(ev.pubkey);
-        let readers = Arc::new(Readers::new(cfg.private_kinds.clone(), pubkeys));
+        // A full reader (another node of the cluster, a backup) sees every
+        // private event: nothing is private to it.
+        let private = if cfg.any_full_reader(&pubkeys) {
+            Vec::new()
+        } else {
+            cfg.private_kinds.clone()
+        };
+        let readers = Arc::new(Readers::new(private, pubkeys));
         self.live.set_readers(readers.clone());
         self.auth.readers = readers;
         self.auth
