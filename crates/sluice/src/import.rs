@@ -71,8 +71,10 @@ const PUBKEY_CACHE_KEYS: usize = 16_384;
 /// Bytes per chunk handed to a worker (a chunk closes at either bound).
 const CHUNK_BYTES: usize = 1 << 20;
 /// A batch that has waited this long for more events is written anyway,
-/// so a slow stream (a pipe) still commits regularly.
+/// so a slow stream (a pipe) still commits regularly...
 const FLUSH_AFTER: Duration = Duration::from_millis(250);
+/// ...and one that keeps growing slowly is written at this age.
+const MAX_BATCH_AGE: Duration = Duration::from_secs(5);
 
 #[derive(clap::Args, Debug)]
 pub struct ImportArgs {
@@ -528,7 +530,8 @@ impl<'a> Batcher<'a> {
                 Some(p) => p,
                 None => {
                     let got = match self.batch_started {
-                        Some(t) => results.recv_timeout(FLUSH_AFTER.saturating_sub(t.elapsed())),
+                        Some(t) => results
+                            .recv_timeout(FLUSH_AFTER.min(MAX_BATCH_AGE.saturating_sub(t.elapsed()))),
                         None => results.recv().map_err(|_| RecvTimeoutError::Disconnected),
                     };
                     match got {
