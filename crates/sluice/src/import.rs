@@ -530,8 +530,9 @@ impl<'a> Batcher<'a> {
                 Some(p) => p,
                 None => {
                     let got = match self.batch_started {
-                        Some(t) => results
-                            .recv_timeout(FLUSH_AFTER.min(MAX_BATCH_AGE.saturating_sub(t.elapsed()))),
+                        Some(t) => results.recv_timeout(
+                            FLUSH_AFTER.min(MAX_BATCH_AGE.saturating_sub(t.elapsed())),
+                        ),
                         None => results.recv().map_err(|_| RecvTimeoutError::Disconnected),
                     };
                     match got {
