@@ -13,7 +13,7 @@
 //!   reaches the other node).
 //!
 //! Without `redis-server` on PATH these tests say so and pass, unless
-//! `SLUICE_REQUIRE_REDIS` is set (`.ci/run` sets it and installs Redis).
+//! `CLUSTER_TESTS_REQUIRE_REDIS` is set (`.ci/run` sets it and installs Redis).
 //! `SLUICE_CLUSTER_TEST_EVENTS` sets how many events the kill test
 //! publishes while B is down (default 10,000).
 
@@ -36,7 +36,7 @@ struct Redis {
 
 impl Redis {
     /// `None` (the test is skipped) when redis-server is not installed and
-    /// `SLUICE_REQUIRE_REDIS` is not set.
+    /// `CLUSTER_TESTS_REQUIRE_REDIS` is not set.
     fn start() -> Option<Redis> {
         let found = Command::new("redis-server")
             .arg("--version")
@@ -45,7 +45,7 @@ impl Redis {
             .is_ok_and(|s| s.success());
         if !found {
             assert!(
-                std::env::var_os("SLUICE_REQUIRE_REDIS").is_none(),
+                std::env::var_os("CLUSTER_TESTS_REQUIRE_REDIS").is_none(),
                 "redis-server is not on PATH (apt-get install redis-server)"
             );
             eprintln!("SKIPPED: redis-server is not on PATH");
