@@ -21,6 +21,7 @@ use crate::report::RunInfo;
 use crate::rng::Rng;
 use crate::stats::{Examples, Histogram, LatencySummary, PrefixCounts, per_sec};
 use crate::wire::{self, Incoming, RelayUrl, Ws};
+use tokio_tungstenite::tungstenite::Message;
 
 /// Most distinct values kept per field when deriving queries.
 const MAX_VALUES_PER_FIELD: usize = 100_000;
@@ -394,6 +395,12 @@ async fn one_query(
             m = ws.next() => m.context("connection closed")??,
             _ = &mut deadline => { t.timeouts += 1; break; }
         };
+        if let Message::Text(text) = &msg
+            && Incoming::event_sub(text.as_str()) == Some(sub)
+        {
+            events += 1;
+            continue;
+        }
         match Incoming::from_message(&msg) {
             Some(Incoming::Event { sub: s, .. }) if s == sub => events += 1,
             Some(Incoming::Eose { sub: s }) if s == sub => {

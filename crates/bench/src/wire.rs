@@ -269,6 +269,19 @@ impl Incoming {
         })
     }
 
+    /// The subscription of an `["EVENT","sub",{...}]` message as relays
+    /// write it (no space after the commas, a subscription id without
+    /// escapes), read from its first bytes without parsing the event: the
+    /// query scenario only counts events, and a full parse of every result
+    /// would make the load generator's cost, not the relay's, set the rate.
+    /// `None` for anything else, which the caller parses in full.
+    pub fn event_sub(text: &str) -> Option<&str> {
+        let rest = text.strip_prefix("[\"EVENT\",\"")?;
+        let end = rest.find('"')?;
+        let sub = &rest[..end];
+        (!sub.contains('\\') && rest[end..].starts_with("\",{")).then_some(sub)
+    }
+
     /// Parses a WebSocket message; `None` for pings, pongs and binary frames
     /// (tungstenite answers pings itself) and for a close frame.
     pub fn from_message(msg: &Message) -> Option<Incoming> {
@@ -369,6 +382,18 @@ mod tests {
         assert!(l.soft == l.hard || l.hard == libc::RLIM_INFINITY);
         // Idempotent: a second call finds the soft limit already raised.
         assert_eq!(raise_fd_limit().unwrap().soft_before, l.soft);
+    }
+
+    #[test]
+    fn event_sub_reads_only_plain_event_messages() {
+        assert_eq!(
+            Incoming::event_sub(r#"["EVENT","q1",{"id":"ab"}]"#),
+            Some("q1")
+        );
+        assert_eq!(Incoming::event_sub(r#"["EVENT", "q1", {}]"#), None);
+        assert_eq!(Incoming::event_sub(r#"["EVENT","q\"1",{}]"#), None);
+        assert_eq!(Incoming::event_sub(r#"["EOSE","q1"]"#), None);
+        assert_eq!(Incoming::event_sub(r#"["EVENT","q1"]"#), None);
     }
 
     #[test]

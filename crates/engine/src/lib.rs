@@ -54,7 +54,8 @@ pub use sluice_store::{
 };
 pub use throttle::{Admit, Refusal, Throttle, ThrottleConfig, Usage, UsageKey, UsageMap};
 pub use writer::{
-    AdminDone, AdminOp, Backlog, BulkError, SubmitError, WriteError, WriteResult, outcome_label,
+    AdminDone, AdminOp, Backlog, BulkError, BulkTicket, SubmitError, WriteError, WriteResult,
+    outcome_label,
 };
 
 /// The monitor counts as stalled when it has not ticked for this many tick
@@ -310,6 +311,14 @@ impl Engine {
     /// thread while the queue is full and during the write. For the import.
     pub fn write_batch_blocking(&self, events: Vec<Event>) -> Result<Vec<WriteOutcome>, BulkError> {
         self.writer.write_bulk(events)
+    }
+
+    /// Bulk mode without waiting: queues `events` as one transaction (blocking
+    /// while the writer's queue is full) and returns a ticket whose `wait`
+    /// gives the outcomes after the commit, so the caller can prepare its
+    /// next batch while this one is written.
+    pub fn submit_batch_blocking(&self, events: Vec<Event>) -> Result<BulkTicket, BulkError> {
+        self.writer.submit_bulk(events)
     }
 
     /// Where a bulk client counts the input it holds for the writer; the

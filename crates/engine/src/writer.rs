@@ -119,6 +119,24 @@ pub enum AdminDone {
 /// Events removed per transaction by a purge (other writes interleave).
 const PURGE_CHUNK: usize = 1000;
 
+/// A bulk batch queued to the writer: [`BulkTicket::wait`] returns its
+/// outcomes, in order, after its commit. Dropping it does not cancel the
+/// write (the batch is the writer's once queued); the outcomes are then
+/// dropped.
+#[must_use = "a queued batch's outcomes are known only by waiting"]
+pub struct BulkTicket(Option<std::sync::mpsc::Receiver<Result<Vec<WriteOutcome>, StoreError>>>);
+
+impl BulkTicket {
+    /// Blocks the calling (non-async) thread until the batch is committed.
+    pub fn wait(self) -> Result<Vec<WriteOutcome>, BulkError> {
+        match self.0 {
+            None => Ok(Vec::new()),
+            // A writer that stops without answering drops the reply.
+            Some(answer) => Ok(answer.recv().map_err(|_| BulkError::Closed)??),
+        }
+    }
+}
+
 struct Bulk {
     events: Vec<Event>,
     enqueued: Instant,
@@ -265,8 +283,15 @@ impl WriterHandle {
     /// Queues `events` as one batch, waiting while the queue is full, and
     /// waits for its commit. For non-async threads.
     pub(crate) fn write_bulk(&self, events: Vec<Event>) -> Result<Vec<WriteOutcome>, BulkError> {
+        self.submit_bulk(events)?.wait()
+    }
+
+    /// Queues `events` as one batch, waiting while the queue is full, and
+    /// returns without waiting for the commit: the caller prepares its
+    /// next batch while this one is written. For non-async threads.
+    pub(crate) fn submit_bulk(&self, events: Vec<Event>) -> Result<BulkTicket, BulkError> {
         if events.is_empty() {
-            return Ok(Vec::new());
+            return Ok(BulkTicket(None));
         }
         let (reply, answer) = std::sync::mpsc::sync_channel(1);
         let msg = Msg::Bulk(Bulk {
@@ -275,8 +300,7 @@ impl WriterHandle {
             reply,
         });
         self.tx.send(msg).map_err(|_| BulkError::Closed)?;
-        // A writer that stops without answering drops `reply`.
-        Ok(answer.recv().map_err(|_| BulkError::Closed)??)
+        Ok(BulkTicket(Some(answer)))
     }
 
     /// Queues an operator's change (waiting while the queue is full: it is

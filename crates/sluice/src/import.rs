@@ -54,7 +54,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use sluice_engine::{Engine, Store, WriteOutcome, unix_now};
+use sluice_engine::{BulkTicket, Engine, Store, WriteOutcome, unix_now};
 use sluice_proto::{Event, PubkeyCache};
 use sluice_throttle::PidConfig;
 
@@ -497,6 +497,9 @@ struct Batcher<'a> {
     batch_started: Option<Instant>,
     /// Where the last event of the batch came from, for error messages.
     batch_last: (usize, u64),
+    /// The batch the writer has, and where its last event came from: the
+    /// next batch is built while it is written (two batches held at most).
+    writing: Option<(BulkTicket, (usize, u64))>,
 }
 
 impl<'a> Batcher<'a> {
@@ -518,6 +521,7 @@ impl<'a> Batcher<'a> {
             batch_bytes: 0,
             batch_started: None,
             batch_last: (0, 0),
+            writing: None,
         }
     }
 
@@ -559,10 +563,11 @@ impl<'a> Batcher<'a> {
             let _ = tokens.recv();
             self.engine.bulk_backlog().remove();
             if !self.take(parsed)? {
-                return self.flush();
+                break;
             }
         }
-        self.flush()
+        self.flush()?;
+        self.settle()
     }
 
     /// Counts one chunk's lines and batches its events. False when
@@ -613,8 +618,9 @@ impl<'a> Batcher<'a> {
         Ok(true)
     }
 
-    /// Has the engine write the batch in one transaction (after the
-    /// limiter's pause).
+    /// Hands the batch to the engine's writer, to be written in one
+    /// transaction (after the limiter's pause), once the batch before it is
+    /// committed: the writer writes one batch while the next is built.
     fn flush(&mut self) -> anyhow::Result<()> {
         self.batch_started = None;
         if self.batch.is_empty() {
@@ -624,13 +630,28 @@ impl<'a> Batcher<'a> {
             .pause(self.batch.len() as f64 / self.plan.batch_events as f64);
         let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(self.plan.batch_events));
         self.batch_bytes = 0;
-        let outcomes = self.engine.write_batch_blocking(batch).with_context(|| {
-            let (source, line) = self.batch_last;
-            format!(
-                "writing the batch ending at {}:{line} (re-run the same import to continue)",
-                self.plan.sources[source].name()
-            )
-        })?;
+        self.settle()?;
+        let ticket = self
+            .engine
+            .submit_batch_blocking(batch)
+            .with_context(|| self.batch_error(self.batch_last))?;
+        self.writing = Some((ticket, self.batch_last));
+        Ok(())
+    }
+
+    fn batch_error(&self, (source, line): (usize, u64)) -> String {
+        format!(
+            "writing the batch ending at {}:{line} (re-run the same import to continue)",
+            self.plan.sources[source].name()
+        )
+    }
+
+    /// Waits for the batch the writer has, if any, and counts its outcomes.
+    fn settle(&mut self) -> anyhow::Result<()> {
+        let Some((ticket, last)) = self.writing.take() else {
+            return Ok(());
+        };
+        let outcomes = ticket.wait().with_context(|| self.batch_error(last))?;
         let s = &mut self.summary;
         s.batches += 1;
         s.events += outcomes.len() as u64;

@@ -128,19 +128,20 @@ impl<'e> OnCommit for Tables<'e> {
 }
 
 impl Tables<'_> {
-    /// Adds an entry to one of the indexes.
-    pub(crate) fn index_put(
+    /// [`Table::put_ascending`] for one of the indexes; `keys` sorted.
+    pub(crate) fn index_put_ascending(
         &self,
         wtxn: &mut RwTxn<'_>,
         index: Index,
-        key: &[u8],
+        keys: &[Vec<u8>],
     ) -> Result<(), StoreError> {
+        let entries = keys.iter().map(|k| (&k[..], &()));
         match index {
-            Index::Created => self.by_created.put(wtxn, key, &()),
-            Index::Author => self.by_author.put(wtxn, key, &()),
-            Index::Kind => self.by_kind.put(wtxn, key, &()),
-            Index::AuthorKind => self.by_author_kind.put(wtxn, key, &()),
-            Index::Tag => self.by_tag.put(wtxn, key, &()),
+            Index::Created => self.by_created.put_ascending(wtxn, entries),
+            Index::Author => self.by_author.put_ascending(wtxn, entries),
+            Index::Kind => self.by_kind.put_ascending(wtxn, entries),
+            Index::AuthorKind => self.by_author_kind.put_ascending(wtxn, entries),
+            Index::Tag => self.by_tag.put_ascending(wtxn, entries),
         }
     }
 
@@ -265,6 +266,31 @@ impl<K, V> Table<'_, K, V> {
         self.db
             .put_with_flags(txn, heed::PutFlags::APPEND, key, value)
             .map_err(|e| self.error(e))
+    }
+
+    /// Inserts entries given in ascending key order through one cursor. For
+    /// each key LMDB first looks on the page the previous entry went to and
+    /// searches from the root only when the key belongs elsewhere, so a
+    /// sorted batch costs one descent per page it touches, not per entry.
+    pub(crate) fn put_ascending<'a>(
+        &self,
+        txn: &mut RwTxn<'_>,
+        entries: impl IntoIterator<Item = (&'a K::EItem, &'a V::EItem)>,
+    ) -> Result<(), StoreError>
+    where
+        K: BytesEncode<'a> + 'a,
+        V: BytesEncode<'a> + 'a,
+    {
+        let mut it = self.db.iter_mut(txn).map_err(|e| self.error(e))?;
+        for (key, value) in entries {
+            // SAFETY: neither `key` nor `value` borrows from this database
+            // (they are the caller's owned bytes), and nothing read through
+            // this cursor is held across the put. Without flags the put is
+            // an ordinary insert-or-overwrite, positioned by key.
+            unsafe { it.put_current_with_options::<V>(heed::PutFlags::empty(), key, value) }
+                .map_err(|e| self.error(e))?;
+        }
+        Ok(())
     }
 
     /// Removes the entry if there is one.

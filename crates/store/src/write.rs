@@ -144,9 +144,9 @@ impl Pending {
     fn flush(self, t: &Tables, wtxn: &mut RwTxn<'_>) -> Result<(), StoreError> {
         let mut ids: Vec<([u8; 32], u64)> = self.ids.iter().map(|(k, v)| (*k, *v)).collect();
         ids.sort_unstable();
-        for (id, serial) in &ids {
-            t.ids.put(wtxn, id, &Be64::new(*serial))?;
-        }
+        let serials: Vec<Be64> = ids.iter().map(|(_, s)| Be64::new(*s)).collect();
+        t.ids
+            .put_ascending(wtxn, ids.iter().map(|(id, _)| id).zip(serials.iter()))?;
         const ORDER: [Index; 5] = [
             Index::Created,
             Index::Author,
@@ -157,9 +157,7 @@ impl Pending {
         for (keys, index) in self.keys.into_iter().zip(ORDER) {
             let mut keys: Vec<Vec<u8>> = keys.into_iter().collect();
             keys.sort_unstable();
-            for key in keys {
-                t.index_put(wtxn, index, &key)?;
-            }
+            t.index_put_ascending(wtxn, index, &keys)?;
         }
         Ok(())
     }
