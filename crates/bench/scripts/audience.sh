@@ -14,7 +14,8 @@
 # per idle connection, default 10), SLUICE_MODE (Sluice's throttle.mode,
 # default off), STRFRY_CONF (a strfry.conf to start from; db, port, bind and
 # nofiles are set on the command line; default: a minimal one written here),
-# ONLY (sluice|strfry), EXTRA (more `audience` flags), TABLE_ONLY=1 (no runs:
+# NRR, RNOSTR (nostr-rs-relay and rnostr binaries: those relays run too when
+# set), ONLY (sluice|strfry|nrr|rnostr), EXTRA (more `audience` flags), TABLE_ONLY=1 (no runs:
 # only the table of the reports already in $OUT). The table reads every
 # NAME-nN-rR.json report in $OUT, including those of earlier runs.
 #
@@ -96,6 +97,25 @@ T
   wait_port "$1"
 }
 
+start_nrr() {
+  # nostr-rs-relay: its default config (at most 32 subscriptions per
+  # connection) but the address and the data directory.
+  mkdir -p "$2"
+  cat >"$2.toml" <<T
+[database]
+data_directory = "$2"
+[network]
+address = "127.0.0.1"
+port = $1
+T
+  (
+    ulimit -n "$NOFILE"
+    RUST_LOG=warn exec "$NRR" --config "$2.toml"
+  ) >"$2.log" 2>&1 &
+  PID=$!
+  wait_port "$1"
+}
+
 one() { # $1 relay name, $2 port, $3 N, $4 repeat
   local name=$1 port=$2 n=$3 r=$4
   local dir=$OUT/$name-store base=$OUT/$name-n$n-r$r
@@ -118,6 +138,9 @@ if wanted strfry; then
     echo "== skipping strfry: set STRFRY to its binary"
   fi
 fi
+
+if wanted nrr && [ -n "${NRR:-}" ]; then RELAYS+=("nrr 7822"); fi
+if wanted rnostr && [ -n "${RNOSTR:-}" ]; then RELAYS+=("rnostr 7824"); fi
 
 [ -n "${TABLE_ONLY:-}" ] && REPEAT=0
 for r in $(seq "$REPEAT"); do

@@ -5,12 +5,21 @@
 #
 #   NRR=/path/to/nostr-rs-relay STRFRY=/path/to/strfry OUT=/tmp/sbs crates/bench/scripts/side-by-side.sh
 #
+#   STEPS="basic scale audience" NRR=... STRFRY=... RNOSTR=/path/to/rnostr OUT=/tmp/sbs \
+#     crates/bench/scripts/side-by-side.sh
+#
 # Needs `cargo build --release -p sluice -p sluice-bench` first. A relay whose
-# binary variable (NRR, STRFRY) is unset is skipped. Optional: EVENTS (default
-# 100000), PHASE_SECS (overload, default 10), ONLY (sluice|nrr|strfry), STEPS
-# (default "basic overload"; the steps are basic = publish/query/fanout/connections,
-# overload, readflood), READFLOOD_SECS ("before flood after", default "10 30 10"),
-# NRR_BULKLOADER (default: nostr-rs-relay-bulkloader beside $NRR).
+# binary variable (NRR, STRFRY, RNOSTR) is unset is skipped. Optional: EVENTS
+# (default 100000), PHASE_SECS (overload, default 10), ONLY (sluice|nrr|strfry|rnostr),
+# STEPS (default "basic overload"; the steps are basic = publish/query/fanout/
+# connections, overload, readflood, scale = each relay's own importer on the
+# BIG file (default: `gen --count 1000000 --seed 7 --authors 10000`, made once
+# in $OUT), timed, the store's size, then the query mix on that store, and
+# audience = scripts/audience.sh at NS idle subscribed connections),
+# READFLOOD_SECS ("before flood after", default "10 30 10"), NRR_BULKLOADER
+# (default: nostr-rs-relay-bulkloader beside $NRR), SLUICE_IMPORT_FLAGS (default
+# "--batch-events 65536"; Sluice's `scale` store also runs with
+# store.write_map = true unless SLUICE_WRITE_MAP=false).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 SLUICE=${SLUICE:-$ROOT/target/release/sluice}
@@ -26,6 +35,13 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd) # absolute: relay configs name their data directories
 FILE=$OUT/events.jsonl
 [ -s "$FILE" ] || "$B" gen --count "$EVENTS" --seed 1 --out "$FILE"
+BIG=${BIG:-$OUT/big.jsonl}
+if [[ " $STEPS " == *" scale "* ]] && [ ! -s "$BIG" ]; then
+  "$B" gen --count 1000000 --seed 7 --authors 10000 --out "$BIG"
+fi
+SLUICE_IMPORT_FLAGS=${SLUICE_IMPORT_FLAGS:---batch-events 65536}
+SLUICE_WRITE_MAP=${SLUICE_WRITE_MAP:-true}
+RNOSTR=${RNOSTR:-}
 
 PID=
 # A relay may exit non-zero on SIGTERM (strfry does): that does not end the script.
@@ -45,12 +61,17 @@ wait_port() {
 start_sluice() {
   # Per-client limits raised: the bench plays many clients from few loopback
   # addresses, which the per-IP and per-author buckets would otherwise cut
-  # to 20 and 10 events/s. The global controllers stay on (enforce).
+  # to 20 and 10 events/s, and their read budgets. The global controllers stay
+  # on (enforce). Direct messages (kind 4) are served to anyone, as the other
+  # relays do, so every relay answers the same queries.
   SLUICE_SERVER__LISTEN=127.0.0.1:$1 SLUICE_STORE__PATH=$2 \
   SLUICE_THROTTLE__CLIENTS__EVENTS_PER_IP__RATE_PER_S=100000 \
   SLUICE_THROTTLE__CLIENTS__EVENTS_PER_PUBKEY__RATE_PER_S=100000 \
   SLUICE_THROTTLE__CLIENTS__REQS_PER_IP__RATE_PER_S=100000 \
   SLUICE_THROTTLE__CLIENTS__MAX_CONNECTIONS_PER_IP=100000 \
+  SLUICE_THROTTLE__CLIENTS__READ_COST_PER_IP__RATE_PER_S=100000000 \
+  SLUICE_THROTTLE__CLIENTS__READ_COST_PER_CONNECTION__RATE_PER_S=100000000 \
+  SLUICE_AUTH__PRIVATE_KINDS='[]' SLUICE_STORE__WRITE_MAP=${WRITE_MAP:-false} \
   SLUICE_THROTTLE__TARGET_MEMORY_MB=512 SLUICE_LOG__LEVEL=warn \
     "$SLUICE" serve >"$2.log" 2>&1 &
   PID=$!
@@ -66,8 +87,10 @@ start_sluice_default() {
 }
 
 import_sluice() {
-  SLUICE_STORE__PATH=$2 SLUICE_LOG__LEVEL=warn "$SLUICE" import "$FILE" 2>&1 |
-    tail -20 | tee "$OUT/sluice-import.txt"
+  # shellcheck disable=SC2086 # the flags are a list
+  SLUICE_STORE__PATH=$2 SLUICE_LOG__LEVEL=warn SLUICE_STORE__WRITE_MAP=${WRITE_MAP:-false} \
+    "$SLUICE" import ${IMPORT_FLAGS:-} "${IMPORT_FILE:-$FILE}" 2>&1 |
+    tail -20 | tee "$OUT/sluice-import${TAG:-}.txt"
 }
 
 start_nrr() {
@@ -97,7 +120,8 @@ import_nrr() {
   start_nrr "$1" "$2"
   stop
   cp "$2.toml" "$2/config.toml"
-  (cd "$2" && RUST_LOG=warn "$bulk" <"$FILE") 2>&1 | tail -5 | tee "$OUT/nrr-import.txt"
+  (cd "$2" && RUST_LOG=warn "$bulk" <"${IMPORT_FILE:-$FILE}") 2>&1 | tail -5 |
+    tee "$OUT/nrr-import${TAG:-}.txt"
 }
 
 strfry_conf() {
@@ -132,7 +156,8 @@ start_strfry_default() { start_strfry "$@"; }
 
 import_strfry() {
   strfry_conf "$1" "$2"
-  "$STRFRY" --config="$2.conf" import <"$FILE" 2>&1 | tail -5 | tee "$OUT/strfry-import.txt"
+  "$STRFRY" --config="$2.conf" import <"${IMPORT_FILE:-$FILE}" 2>&1 | tail -5 |
+    tee "$OUT/strfry-import${TAG:-}.txt"
 }
 
 run() { # $1 relay name, $2 command name, rest: sluice-bench args
@@ -170,6 +195,35 @@ suite() { # $1 name, $2 port, $3 extra flags for overload and readflood
         --after-secs "$RF_AFTER" --pid "$PID" $3
       stop
     fi
+  fi
+  if [[ " $STEPS " == *" scale "* ]]; then
+    # The BIG file through the relay's own importer into a fresh store (the
+    # relay stopped), timed; the store's size on disk; then the relay on that
+    # store and the query mix derived from the same file.
+    rm -rf "$dir" "$dir.log" "$dir.conf" "$dir.toml"
+    echo "== $name import of $(basename "$BIG")"
+    local t0 t1
+    t0=$(date +%s.%N)
+    if IMPORT_FILE=$BIG TAG=-big IMPORT_FLAGS=$SLUICE_IMPORT_FLAGS WRITE_MAP=$SLUICE_WRITE_MAP \
+      "import_$name" "$port" "$dir"; then
+      t1=$(date +%s.%N)
+      local bytes
+      bytes=$(du -sb "$dir" | cut -f1)
+      printf '{"relay":"%s","file":"%s","import_secs":%.2f,"store_bytes":%s}\n' \
+        "$name" "$(basename "$BIG")" "$(echo "$t1 - $t0" | bc)" "$bytes" | tee "$OUT/$name-scale.json"
+      WRITE_MAP=$SLUICE_WRITE_MAP "start_$name" "$port" "$dir"
+      B_ARGS="--events $BIG --connections 4 --duration-secs 20"
+      # shellcheck disable=SC2086
+      run "$name" query "$url" $B_ARGS
+      mv "$OUT/$name-query.json" "$OUT/$name-query-big.json"
+      mv "$OUT/$name-query.txt" "$OUT/$name-query-big.txt"
+      stop
+    fi
+  fi
+  if [[ " $STEPS " == *" audience "* ]]; then
+    # strfry and Sluice are started by audience.sh itself; nrr and rnostr too.
+    ONLY=$name OUT=$OUT/audience SLUICE=$SLUICE BENCH=$B STRFRY=$STRFRY NRR=$NRR RNOSTR=$RNOSTR \
+      "$ROOT/crates/bench/scripts/audience.sh"
   fi
 }
 

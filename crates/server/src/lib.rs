@@ -7,6 +7,7 @@
 mod accept;
 pub mod address;
 pub mod config;
+mod cork;
 pub mod metrics_names;
 pub mod nip11;
 pub mod nip86;
@@ -133,6 +134,7 @@ async fn root(
     State(st): State<Arc<AppState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
+    cork: Option<axum::Extension<cork::CorkSwitch>>,
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     if let Ok(ws) = ws {
@@ -179,7 +181,8 @@ async fn root(
             .max_frame_size(hard_max)
             .on_upgrade(move |socket| {
                 let tracker = st.sessions.clone();
-                tracker.track_future(session::run(socket, st, ip, host, (permit, per_ip)))
+                let cork = cork.map(|c| c.0).unwrap_or_default();
+                tracker.track_future(session::run(socket, st, ip, host, cork, (permit, per_ip)))
             });
     }
     let wants_nip11 = headers

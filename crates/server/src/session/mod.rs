@@ -95,12 +95,13 @@ pub(crate) async fn run(
     st: Arc<AppState>,
     ip: IpAddr,
     host: Option<String>,
+    cork: crate::cork::CorkSwitch,
     _permits: (OwnedSemaphorePermit, ConnectionGuard),
 ) {
     let _open = OpenConnection::new();
     tracing::debug!(peer = %ip, "connection opened");
     let (sink, mut stream) = socket.split();
-    let mut out = Out::new(sink, Duration::from_millis(st.server.send_timeout_ms));
+    let mut out = Out::new(sink, cork, Duration::from_millis(st.server.send_timeout_ms));
     let mut s = Session::new(st.clone(), ip, host);
     if st.auth.challenge_on_connect && s.send_challenge(&mut out).await.is_err() {
         metrics::counter!(m::CONNECTIONS_CLOSED_TOTAL, "reason" => "io_error").increment(1);

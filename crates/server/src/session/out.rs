@@ -9,6 +9,8 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use futures_util::SinkExt;
 use futures_util::stream::SplitSink;
 
+use crate::cork::{CorkSwitch, Corked};
+
 /// Why a connection ended (a closed set, used as a metric label).
 pub(super) type CloseReason = &'static str;
 
@@ -17,12 +19,27 @@ pub(super) type Step = Result<(), CloseReason>;
 
 pub(super) struct Out {
     sink: SplitSink<WebSocket, Message>,
+    cork: CorkSwitch,
     timeout: Duration,
 }
 
 impl Out {
-    pub(super) fn new(sink: SplitSink<WebSocket, Message>, timeout: Duration) -> Out {
-        Out { sink, timeout }
+    pub(super) fn new(
+        sink: SplitSink<WebSocket, Message>,
+        cork: CorkSwitch,
+        timeout: Duration,
+    ) -> Out {
+        Out {
+            sink,
+            cork,
+            timeout,
+        }
+    }
+
+    /// Holds what is fed back from the socket until the next flush, while
+    /// the guard lives (`crate::cork`): a query chunk leaves in one write.
+    pub(super) fn cork(&self) -> Corked {
+        self.cork.close()
     }
 
     /// Sends one message and flushes.

@@ -151,6 +151,9 @@ impl Session {
         };
         let events = std::mem::take(&mut msg.events);
         let n = events.len();
+        // The chunk (and its EOSE and held live events) leaves in one write
+        // at the flush that ends every path below.
+        let _corked = out.cork();
         for raw in events {
             out.feed(RelayMessage::event(&sub_id, &raw)).await?;
         }
