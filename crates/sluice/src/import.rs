@@ -64,6 +64,13 @@ use limiter::Limiter;
 use parse::{Checks, Item};
 use report::{Live, Progress, Reporter, Sample, Summary};
 
+/// Events per write transaction by default. Bigger transactions rewrite
+/// fewer index pages per event as the store grows (docs/import-export.md,
+/// "Store scale"), but without `store.write_map` LMDB copies each dirty page
+/// to the heap, so the default stays where the heap stays small.
+const BATCH_EVENTS: usize = 16_384;
+/// The default with `store.write_map = true` (dirty pages live in the map).
+const BATCH_EVENTS_WRITE_MAP: usize = 65_536;
 /// Lines per chunk handed to a worker.
 const CHUNK_LINES: usize = 512;
 /// Parsed author keys each worker keeps (about 100 bytes each).
@@ -94,9 +101,10 @@ pub struct ImportArgs {
     /// Parse and verify threads [default: all cores].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
     threads: Option<u64>,
-    /// Most events in one write transaction.
-    #[arg(long, default_value_t = 16384, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
-    batch_events: u64,
+    /// Most events in one write transaction [default: 16384; 65536 with
+    /// store.write_map = true, where a transaction's dirty pages are not heap].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    batch_events: Option<u64>,
     /// Most event bytes in one write transaction, MiB.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
     batch_mb: u64,
@@ -129,6 +137,14 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
         .threads
         .map(|n| n as usize)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let batch_events = args.batch_events.map_or(
+        if cfg.store.write_map {
+            BATCH_EVENTS_WRITE_MAP
+        } else {
+            BATCH_EVENTS
+        },
+        |n| n as usize,
+    );
     let plan = Plan {
         checks: Checks {
             limits: cfg.limits.event_limits(),
@@ -139,9 +155,9 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
         // Enough chunks for the workers to keep parsing and verifying the
         // next batch while the writer commits this one (a 16,384-event
         // commit takes about as long as verifying 10,000 events here).
-        max_in_flight: 4 * workers + 4 + (args.batch_events as usize).div_ceil(2 * CHUNK_LINES),
+        max_in_flight: 4 * workers + 4 + batch_events.div_ceil(2 * CHUNK_LINES),
         base_in_flight: 4 * workers + 4,
-        batch_events: args.batch_events as usize,
+        batch_events,
         batch_bytes: (args.batch_mb as usize) << 20,
         strict: args.strict,
         sources,
