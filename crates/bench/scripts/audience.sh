@@ -116,6 +116,32 @@ T
   wait_port "$1"
 }
 
+start_rnostr() {
+  # rnostr: its defaults (at most 20 subscriptions per connection) but the
+  # address, the data directory and the created_at window.
+  mkdir -p "$2"
+  cat >"$2.toml" <<T
+[data]
+path = "$2"
+[network]
+host = "127.0.0.1"
+port = $1
+[limitation]
+max_event_time_older_than_now = 3153600000
+max_event_time_newer_than_now = 31536000
+[rate_limiter]
+enabled = false
+[metrics]
+enabled = false
+T
+  (
+    ulimit -n "$NOFILE"
+    RUST_LOG=warn exec "$RNOSTR" relay -c "$2.toml"
+  ) >"$2.log" 2>&1 &
+  PID=$!
+  wait_port "$1"
+}
+
 one() { # $1 relay name, $2 port, $3 N, $4 repeat
   local name=$1 port=$2 n=$3 r=$4
   local dir=$OUT/$name-store base=$OUT/$name-n$n-r$r

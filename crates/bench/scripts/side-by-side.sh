@@ -17,9 +17,9 @@
 # in $OUT), timed, the store's size, then the query mix on that store, and
 # audience = scripts/audience.sh at NS idle subscribed connections),
 # READFLOOD_SECS ("before flood after", default "10 30 10"), NRR_BULKLOADER
-# (default: nostr-rs-relay-bulkloader beside $NRR), SLUICE_IMPORT_FLAGS (default
-# "--batch-events 65536"; Sluice's `scale` store also runs with
-# store.write_map = true unless SLUICE_WRITE_MAP=false).
+# (default: nostr-rs-relay-bulkloader beside $NRR), SLUICE_IMPORT_FLAGS (more
+# `sluice import` flags for `scale`; Sluice's `scale` store runs with
+# store.write_map = true, so 65,536-event batches, unless SLUICE_WRITE_MAP=false).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 SLUICE=${SLUICE:-$ROOT/target/release/sluice}
@@ -39,7 +39,7 @@ BIG=${BIG:-$OUT/big.jsonl}
 if [[ " $STEPS " == *" scale "* ]] && [ ! -s "$BIG" ]; then
   "$B" gen --count 1000000 --seed 7 --authors 10000 --out "$BIG"
 fi
-SLUICE_IMPORT_FLAGS=${SLUICE_IMPORT_FLAGS:---batch-events 65536}
+SLUICE_IMPORT_FLAGS=${SLUICE_IMPORT_FLAGS:-}
 SLUICE_WRITE_MAP=${SLUICE_WRITE_MAP:-true}
 RNOSTR=${RNOSTR:-}
 
@@ -160,6 +160,52 @@ import_strfry() {
     tee "$OUT/strfry-import${TAG:-}.txt"
 }
 
+rnostr_conf() {
+  # Every key not set here keeps rnostr's default (max 20 subscriptions per
+  # connection); the limit per filter raised to Sluice's 5,000, the created_at
+  # window opened, its optional extensions off.
+  mkdir -p "$2"
+  cat >"$2.toml" <<T
+[information]
+name = "rnostr"
+[data]
+path = "$2"
+[network]
+host = "127.0.0.1"
+port = $1
+[limitation]
+max_limit = 5000
+max_event_time_older_than_now = 3153600000
+max_event_time_newer_than_now = 31536000
+[auth]
+enabled = false
+[rate_limiter]
+enabled = false
+[metrics]
+enabled = false
+[count]
+enabled = false
+[search]
+enabled = false
+T
+}
+
+start_rnostr() {
+  rnostr_conf "$1" "$2"
+  RUST_LOG=warn "$RNOSTR" relay -c "$2.toml" >"$2.log" 2>&1 &
+  PID=$!
+  wait_port "$1"
+}
+
+start_rnostr_default() { start_rnostr "$@"; }
+
+import_rnostr() {
+  # `rnostr import` parses the events but does not check their signatures.
+  rnostr_conf "$1" "$2"
+  "$RNOSTR" import "$2/events" "${IMPORT_FILE:-$FILE}" 2>&1 | tail -5 |
+    tee "$OUT/rnostr-import${TAG:-}.txt"
+}
+
 run() { # $1 relay name, $2 command name, rest: sluice-bench args
   local name=$1 cmd=$2; shift 2
   echo "== $name $cmd"
@@ -208,9 +254,9 @@ suite() { # $1 name, $2 port, $3 extra flags for overload and readflood
       "import_$name" "$port" "$dir"; then
       t1=$(date +%s.%N)
       local bytes
-      bytes=$(du -sb "$dir" | cut -f1)
+      bytes=$(du -sB1 "$dir" | cut -f1) # blocks in use: a write_map store is sparse
       printf '{"relay":"%s","file":"%s","import_secs":%.2f,"store_bytes":%s}\n' \
-        "$name" "$(basename "$BIG")" "$(echo "$t1 - $t0" | bc)" "$bytes" | tee "$OUT/$name-scale.json"
+        "$name" "$(basename "$BIG")" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$bytes" | tee "$OUT/$name-scale.json"
       WRITE_MAP=$SLUICE_WRITE_MAP "start_$name" "$port" "$dir"
       B_ARGS="--events $BIG --connections 4 --duration-secs 20"
       # shellcheck disable=SC2086
@@ -236,5 +282,8 @@ if wanted nrr; then
 fi
 if wanted strfry; then
   if [ -n "$STRFRY" ]; then suite strfry 7813 "--no-metrics"; else skip strfry STRFRY; fi
+fi
+if wanted rnostr; then
+  if [ -n "$RNOSTR" ]; then suite rnostr 7814 "--no-metrics"; else skip rnostr RNOSTR; fi
 fi
 echo "reports in $OUT"
