@@ -175,7 +175,7 @@ host = "127.0.0.1"
 port = $1
 [limitation]
 max_limit = 5000
-max_event_time_older_than_now = 3153600000
+max_event_time_older_than_now = 94608000
 max_event_time_newer_than_now = 31536000
 [auth]
 enabled = false
