@@ -647,6 +647,7 @@ fn store_events(dir: &Path) -> u64 {
             map_size_bytes: 512 << 20,
             max_readers: 126,
             write_map: false,
+            min_free_disk_bytes: 0,
         },
     )
     .unwrap();

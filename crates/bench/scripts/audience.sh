@@ -54,20 +54,26 @@ wait_port() {
 }
 
 # start_NAME PORT DIR: starts the relay on a fresh store, sets PID (the relay
-# process itself: each subshell execs it).
+# process itself: the subshell execs it).
 
-start_sluice() {
+launch() { # $1 port, $2 store directory (its log is $2.log), rest: the command
+  local port=$1 dir=$2
+  shift 2
   (
     ulimit -n "$NOFILE"
-    SLUICE_SERVER__LISTEN=127.0.0.1:$1 SLUICE_STORE__PATH=$2 SLUICE_LOG__LEVEL=warn \
-    SLUICE_THROTTLE__MODE=$SLUICE_MODE \
-    SLUICE_SERVER__MAX_CONNECTIONS=$NOFILE \
-    SLUICE_THROTTLE__CLIENTS__MAX_CONNECTIONS_PER_IP=$NOFILE \
-    SLUICE_LIMITS__MAX_SUBSCRIPTIONS=$((REQS > 20 ? REQS : 20)) \
-      exec "$SLUICE" serve
-  ) >"$2.log" 2>&1 &
+    exec "$@"
+  ) >"$dir.log" 2>&1 &
   PID=$!
-  wait_port "$1"
+  wait_port "$port"
+}
+
+start_sluice() {
+  launch "$1" "$2" env SLUICE_SERVER__LISTEN="127.0.0.1:$1" SLUICE_STORE__PATH="$2" \
+    SLUICE_LOG__LEVEL=warn SLUICE_THROTTLE__MODE="$SLUICE_MODE" \
+    SLUICE_SERVER__MAX_CONNECTIONS="$NOFILE" \
+    SLUICE_THROTTLE__CLIENTS__MAX_CONNECTIONS_PER_IP="$NOFILE" \
+    SLUICE_LIMITS__MAX_SUBSCRIPTIONS=$((REQS > 20 ? REQS : 20)) \
+    "$SLUICE" serve
 }
 
 start_strfry() {
@@ -88,13 +94,8 @@ relay {
 }
 T
   fi
-  (
-    ulimit -n "$NOFILE"
-    exec "$STRFRY" --config="$conf" --set db="$2/" --set relay.bind=127.0.0.1 \
-      --set relay.port="$1" --set relay.nofiles=0 --verbosity=WARNING relay
-  ) >"$2.log" 2>&1 &
-  PID=$!
-  wait_port "$1"
+  launch "$1" "$2" "$STRFRY" --config="$conf" --set db="$2/" --set relay.bind=127.0.0.1 \
+    --set relay.port="$1" --set relay.nofiles=0 --verbosity=WARNING relay
 }
 
 start_nrr() {
@@ -108,12 +109,7 @@ data_directory = "$2"
 address = "127.0.0.1"
 port = $1
 T
-  (
-    ulimit -n "$NOFILE"
-    RUST_LOG=warn exec "$NRR" --config "$2.toml"
-  ) >"$2.log" 2>&1 &
-  PID=$!
-  wait_port "$1"
+  launch "$1" "$2" env RUST_LOG=warn "$NRR" --config "$2.toml"
 }
 
 start_rnostr() {
@@ -134,12 +130,7 @@ enabled = false
 [metrics]
 enabled = false
 T
-  (
-    ulimit -n "$NOFILE"
-    RUST_LOG=warn exec "$RNOSTR" relay -c "$2.toml"
-  ) >"$2.log" 2>&1 &
-  PID=$!
-  wait_port "$1"
+  launch "$1" "$2" env RUST_LOG=warn "$RNOSTR" relay -c "$2.toml"
 }
 
 one() { # $1 relay name, $2 port, $3 N, $4 repeat

@@ -35,6 +35,7 @@ pub mod policy;
 pub mod process;
 pub mod reads;
 mod replica;
+pub mod retention;
 pub mod throttle;
 mod writer;
 
@@ -49,8 +50,10 @@ pub use config::EngineConfig;
 pub use live::{Lagged, LiveConn, LiveDelivery, LiveHub, LiveSub, SubHandle};
 pub use policy::{Denial, PolicyConfig};
 pub use reads::{ReadEnd, ReadGuard, ReadMsg, ReadSink, Reads};
+pub use retention::{DryRun, RetentionConfig, RetentionPlan, RuleConfig};
 pub use sluice_store::{
-    QueryOptions, QueryOutput, Store, StoreError, StoreOptions, StoreStats, WriteOutcome,
+    DiskSpace, QueryOptions, QueryOutput, Store, StoreError, StoreOptions, StoreStats,
+    WriteOutcome, WriteRules,
 };
 pub use throttle::{Admit, Refusal, Throttle, ThrottleConfig, Usage, UsageKey, UsageMap};
 pub use writer::{
@@ -164,6 +167,47 @@ impl Drop for ThreadExit {
     }
 }
 
+/// Whether the store's filesystem has room for writes: the monitor sets it
+/// from statvfs every tick; the writer reads it before each batch and
+/// refuses while free space is under `store.min_free_disk_mb`.
+#[derive(Debug, Default)]
+pub(crate) struct DiskGate {
+    low: AtomicBool,
+    free_bytes: std::sync::atomic::AtomicU64,
+    min_free_bytes: std::sync::atomic::AtomicU64,
+}
+
+impl DiskGate {
+    pub(crate) fn update(&self, space: &DiskSpace) {
+        self.free_bytes.store(space.free_bytes, Ordering::Relaxed);
+        self.min_free_bytes
+            .store(space.min_free_bytes, Ordering::Relaxed);
+        let low = space.free_bytes < space.min_free_bytes;
+        if self.low.swap(low, Ordering::AcqRel) != low {
+            if low {
+                tracing::error!(
+                    free_mb = space.free_bytes >> 20,
+                    min_free_mb = space.min_free_bytes >> 20,
+                    "DISK IS NEARLY FULL: writes are refused until free space is over store.min_free_disk_mb"
+                );
+            } else {
+                tracing::info!(free_mb = space.free_bytes >> 20, "disk space is back: writes resume");
+            }
+        }
+    }
+
+    /// Why writes are refused now, if they are.
+    pub(crate) fn refusal(&self) -> Option<String> {
+        self.low.load(Ordering::Acquire).then(|| {
+            format!(
+                "{} MB free on the store's disk, under store.min_free_disk_mb ({} MB)",
+                self.free_bytes.load(Ordering::Relaxed) >> 20,
+                self.min_free_bytes.load(Ordering::Relaxed) >> 20
+            )
+        })
+    }
+}
+
 /// The running core. Shared by reference (`Arc<Engine>`) among sessions.
 pub struct Engine {
     store: Store,
@@ -182,6 +226,10 @@ pub struct Engine {
     /// Conditions /readyz reports without failing (e.g. a cluster running
     /// on local limits while Redis is away), by source.
     notes: Mutex<std::collections::BTreeMap<&'static str, String>>,
+    /// The retention plan the writer runs.
+    retention: Arc<retention::SharedPlan>,
+    /// Free disk space, as the monitor last saw it.
+    disk: Arc<DiskGate>,
 }
 
 /// Current unix time in seconds.
@@ -201,7 +249,16 @@ impl Engine {
     pub fn start(store: Store, cfg: EngineConfig, throttle: ThrottleConfig) -> Arc<Engine> {
         let live = LiveHub::new(cfg.live_buffer_events, cfg.live_buffer_bytes);
         let tap = Arc::new(replica::Tap::default());
-        let writer = writer::spawn(store.clone(), cfg.clone(), live.clone(), tap.clone());
+        let retention = Arc::new(retention::SharedPlan::default());
+        let disk = Arc::new(DiskGate::default());
+        let writer = writer::spawn(
+            store.clone(),
+            cfg.clone(),
+            live.clone(),
+            tap.clone(),
+            retention.clone(),
+            disk.clone(),
+        );
         let throttle = Throttle::new(throttle);
         let reads = Reads::start(store.clone(), throttle.clone(), &cfg);
         let engine = Arc::new(Engine {
@@ -217,6 +274,8 @@ impl Engine {
             plugin: std::sync::OnceLock::new(),
             tap,
             notes: Mutex::new(std::collections::BTreeMap::new()),
+            retention,
+            disk,
         });
         monitor::MonitorHandle::start(&engine);
         engine
@@ -237,6 +296,18 @@ impl Engine {
     /// The query workers and their scheduler.
     pub fn reads(&self) -> &Reads {
         &self.reads
+    }
+
+    /// Sets the retention plan (at start, and again on SIGHUP): the writer
+    /// picks it up before its next batch and runs every rule again from
+    /// the start. Without a plan nothing is removed by retention.
+    pub fn set_retention(&self, plan: RetentionPlan) {
+        self.retention.set(plan);
+    }
+
+    /// The retention plan in force.
+    pub fn retention(&self) -> Arc<RetentionPlan> {
+        self.retention.get()
     }
 
     /// Applies a reloaded `[throttle]` section (SIGHUP): buckets, modes,
@@ -442,6 +513,7 @@ mod tests {
                 map_size_bytes: 64 << 20,
                 max_readers: 126,
                 write_map: false,
+                min_free_disk_bytes: 0,
             },
         )
         .unwrap();

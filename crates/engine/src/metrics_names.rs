@@ -22,6 +22,19 @@ pub const QUERY_ROWS_SCANNED_TOTAL: &str = "sluice_query_rows_scanned_total";
 pub const QUERY_TRUNCATED_TOTAL: &str = "sluice_query_truncated_total";
 pub const STORE_MAP_SIZE_BYTES: &str = "sluice_store_map_size_bytes";
 pub const STORE_USED_BYTES: &str = "sluice_store_used_bytes";
+pub const STORE_FILE_BYTES: &str = "sluice_store_file_bytes";
+pub const STORE_DISK_FREE_BYTES: &str = "sluice_store_disk_free_bytes";
+pub const STORE_DISK_TOTAL_BYTES: &str = "sluice_store_disk_total_bytes";
+pub const STORE_DISK_MIN_FREE_BYTES: &str = "sluice_store_disk_min_free_bytes";
+/// Retention's size target (0: none).
+pub const RETENTION_TARGET_BYTES: &str = "sluice_retention_target_bytes";
+/// Events removed by retention, by rule (its index, or `size`).
+pub const RETENTION_DELETED_TOTAL: &str = "sluice_retention_deleted_total";
+/// Time of each retention step on the writer thread.
+pub const RETENTION_STEP_SECONDS: &str = "sluice_retention_step_seconds";
+pub const RETENTION_ERRORS_TOTAL: &str = "sluice_retention_errors_total";
+/// Events removed by NIP-62 requests to vanish.
+pub const EVENTS_VANISHED_TOTAL: &str = "sluice_events_vanished_total";
 pub const STORE_EVENTS: &str = "sluice_store_events";
 pub const STORE_READERS_IN_USE: &str = "sluice_store_readers_in_use";
 pub const STORE_READERS_MAX: &str = "sluice_store_readers_max";

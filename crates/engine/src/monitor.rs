@@ -17,7 +17,11 @@
 //!   against their baseline (the writer keeps both, see `writer.rs`);
 //! - writer queue fill: queued events / `engine.writer_queue_events`, or a
 //!   bulk client's backlog over its bound when that is fuller;
-//! - map fill: LMDB used bytes / map size;
+//! - capacity: the larger of the map's fill (`data.mdb`'s last page over
+//!   the map size) and the disk's (`store.min_free_disk_mb` over the free
+//!   space of the store's filesystem, from statvfs: 0.8 at 1.25 times the
+//!   floor, 1 at the floor); the same reading opens or closes the
+//!   writer's disk gate;
 //! - reader slots: LMDB readers in use / `store.max_readers`;
 //! - read latency: the longest wait of a query for its first step since
 //!   the last tick (queueing in the query scheduler).
@@ -244,10 +248,25 @@ impl Monitor {
             .health
             .stats_ok
             .store(stats.is_ok(), Ordering::Relaxed);
+        let disk_fill = match engine.store.disk_space() {
+            Ok(d) => {
+                engine.disk.update(&d);
+                metrics::gauge!(m::STORE_DISK_FREE_BYTES).set(d.free_bytes as f64);
+                metrics::gauge!(m::STORE_DISK_TOTAL_BYTES).set(d.total_bytes as f64);
+                metrics::gauge!(m::STORE_DISK_MIN_FREE_BYTES).set(d.min_free_bytes as f64);
+                disk_fill(&d)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "statvfs of the store's directory failed");
+                0.0
+            }
+        };
+        metrics::gauge!(m::RETENTION_TARGET_BYTES).set(engine.retention().target_bytes as f64);
         let (map_fill, readers_fill) = match stats {
             Ok(s) => {
                 metrics::gauge!(m::STORE_MAP_SIZE_BYTES).set(s.map_size_bytes as f64);
                 metrics::gauge!(m::STORE_USED_BYTES).set(s.used_bytes as f64);
+                metrics::gauge!(m::STORE_FILE_BYTES).set(s.file_bytes as f64);
                 metrics::gauge!(m::STORE_EVENTS).set(s.events as f64);
                 metrics::gauge!(m::STORE_READERS_IN_USE).set(s.readers_in_use as f64);
                 metrics::gauge!(m::STORE_READERS_MAX).set(s.max_readers as f64);
@@ -266,7 +285,7 @@ impl Monitor {
             commit_latency_secs,
             commit_baseline_secs,
             writer_queue_fill: queue_fill.max(engine.writer.backlog.fill()),
-            map_fill,
+            map_fill: map_fill.max(disk_fill),
             reader_slots_fill: readers_fill,
             read_latency_secs: read_secs,
         }
@@ -298,6 +317,20 @@ impl Monitor {
             metrics::counter!(m::THROTTLE_RELIEF_TOTAL, "action" => "heap_trim").increment(1);
         }
     }
+}
+
+/// The disk's fill as a capacity signal, `0..=1`: the floor
+/// (`store.min_free_disk_mb`) over the free space, so it passes the
+/// signal's low mark (0.8) when free space is 1.25 times the floor and is
+/// 1 at the floor, whatever the disk's size. No floor: 0.
+fn disk_fill(d: &sluice_store::DiskSpace) -> f64 {
+    if d.min_free_bytes == 0 {
+        return 0.0;
+    }
+    if d.free_bytes == 0 {
+        return 1.0;
+    }
+    (d.min_free_bytes as f64 / d.free_bytes as f64).min(1.0)
 }
 
 /// Of two (latency, baseline) pairs, the one whose latency is the larger

@@ -37,6 +37,8 @@ use tokio::sync::oneshot;
 
 use crate::live::LiveHub;
 use crate::metrics_names as m;
+use crate::retention::{Retainer, RetentionPlan, SharedPlan};
+use crate::DiskGate;
 use crate::{EngineConfig, LiveEvent, ThreadExit, unix_now};
 
 /// What the writer answers for one event.
@@ -47,6 +49,10 @@ pub type WriteResult = Result<WriteOutcome, WriteError>;
 pub enum WriteError {
     #[error("store is full")]
     StoreFull,
+    /// The disk holding the store is full, or has less free space than
+    /// `store.min_free_disk_mb`; writes resume when space returns.
+    #[error("disk is full: {0}")]
+    DiskFull(String),
     #[error("store error: {0}")]
     Store(String),
 }
@@ -216,6 +222,8 @@ pub(crate) fn spawn(
     cfg: EngineConfig,
     live: Arc<LiveHub>,
     tap: Arc<crate::replica::Tap>,
+    plan: Arc<SharedPlan>,
+    disk: Arc<DiskGate>,
 ) -> WriterHandle {
     let (tx, rx) = std::sync::mpsc::sync_channel(cfg.writer_queue_events);
     let queued = Arc::new(AtomicUsize::new(0));
@@ -230,6 +238,8 @@ pub(crate) fn spawn(
         rx,
         queued: queued.clone(),
         bulk_cost: CommitCost::default(),
+        retainer: Retainer::new(plan),
+        disk,
     };
     let exit = ThreadExit::new("writer", alive.clone());
     let thread = std::thread::Builder::new()
@@ -391,6 +401,8 @@ struct Writer {
     rx: Receiver<Msg>,
     queued: Arc<AtomicUsize>,
     bulk_cost: CommitCost,
+    retainer: Retainer,
+    disk: Arc<DiskGate>,
 }
 
 impl Writer {
@@ -403,13 +415,22 @@ impl Writer {
             let msg = match held.take() {
                 Some(msg) => msg,
                 None => {
-                    let wait = next_purge.saturating_duration_since(Instant::now());
+                    // Retention work pending: look at the queue without
+                    // waiting, and take one step when it is empty.
+                    let due = self.retainer.next_due();
+                    let wait = match due {
+                        None => Duration::ZERO,
+                        Some(due) => due.min(next_purge).saturating_duration_since(Instant::now()),
+                    };
                     match self.rx.recv_timeout(wait) {
                         Ok(msg) => msg,
                         Err(RecvTimeoutError::Disconnected) => break,
                         Err(RecvTimeoutError::Timeout) => {
-                            self.purge_expired();
-                            next_purge = Instant::now() + purge_every;
+                            if Instant::now() >= next_purge {
+                                self.purge_expired();
+                                next_purge = Instant::now() + purge_every;
+                            }
+                            self.retention_step();
                             continue;
                         }
                     }
@@ -422,6 +443,8 @@ impl Writer {
                 self.purge_expired();
                 next_purge = Instant::now() + purge_every;
             }
+            // At most one bounded step between client batches.
+            self.retention_step();
         }
         // Commit whatever is still queued so every accepted event lands.
         loop {
@@ -454,6 +477,42 @@ impl Writer {
             Msg::Panic => panic!("writer panic requested by a test"),
         }
         true
+    }
+
+    /// One bounded retention step, if any is due (not while the disk is
+    /// too full to commit anything).
+    fn retention_step(&mut self) {
+        if self.disk.refusal().is_some() {
+            return;
+        }
+        self.retainer.step(&self.store, unix_now());
+    }
+
+    /// Removes what the NIP-62 requests among `events` cover, in chunks
+    /// (before their OKs, so the author sees them gone).
+    fn apply_vanish<'a>(&self, plan: &RetentionPlan, events: impl IntoIterator<Item = &'a Event>) {
+        for ev in events {
+            if !plan.rules.vanish_applies(ev) {
+                continue;
+            }
+            let mut total = 0;
+            loop {
+                match self.store.purge_vanished(&ev.pubkey, PURGE_CHUNK) {
+                    Ok(n) => {
+                        total += n;
+                        if n < PURGE_CHUNK {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "NIP-62 purge failed; it runs again at the next request");
+                        break;
+                    }
+                }
+            }
+            metrics::counter!(m::EVENTS_VANISHED_TOTAL).increment(total as u64);
+            tracing::info!(pubkey = %sluice_proto::hex32::encode(&ev.pubkey), removed = total, "NIP-62 request to vanish applied");
+        }
     }
 
     fn admin(&self, op: AdminOp) -> Result<AdminDone, StoreError> {
@@ -498,8 +557,17 @@ impl Writer {
         None
     }
 
-    fn write(&self, batch: Vec<Request>) {
+    fn write(&mut self, batch: Vec<Request>) {
         self.queued.fetch_sub(batch.len(), Ordering::Relaxed);
+        if let Some(why) = self.disk.refusal() {
+            metrics::counter!(m::WRITER_ERRORS_TOTAL, "reason" => "disk_full")
+                .increment(batch.len() as u64);
+            for r in batch {
+                let _ = r.reply.send(Err(WriteError::DiskFull(why.clone())));
+            }
+            return;
+        }
+        let plan = self.retainer.rules();
         let started = Instant::now();
         let wait = metrics::histogram!(m::WRITER_QUEUE_WAIT_SECONDS);
         let mut max_wait = Duration::ZERO;
@@ -512,9 +580,9 @@ impl Writer {
             .max_wait_ns
             .fetch_max(max_wait.as_nanos() as u64, Ordering::Relaxed);
         metrics::histogram!(m::WRITER_BATCH_EVENTS).record(batch.len() as f64);
-        let result = self
-            .store
-            .write_batch(batch.iter().map(|r| &*r.event), unix_now());
+        let result =
+            self.store
+                .write_batch_ruled(batch.iter().map(|r| &*r.event), unix_now(), &plan.rules);
         let commit = started.elapsed();
         metrics::histogram!(m::WRITER_COMMIT_SECONDS).record(commit.as_secs_f64());
         self.signals
@@ -539,6 +607,8 @@ impl Writer {
                     })
                     .collect();
                 self.live.publish(&stored);
+                self.retainer.note_stored(stored.iter().map(|l| &*l.event));
+                self.apply_vanish(&plan, stored.iter().map(|l| &*l.event));
                 if self.tap.attached() {
                     for (r, outcome) in batch.iter().zip(&outcomes) {
                         if r.replicate && matches!(outcome, WriteOutcome::Stored { .. }) {
@@ -556,6 +626,7 @@ impl Writer {
             Err(e) => {
                 let err = match &e {
                     StoreError::MapFull { .. } => WriteError::StoreFull,
+                    e if e.is_disk_full() => WriteError::DiskFull(e.to_string()),
                     other => WriteError::Store(other.to_string()),
                 };
                 report_failure(&e, batch.len());
@@ -569,6 +640,14 @@ impl Writer {
     /// Writes a bulk batch alone in one transaction, fans the stored
     /// events out (when anyone listens), then answers.
     fn write_bulk(&mut self, bulk: Bulk) {
+        if let Some(why) = self.disk.refusal() {
+            let _ = bulk.reply.send(Err(StoreError::Io(std::io::Error::new(
+                std::io::ErrorKind::StorageFull,
+                format!("disk is full: {why}"),
+            ))));
+            return;
+        }
+        let plan = self.retainer.rules();
         let started = Instant::now();
         let n = bulk.events.len();
         let waited = started.duration_since(bulk.enqueued);
@@ -580,7 +659,9 @@ impl Writer {
             .max_wait_ns
             .fetch_max(waited.as_nanos() as u64, Ordering::Relaxed);
         metrics::histogram!(m::WRITER_BATCH_EVENTS).record(n as f64);
-        let result = self.store.write_batch(bulk.events.iter(), unix_now());
+        let result = self
+            .store
+            .write_batch_ruled(bulk.events.iter(), unix_now(), &plan.rules);
         let commit = started.elapsed();
         metrics::histogram!(m::WRITER_COMMIT_SECONDS).record(commit.as_secs_f64());
         let outcomes = match result {
@@ -604,6 +685,15 @@ impl Writer {
                 .store(c.baseline.to_bits(), Ordering::Relaxed);
         }
         outcomes.iter().for_each(count_outcome);
+        let stored_events = || {
+            bulk.events
+                .iter()
+                .zip(&outcomes)
+                .filter(|(_, o)| matches!(o, WriteOutcome::Stored { .. }))
+                .map(|(e, _)| e)
+        };
+        self.retainer.note_stored(stored_events());
+        self.apply_vanish(&plan, stored_events());
         let live: Vec<Arc<LiveEvent>> = if self.live.subscriptions() > 0 {
             bulk.events
                 .into_iter()
@@ -653,6 +743,9 @@ fn report_failure(e: &StoreError, events: usize) {
     if let StoreError::MapFull { .. } = e {
         tracing::error!(error = %e, events, "STORE IS FULL: writes are refused until store.map_size_mb is raised");
         metrics::counter!(m::WRITER_ERRORS_TOTAL, "reason" => "map_full").increment(1);
+    } else if e.is_disk_full() {
+        tracing::error!(error = %e, events, "DISK IS FULL: writes are refused until space returns");
+        metrics::counter!(m::WRITER_ERRORS_TOTAL, "reason" => "disk_full").increment(1);
     } else {
         tracing::error!(error = %e, events, "write batch failed");
         metrics::counter!(m::WRITER_ERRORS_TOTAL, "reason" => "store").increment(1);
@@ -670,6 +763,8 @@ pub fn outcome_label(o: &WriteOutcome) -> &'static str {
         WriteOutcome::Deleted => "deleted",
         WriteOutcome::Expired => "expired",
         WriteOutcome::Ephemeral => "ephemeral",
+        WriteOutcome::OutsideRetention => "outside_retention",
+        WriteOutcome::Vanished => "vanished",
     }
 }
 

@@ -179,6 +179,14 @@ mod tests {
         }
     }
 
+    /// A cork over a socket that takes everything.
+    fn roomy() -> Cork<Socket> {
+        Cork::new(Socket {
+            room: usize::MAX,
+            ..Socket::default()
+        })
+    }
+
     fn cx() -> Context<'static> {
         Context::from_waker(Waker::noop())
     }
@@ -193,10 +201,7 @@ mod tests {
 
     #[test]
     fn writes_between_flushes_reach_the_socket_in_one_write_and_the_buffer_is_freed() {
-        let mut c = Cork::new(Socket {
-            room: usize::MAX,
-            ..Socket::default()
-        });
+        let mut c = roomy();
         let corked = c.switch().close();
         for i in 0..50u8 {
             assert!(matches!(write(&mut c, &[i; 1000]), Poll::Ready(Ok(1000))));
@@ -212,10 +217,7 @@ mod tests {
 
     #[test]
     fn an_open_cork_writes_through_and_what_was_held_goes_first() {
-        let mut c = Cork::new(Socket {
-            room: usize::MAX,
-            ..Socket::default()
-        });
+        let mut c = roomy();
         assert!(matches!(write(&mut c, b"a"), Poll::Ready(Ok(1))));
         assert_eq!((c.inner.writes, c.held()), (1, 0), "open: straight through");
         {
@@ -232,10 +234,7 @@ mod tests {
 
     #[test]
     fn past_the_bound_a_write_drains_first_and_large_writes_go_straight_through() {
-        let mut c = Cork::new(Socket {
-            room: usize::MAX,
-            ..Socket::default()
-        });
+        let mut c = roomy();
         let _corked = c.switch().close();
         let part = vec![7u8; CORK_BYTES / 2 + 1];
         assert!(matches!(write(&mut c, &part), Poll::Ready(Ok(_))));

@@ -190,7 +190,13 @@ async fn root(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("application/nostr+json"));
     if wants_nip11 {
-        let doc = nip11::document(&st.relay, &st.limits, &st.auth, &st.engine.policy().rules());
+        let doc = nip11::document(
+            &st.relay,
+            &st.limits,
+            &st.auth,
+            &st.engine.policy().rules(),
+            &st.engine.retention().nip11,
+        );
         let mut resp = doc.into_response();
         resp.headers_mut().insert(
             header::CONTENT_TYPE,

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use crate::config::{AuthConfig, LimitsConfig, RelayInfoConfig};
 
 /// NIPs this relay implements in full, whatever the config.
-pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 40, 45, 77];
+pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 40, 45, 62, 77];
 
 /// NIPs offered when `auth.enabled` is on: AUTH and protected events.
 pub const AUTH_NIPS: &[u16] = &[42, 70];
@@ -18,6 +18,7 @@ pub fn document(
     limits: &LimitsConfig,
     auth: &AuthConfig,
     policy: &sluice_engine::policy::Rules,
+    retention: &[Value],
 ) -> String {
     let mut nips = SUPPORTED_NIPS.to_vec();
     if auth.enabled {
@@ -48,6 +49,9 @@ pub fn document(
         },
     });
     let obj = doc.as_object_mut().expect("document is an object");
+    if !retention.is_empty() {
+        obj.insert("retention".into(), Value::Array(retention.to_vec()));
+    }
     for (key, value) in [
         ("pubkey", &info.pubkey),
         ("contact", &info.contact),

@@ -95,6 +95,7 @@ fn offline(args: &AdminArgs, params: &[Value]) -> anyhow::Result<()> {
     let cfg = crate::config::Config::load(args.config.as_deref())?;
     let store = cfg.store.open()?;
     let engine = sluice_engine::Engine::start(store, cfg.engine.clone(), cfg.throttle.clone());
+    engine.set_retention(cfg.retention_plan());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

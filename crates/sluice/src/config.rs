@@ -5,7 +5,7 @@
 //!
 //! Each section is one type owned by one crate, composed here:
 //! `[server]`, `[limits]`, `[relay]`, `[auth]` by `sluice-server`; `[engine]`, `[policy]` by
-//! `sluice-engine`; `[throttle]` and its tables by `sluice-throttle`
+//! `sluice-engine`; `[retention]` by `sluice-engine`; `[throttle]` and its tables by `sluice-throttle`
 //! (except that `throttle.clients.trusted_proxies` is parsed by the
 //! server's `address` module); `[cluster]` by `sluice-cluster`; `[store]`, `[metrics]`, `[log]` here.
 
@@ -16,7 +16,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 use sluice_cluster::ClusterConfig;
-use sluice_engine::{EngineConfig, PolicyConfig};
+use sluice_engine::{EngineConfig, PolicyConfig, RetentionConfig, RetentionPlan};
 use sluice_server::address::TrustedProxies;
 use sluice_server::{AuthConfig, LimitsConfig, RelayInfoConfig, ServerConfig};
 use sluice_throttle::ThrottleConfig;
@@ -32,6 +32,7 @@ pub struct Config {
     pub relay: RelayInfoConfig,
     pub auth: AuthConfig,
     pub policy: PolicyConfig,
+    pub retention: RetentionConfig,
     pub metrics: MetricsConfig,
     pub log: LogConfig,
     pub cluster: ClusterConfig,
@@ -42,21 +43,27 @@ pub struct Config {
 pub struct StoreConfig {
     /// Directory of the LMDB store; created if missing.
     pub path: PathBuf,
-    /// Largest size the store may grow to.
+    /// LMDB map size: address space reserved for the store, not disk
+    /// space (the file grows as data is written). The default, 8 TiB, is
+    /// never the limit before the disk is.
     pub map_size_mb: u64,
     /// LMDB reader slots (concurrent read transactions across processes).
     pub max_readers: u32,
     /// LMDB's MDB_WRITEMAP (docs/configuration.md).
     pub write_map: bool,
+    /// Writes are refused (`error:`) while the store's filesystem has less
+    /// free space than this, and resume by themselves when it has more.
+    pub min_free_disk_mb: u64,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
             path: PathBuf::from("./data"),
-            map_size_mb: 16 * 1024,
+            map_size_mb: sluice_engine::StoreOptions::default().map_size_bytes >> 20,
             max_readers: 126,
             write_map: false,
+            min_free_disk_mb: 1024,
         }
     }
 }
@@ -126,6 +133,7 @@ impl Config {
             self.limits.validate(),
             self.auth.validate(),
             self.policy.validate(),
+            self.retention.validate(),
             self.engine.validate(),
             self.throttle.validate().map_err(|e| e.to_string()),
             // The one `[throttle]` key the server parses: addresses are its
@@ -146,6 +154,27 @@ impl Config {
     }
 }
 
+impl Config {
+    /// The retention plan: `[retention]`, whose exempt authors are also
+    /// the admins (`policy.admin_pubkeys`) and every listed tier's pubkeys,
+    /// and this relay's URLs (`auth.relay_urls`) for NIP-62.
+    pub fn retention_plan(&self) -> RetentionPlan {
+        let listed = self
+            .throttle
+            .tiers
+            .listed
+            .iter()
+            .flat_map(|t| t.pubkeys.iter());
+        let extra = self
+            .policy
+            .admin_pubkeys
+            .iter()
+            .chain(listed)
+            .filter_map(|p| sluice_proto::hex32::decode::<32>(p));
+        self.retention.plan(extra, self.auth.relay_urls.clone())
+    }
+}
+
 impl StoreConfig {
     /// Opens (creating if missing) the LMDB store this section describes.
     pub fn open(&self) -> anyhow::Result<sluice_engine::Store> {
@@ -153,6 +182,7 @@ impl StoreConfig {
             map_size_bytes: self.map_size_mb * 1024 * 1024,
             max_readers: self.max_readers,
             write_map: self.write_map,
+            min_free_disk_bytes: self.min_free_disk_mb.saturating_mul(1 << 20),
         };
         sluice_engine::Store::open(&self.path, &opts)
             .with_context(|| format!("opening the store at {}", self.path.display()))
@@ -164,6 +194,10 @@ impl StoreConfig {
         }
         if self.map_size_mb < 1 {
             return Err("store.map_size_mb must be at least 1".into());
+        }
+        // LMDB maps the whole size: it must fit in the address space.
+        if self.map_size_mb > 64 << 20 {
+            return Err("store.map_size_mb must be at most 67108864 (64 TiB)".into());
         }
         if !(1..=32_768).contains(&self.max_readers) {
             return Err("store.max_readers must be 1-32768".into());

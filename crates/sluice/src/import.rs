@@ -181,6 +181,7 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     // Returns after the monitor's first tick: a first verdict before the
     // first batch, not an optimistic default.
     let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone());
+    engine.set_retention(cfg.retention_plan());
     engine.bulk_backlog().set_bound(plan.max_in_flight as u64);
     let limiter = Limiter::new(engine.throttle().clone());
     let started = Instant::now();
@@ -685,6 +686,8 @@ impl<'a> Batcher<'a> {
                 WriteOutcome::Deleted => s.deleted += 1,
                 WriteOutcome::Expired => s.expired += 1,
                 WriteOutcome::Ephemeral => s.ephemeral += 1,
+                WriteOutcome::OutsideRetention => s.outside_retention += 1,
+                WriteOutcome::Vanished => s.vanished += 1,
             }
         }
         self.live.stored.store(s.stored, Ordering::Relaxed);

@@ -37,6 +37,8 @@ pub fn run(cfg: Config, config_file: Option<PathBuf>) -> anyhow::Result<()> {
     // The writer, query workers and monitor are engine threads, started
     // here (outside the runtime) and stopped by `shutdown`.
     let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone());
+    // Retention runs on the writer thread from here on.
+    engine.set_retention(cfg.retention_plan());
     let result = runtime.block_on(serve(cfg, config_file, listeners, engine.clone(), metrics));
     // Sessions are gone: stop the monitor, let the writer commit what is
     // queued, then close.
@@ -193,7 +195,8 @@ async fn wait_for_signal(shutdown: CancellationToken) {
 }
 
 /// SIGHUP re-reads the configuration (file and environment) and applies
-/// the `[throttle]` section; other sections need a restart.
+/// the `[throttle]` and `[retention]` sections; other sections need a
+/// restart.
 async fn reload_on_sighup(config_file: Option<PathBuf>, engine: Arc<Engine>) {
     use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
@@ -202,12 +205,15 @@ async fn reload_on_sighup(config_file: Option<PathBuf>, engine: Arc<Engine>) {
     };
     while hup.recv().await.is_some() {
         let applied = Config::load(config_file.as_deref()).and_then(|cfg| {
+            let plan = cfg.retention_plan();
             engine
                 .reload_throttle(cfg.throttle)
-                .map_err(anyhow::Error::msg)
+                .map_err(anyhow::Error::msg)?;
+            engine.set_retention(plan);
+            Ok(())
         });
         match applied {
-            Ok(()) => tracing::info!("SIGHUP: throttle settings reloaded"),
+            Ok(()) => tracing::info!("SIGHUP: throttle and retention settings reloaded"),
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), "SIGHUP: reload refused, keeping the running settings")
             }

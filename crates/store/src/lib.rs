@@ -11,7 +11,11 @@
 //! - `tombstones`: `id ‖ deleter` of NIP-09 `e` deletions; `address_tombstones`:
 //!   slot → newest deletion created_at of NIP-09 `a` deletions.
 //! - `expiry`: `expires_at ‖ serial → ()`, for the background purge.
-//! - `meta`: schema version and the next serial.
+//! - `meta`: schema version, the next serial, retention's size horizons.
+//! - `vanished`: pubkey → created_at of its NIP-62 request to vanish.
+//!
+//! Retention (`retention.rs`) removes events in bounded steps, each one
+//! transaction, and the write path refuses what it would remove at once.
 //!
 //! Invariants: every event in `events` has exactly its entries in `ids` and
 //! the five indexes (and `expiry` if it expires), written or removed in the
@@ -26,6 +30,7 @@
 mod codec;
 mod policy;
 mod query;
+mod retention;
 mod tables;
 mod write;
 
@@ -43,7 +48,8 @@ pub use query::{
     CountCursor, PlanShape, QueryCursor, QueryOptions, QueryOutput, StepLimits, StepOutput,
     plan_shape,
 };
-pub use write::WriteOutcome;
+pub use retention::{Picked, Pruned, Retention, Rule, Scan, Scope, VANISH, is_replaceable};
+pub use write::{WriteOutcome, WriteRules};
 
 /// Says whether the current thread must not open a transaction (set once
 /// by the binary; see [`Store::forbid_transactions_where`]).
@@ -78,6 +84,19 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether the disk (or the file size limit) stopped the write:
+    /// `ENOSPC`, `EDQUOT` or `EFBIG`. Nothing of the batch was written;
+    /// the same write succeeds once space returns.
+    pub fn is_disk_full(&self) -> bool {
+        let io = match self {
+            StoreError::Io(e) | StoreError::Lmdb(heed::Error::Io(e)) => e,
+            _ => return false,
+        };
+        io.kind() == std::io::ErrorKind::StorageFull
+            || io.kind() == std::io::ErrorKind::QuotaExceeded
+            || io.kind() == std::io::ErrorKind::FileTooLarge
+    }
+
     /// A write that ran out of map space says so, with the map's size.
     fn in_write(self, map_size_bytes: u64) -> StoreError {
         match self {
@@ -99,35 +118,59 @@ pub struct StoreOptions {
     /// store must agree (the relay and an import beside it read the same
     /// config).
     pub write_map: bool,
+    /// Free space on the store's filesystem below which writes are
+    /// refused (checked by the engine's monitor).
+    pub min_free_disk_bytes: u64,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
-            map_size_bytes: 16 << 30,
+            map_size_bytes: DEFAULT_MAP_SIZE_BYTES,
             max_readers: 126,
             write_map: false,
+            min_free_disk_bytes: 1 << 30,
         }
     }
+}
+
+/// The default map: 8 TiB of address space, reserved, not allocated. The
+/// file grows as data is written (without `write_map`), so the disk, not
+/// the map, is the limit.
+pub const DEFAULT_MAP_SIZE_BYTES: u64 = 8 << 40;
+
+/// Space on the filesystem that holds the store.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiskSpace {
+    /// Bytes an unprivileged writer may still use.
+    pub free_bytes: u64,
+    pub total_bytes: u64,
+    /// `store.min_free_disk_mb` in bytes.
+    pub min_free_bytes: u64,
 }
 
 /// Sizes an operator and the store monitor watch.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct StoreStats {
     pub map_size_bytes: u64,
+    /// Bytes of the pages that hold data ([`Store::used_bytes`]): what
+    /// retention's size target measures.
     pub used_bytes: u64,
+    /// Bytes of `data.mdb` up to its last page: the high-water mark, data
+    /// and the free pages LMDB reuses.
+    pub file_bytes: u64,
     pub events: u64,
     pub readers_in_use: u32,
     pub max_readers: u32,
 }
 
 impl StoreStats {
-    /// Used bytes over map size, 0..1.
+    /// File bytes over map size, 0..1.
     pub fn map_fill_ratio(&self) -> f64 {
         if self.map_size_bytes == 0 {
             0.0
         } else {
-            self.used_bytes as f64 / self.map_size_bytes as f64
+            self.file_bytes as f64 / self.map_size_bytes as f64
         }
     }
 }
@@ -138,6 +181,8 @@ pub struct Store {
     env: Env<WithoutTls>,
     t: Tables<'static>,
     map_size_bytes: u64,
+    min_free_disk_bytes: u64,
+    path: std::path::PathBuf,
 }
 
 impl Store {
@@ -169,6 +214,8 @@ impl Store {
             env,
             t,
             map_size_bytes: opts.map_size_bytes,
+            min_free_disk_bytes: opts.min_free_disk_bytes,
+            path: path.to_path_buf(),
         };
         store.check_schema(path)?;
         Ok(store)
@@ -235,14 +282,33 @@ impl Store {
     pub fn stats(&self) -> Result<StoreStats, StoreError> {
         let info = self.env.info();
         let page = self.env.unnamed_database_stat().page_size as u64;
-        let rtxn = self.rtxn()?;
-        let events = self.t.events.len(&rtxn)?;
+        let events = {
+            let rtxn = self.rtxn()?;
+            self.t.events.len(&rtxn)?
+        };
         Ok(StoreStats {
             map_size_bytes: info.map_size as u64,
-            used_bytes: (info.last_page_number as u64 + 1) * page,
+            used_bytes: self.used_bytes()?,
+            file_bytes: (info.last_page_number as u64 + 1) * page,
             events,
             readers_in_use: info.number_of_readers,
             max_readers: info.maximum_number_of_readers,
+        })
+    }
+
+    /// The store's directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Free and total space of the filesystem holding the store
+    /// (statvfs), with the configured floor.
+    pub fn disk_space(&self) -> Result<DiskSpace, StoreError> {
+        let (free_bytes, total_bytes) = statvfs(&self.path)?;
+        Ok(DiskSpace {
+            free_bytes,
+            total_bytes,
+            min_free_bytes: self.min_free_disk_bytes,
         })
     }
 
@@ -332,4 +398,22 @@ impl Store {
         let Store { env, .. } = self;
         env.prepare_for_closing().wait();
     }
+}
+
+/// `(available, total)` bytes of the filesystem holding `path`.
+fn statvfs(path: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c` is a NUL-terminated path and `st` is writable memory of
+    // the right type; statvfs fills it on success.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    let frsize = st.f_frsize as u64;
+    Ok((st.f_bavail as u64 * frsize, st.f_blocks as u64 * frsize))
 }

@@ -16,6 +16,7 @@
 //! | `expiry` | expires_at ‖ serial | empty |
 //! | `meta` | name (UTF-8) | u64 BE (`schema_version`, `next_serial`) |
 //! | `policy` | `<list>:<item>` (UTF-8) | reason (UTF-8): the operator's runtime policy |
+//! | `vanished` | pubkey (32) | created_at of its newest NIP-62 request to vanish |
 //!
 //! Every access goes through [`Table`], which turns bytes a codec cannot
 //! read into `StoreError::Corrupt` naming the table: corrupt data is an
@@ -24,7 +25,7 @@
 use std::convert::Infallible;
 use std::ops::RangeBounds;
 
-use heed::types::{DecodeIgnore, Str, Unit};
+use heed::types::{Bytes, DecodeIgnore, Str, Unit};
 use heed::{
     BytesDecode, BytesEncode, CommitOrAbort, CommitToken, Database, DatabaseOpener, Env, OnCommit,
     RoRange, RoRevRange, RoTxn, RwTxn, WithoutTls,
@@ -37,11 +38,13 @@ use crate::codec::{
 };
 
 /// How many tables [`Tables`] has: the environment must allow them.
-pub(crate) const TABLE_COUNT: u32 = 13;
+pub(crate) const TABLE_COUNT: u32 = 14;
 
 /// Keys of the `meta` table.
 pub(crate) const META_VERSION: &str = "schema_version";
 pub(crate) const META_NEXT_SERIAL: &str = "next_serial";
+/// Prefix of the size horizons' keys (`retention_horizon:<scope>`).
+pub(crate) const META_HORIZON_PREFIX: &str = "retention_horizon:";
 
 /// An index table: `prefix ‖ created_at ‖ serial → ()`.
 pub(crate) type IndexTable<'e, P> = Table<'e, IndexKeyCodec<P>, Unit>;
@@ -63,6 +66,7 @@ pub(crate) struct Tables<'e> {
     pub expiry: IndexTable<'e, NoPrefix>,
     pub meta: Table<'e, Str, U64Codec>,
     pub policy: Table<'e, Str, Str>,
+    pub vanished: Table<'e, IdCodec, U64Codec>,
 }
 
 /// The five time-ordered indexes.
@@ -96,6 +100,7 @@ impl Tables<'static> {
                     expiry: Table::create(wdo, wtxn, "expiry")?,
                     meta: Table::create(wdo, wtxn, "meta")?,
                     policy: Table::create(wdo, wtxn, "policy")?,
+                    vanished: Table::create(wdo, wtxn, "vanished")?,
                 }))
             })?;
         match opened {
@@ -123,11 +128,32 @@ impl<'e> OnCommit for Tables<'e> {
             expiry: self.expiry.on_commit(token),
             meta: self.meta.on_commit(token),
             policy: self.policy.on_commit(token),
+            vanished: self.vanished.on_commit(token),
         }
     }
 }
 
 impl Tables<'_> {
+    /// Every table's page counts.
+    pub(crate) fn stats(&self, txn: &RoTxn) -> Result<Vec<heed::DatabaseStat>, StoreError> {
+        Ok(vec![
+            self.events.stat(txn)?,
+            self.ids.stat(txn)?,
+            self.by_created.stat(txn)?,
+            self.by_author.stat(txn)?,
+            self.by_kind.stat(txn)?,
+            self.by_author_kind.stat(txn)?,
+            self.by_tag.stat(txn)?,
+            self.addresses.stat(txn)?,
+            self.tombstones.stat(txn)?,
+            self.address_tombstones.stat(txn)?,
+            self.expiry.stat(txn)?,
+            self.meta.stat(txn)?,
+            self.policy.stat(txn)?,
+            self.vanished.stat(txn)?,
+        ])
+    }
+
     /// [`Table::put_ascending`] for one of the indexes; `keys` sorted.
     pub(crate) fn index_put_ascending(
         &self,
@@ -330,6 +356,33 @@ impl<K, V> Table<'_, K, V> {
         R: RangeBounds<K::EItem>,
     {
         self.db.rev_range(txn, range).map_err(|e| self.error(e))
+    }
+
+    /// The first key of `range`, as stored bytes.
+    pub(crate) fn first_key_bytes<'a, 't, R>(
+        &self,
+        txn: &'t RoTxn,
+        range: &'a R,
+    ) -> Result<Option<&'t [u8]>, StoreError>
+    where
+        K: BytesEncode<'a>,
+        R: RangeBounds<K::EItem>,
+    {
+        let mut it = self
+            .db
+            .remap_data_type::<DecodeIgnore>()
+            .range(txn, range)
+            .map_err(|e| self.error(e))?
+            .remap_key_type::<Bytes>();
+        match it.next() {
+            None => Ok(None),
+            Some(item) => item.map(|(k, ())| Some(k)).map_err(|e| self.error(e)),
+        }
+    }
+
+    /// Page counts of the table's B-tree.
+    pub(crate) fn stat(&self, txn: &RoTxn) -> Result<heed::DatabaseStat, StoreError> {
+        self.db.stat(txn).map_err(|e| self.error(e))
     }
 
     pub(crate) fn len(&self, txn: &RoTxn) -> Result<u64, StoreError> {

@@ -5,7 +5,9 @@
 //! written), except an event value being removed anyway, which is removed
 //! and logged.
 
-use heed::RwTxn;
+use std::ops::Bound;
+
+use heed::{RoTxn, RwTxn};
 use sluice_proto::kind::DELETION;
 use sluice_proto::{Event, KindClass, hex32};
 
@@ -13,7 +15,11 @@ use crate::codec::{
     Address, Be64, Header, StoredEvent, author_kind_prefix, author_prefix, index_key, kind_prefix,
     tag_prefix, tombstone_key,
 };
+use crate::retention::{Retention, Scope, VANISH};
 use crate::tables::{Index, META_NEXT_SERIAL, Tables};
+
+/// Kind of NIP-59 gift wraps.
+const GIFT_WRAP: u16 = 1059;
 use crate::{Store, StoreError};
 
 /// What happened to one event of a batch.
@@ -37,6 +43,38 @@ pub enum WriteOutcome {
     Expired,
     /// Ephemeral kinds are never stored.
     Ephemeral,
+    /// Retention would remove it at once: older than an age rule for its
+    /// kind, beyond its author's newest `keep_per_author`, or older than
+    /// what the size target keeps.
+    OutsideRetention,
+    /// Its author asked this relay to remove their events up to a time
+    /// after it (NIP-62), or it is a gift wrap to such an author.
+    Vanished,
+}
+
+/// What the write path applies besides NIP-01, NIP-09 and NIP-40.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WriteRules {
+    /// Events retention would remove at once are not stored.
+    pub retention: Retention,
+    /// This relay's URLs (`auth.relay_urls`): a kind-62 request to vanish
+    /// whose `relay` tag names one of them (or `ALL_RELAYS`) takes effect;
+    /// with none configured, any URL does.
+    pub relay_urls: Vec<String>,
+}
+
+impl WriteRules {
+    /// Whether a kind-62 event asks this relay.
+    pub fn vanish_applies(&self, ev: &Event) -> bool {
+        ev.kind == VANISH
+            && ev.tags.iter().any(|t| {
+                t.first().is_some_and(|n| n == "relay")
+                    && t.get(1).is_some_and(|url| {
+                        url == "ALL_RELAYS"
+                            || sluice_proto::auth::relay_matches(url, &self.relay_urls, None)
+                    })
+            })
+    }
 }
 
 impl Store {
@@ -47,13 +85,33 @@ impl Store {
         events: impl IntoIterator<Item = &'a Event>,
         now: u64,
     ) -> Result<Vec<WriteOutcome>, StoreError> {
+        self.write_batch_ruled(events, now, &WriteRules::default())
+    }
+
+    /// [`Store::write_batch`] with retention and NIP-62 rules.
+    pub fn write_batch_ruled<'a>(
+        &self,
+        events: impl IntoIterator<Item = &'a Event>,
+        now: u64,
+        rules: &WriteRules,
+    ) -> Result<Vec<WriteOutcome>, StoreError> {
+        let horizons = if rules.retention.size_target {
+            self.size_horizons()?
+        } else {
+            Vec::new()
+        };
+        let ctx = Ctx {
+            rules,
+            horizons: &horizons,
+            now,
+        };
         self.write_txn(|t, wtxn| {
             let mut next = t.meta.get(wtxn, META_NEXT_SERIAL)?.unwrap_or(1);
             let start = next;
             let mut out = Vec::new();
             let mut pending = Pending::default();
             for ev in events {
-                out.push(write_one(t, wtxn, ev, now, &mut next, &mut pending)?);
+                out.push(write_one(t, wtxn, ev, &ctx, &mut next, &mut pending)?);
             }
             pending.flush(t, wtxn)?;
             if next != start {
@@ -163,14 +221,22 @@ impl Pending {
     }
 }
 
+/// What every event of one batch is checked against.
+struct Ctx<'a> {
+    rules: &'a WriteRules,
+    horizons: &'a [(Scope, u64)],
+    now: u64,
+}
+
 fn write_one(
     t: &Tables,
     wtxn: &mut RwTxn<'_>,
     ev: &Event,
-    now: u64,
+    ctx: &Ctx,
     next: &mut u64,
     pending: &mut Pending,
 ) -> Result<WriteOutcome, StoreError> {
+    let now = ctx.now;
     let class = KindClass::of(ev.kind);
     if class == KindClass::Ephemeral {
         return Ok(WriteOutcome::Ephemeral);
@@ -188,6 +254,12 @@ fn write_one(
     let expires_at = ev.expiration().ok().flatten().unwrap_or(0);
     if expires_at != 0 && expires_at <= now {
         return Ok(WriteOutcome::Expired);
+    }
+    if vanished(t, wtxn, ev)? {
+        return Ok(WriteOutcome::Vanished);
+    }
+    if crate::retention::refuses(t, wtxn, &ctx.rules.retention, ctx.horizons, ev, now)? {
+        return Ok(WriteOutcome::OutsideRetention);
     }
     let mut replaced = false;
     let address = match class {
@@ -226,6 +298,12 @@ fn write_one(
     } else {
         0
     };
+    if ctx.rules.vanish_applies(ev) {
+        let prev = t.vanished.get(wtxn, &ev.pubkey)?;
+        if prev.is_none_or(|p| p < ev.created_at) {
+            t.vanished.put(wtxn, &ev.pubkey, &Be64::new(ev.created_at))?;
+        }
+    }
     Ok(WriteOutcome::Stored {
         serial,
         replaced,
@@ -437,6 +515,79 @@ fn apply_deletion(
         }
     }
     Ok(deleted)
+}
+
+/// Whether `ev` falls under a NIP-62 request to vanish: its author's (a
+/// newer request does not), or, for a gift wrap, a `p`-tagged recipient's.
+fn vanished(t: &Tables, txn: &RoTxn, ev: &Event) -> Result<bool, StoreError> {
+    if ev.kind != VANISH
+        && t.vanished
+            .get(txn, &ev.pubkey)?
+            .is_some_and(|until| ev.created_at <= until)
+    {
+        return Ok(true);
+    }
+    if ev.kind == GIFT_WRAP {
+        for tag in &ev.tags {
+            if tag.first().is_some_and(|n| n == "p")
+                && let Some(p) = tag.get(1).and_then(|v| hex32::decode::<32>(v))
+                && t.vanished
+                    .get(txn, &p)?
+                    .is_some_and(|until| ev.created_at <= until)
+            {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+impl Store {
+    /// Removes up to `max` events a NIP-62 request of `pubkey` covers (its
+    /// events up to the request's created_at, except requests to vanish,
+    /// then gift wraps `p`-tagged to it), in one transaction; returns how
+    /// many. Call again until it returns fewer than `max`.
+    pub fn purge_vanished(&self, pubkey: &[u8; 32], max: usize) -> Result<usize, StoreError> {
+        self.write_txn(|t, wtxn| {
+            let Some(until) = t.vanished.get(wtxn, pubkey)? else {
+                return Ok(0);
+            };
+            let mut doomed = Vec::new();
+            let prefix = author_prefix(pubkey);
+            let (from, to) = (index_key(&prefix, 0, 0), index_key(&prefix, until, u64::MAX));
+            let range = (Bound::Included(&from[..]), Bound::Included(&to[..]));
+            for item in t.by_author.range(wtxn, &range)? {
+                let ((_, serial), ()) = item.map_err(|e| t.by_author.error(e))?;
+                match t.events.get(wtxn, &Be64::new(serial))? {
+                    Some(StoredEvent { header, .. }) if header.kind == VANISH => continue,
+                    _ => doomed.push(serial),
+                }
+                if doomed.len() == max {
+                    break;
+                }
+            }
+            if doomed.len() < max {
+                let prefix = tag_prefix(b'p', &hex32::encode(pubkey));
+                let (from, to) = (index_key(&prefix, 0, 0), index_key(&prefix, until, u64::MAX));
+                let range = (Bound::Included(&from[..]), Bound::Included(&to[..]));
+                for item in t.by_tag.range(wtxn, &range)? {
+                    let ((_, serial), ()) = item.map_err(|e| t.by_tag.error(e))?;
+                    if let Some(StoredEvent { header, .. }) = t.events.get(wtxn, &Be64::new(serial))?
+                        && header.kind == GIFT_WRAP
+                    {
+                        doomed.push(serial);
+                        if doomed.len() == max {
+                            break;
+                        }
+                    }
+                }
+            }
+            for &s in &doomed {
+                delete_serial(t, wtxn, s)?;
+            }
+            Ok(doomed.len())
+        })
+    }
 }
 
 /// `kind:pubkey:d` of an `a` tag.

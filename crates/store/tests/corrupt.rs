@@ -30,6 +30,7 @@ fn open(dir: &Path) -> Store {
         map_size_bytes: MAP_SIZE_BYTES,
         max_readers: 16,
         write_map: false,
+        min_free_disk_bytes: 0,
     };
     Store::open(dir, &opts).unwrap()
 }
@@ -444,6 +445,7 @@ fn schema_version_of_the_wrong_length_refuses_to_open() {
         map_size_bytes: MAP_SIZE_BYTES,
         max_readers: 16,
         write_map: false,
+        min_free_disk_bytes: 0,
     };
     let opened = Store::open(fx.dir.path(), &opts).map(|_| ());
     assert_eq!(corrupt_table(opened), "meta");

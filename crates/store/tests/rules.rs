@@ -13,6 +13,7 @@ fn open() -> (tempfile::TempDir, Store) {
         map_size_bytes: 64 << 20,
         max_readers: 16,
         write_map: false,
+        min_free_disk_bytes: 0,
     };
     let store = Store::open(dir.path(), &opts).unwrap();
     (dir, store)
@@ -374,6 +375,7 @@ fn data_survives_reopen_and_serials_are_not_reused() {
         map_size_bytes: 64 << 20,
         max_readers: 16,
         write_map: false,
+        min_free_disk_bytes: 0,
     };
     let e1 = ev(1, NOW - 30, 1, &[], "one");
     let e2 = ev(1, NOW - 20, 1, &[], "two");
@@ -402,6 +404,7 @@ fn full_map_is_an_error_not_a_panic() {
         map_size_bytes: 256 << 10,
         max_readers: 16,
         write_map: false,
+        min_free_disk_bytes: 0,
     };
     let s = Store::open(dir.path(), &opts).unwrap();
     let big = "x".repeat(60_000);
@@ -488,6 +491,7 @@ fn rules_hold_inside_one_batch_with_and_without_write_map() {
             map_size_bytes: 64 << 20,
             max_readers: 16,
             write_map,
+            min_free_disk_bytes: 0,
         };
         let note = ev(1, NOW - 50, 1, &[&["t", "x"]], "note");
         let doomed = ev(1, NOW - 40, 1, &[&["t", "x"]], "doomed");

@@ -187,6 +187,28 @@ impl Session {
         }
     }
 
+    /// NIP-62: a request to vanish must name this relay (its `relay` tag
+    /// is one of `auth.relay_urls`, or with none the host the client
+    /// connected to, or `ALL_RELAYS`); one meant for another relay is
+    /// refused, so the writer never applies it here.
+    pub(super) fn check_vanish(&self, ev: &Event) -> Result<(), Refusal> {
+        if ev.kind != sluice_engine::retention::VANISH {
+            return Ok(());
+        }
+        let names_us = ev.tags.iter().any(|t| {
+            t.first().is_some_and(|n| n == "relay")
+                && t.get(1).is_some_and(|url| {
+                    url == "ALL_RELAYS"
+                        || auth::relay_matches(url, &self.st.auth.relay_urls, self.host.as_deref())
+                })
+        });
+        if names_us {
+            Ok(())
+        } else {
+            Err(Refusal::VanishElsewhere)
+        }
+    }
+
     /// A REQ or COUNT whose filters ask only for private kinds, from a
     /// connection that has not authenticated: `auth-required:` rather than
     /// an answer that is silently empty.

@@ -170,6 +170,7 @@ impl Session {
         ev.verify_cached(&mut self.keys)
             .map_err(|e| Refusal::Invalid(e.to_string()))?;
         self.check_protected(&ev)?;
+        self.check_vanish(&ev)?;
         let throttle = self.st.engine.throttle();
         if let Admit::Refuse(r) = throttle.admit_author(&ev.pubkey) {
             return Err(r.into());

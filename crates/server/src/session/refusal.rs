@@ -42,7 +42,15 @@ pub(super) enum Refusal {
     Superseded,
     DeletedByAuthor,
     Expired,
+    /// Retention would remove it at once.
+    OutsideRetention,
+    /// Its author asked this relay to forget them (NIP-62).
+    Vanished,
+    /// A NIP-62 request to vanish whose `relay` tag names another relay.
+    VanishElsewhere,
     StoreFull,
+    /// The store's disk is full (or under `store.min_free_disk_mb`).
+    DiskFull(String),
     StoreFailed,
     SubIdTooLong {
         max: usize,
@@ -107,10 +115,15 @@ impl Refusal {
             | R::TooManySubscriptions { .. }
             | R::LiveOverflow => Reason::RateLimited,
             R::Superseded => Reason::Duplicate,
-            R::DeletedByAuthor => Reason::Blocked,
-            R::ShuttingDown | R::StoreFull | R::StoreFailed | R::QueryFailed | R::CountFailed => {
-                Reason::Error
+            R::DeletedByAuthor | R::OutsideRetention | R::Vanished | R::VanishElsewhere => {
+                Reason::Blocked
             }
+            R::ShuttingDown
+            | R::StoreFull
+            | R::DiskFull(_)
+            | R::StoreFailed
+            | R::QueryFailed
+            | R::CountFailed => Reason::Error,
         }
     }
 
@@ -136,6 +149,14 @@ impl Refusal {
             R::DeletedByAuthor => "this event was deleted by its author".into(),
             R::Expired => "event has expired".into(),
             R::StoreFull => "relay storage is full".into(),
+            R::DiskFull(why) => format!("disk is full, writes resume when space returns ({why})").into(),
+            R::OutsideRetention => {
+                "older than this relay keeps events of this kind (retention)".into()
+            }
+            R::Vanished => {
+                "its author asked this relay to remove their events (NIP-62)".into()
+            }
+            R::VanishElsewhere => "this request to vanish names another relay".into(),
             R::StoreFailed => "could not store the event".into(),
             R::SubIdTooLong { max } => {
                 format!("subscription id longer than {max} characters").into()
@@ -231,7 +252,10 @@ impl Refusal {
             Some(Ok(W::Superseded)) => Err(Refusal::Superseded),
             Some(Ok(W::Deleted)) => Err(Refusal::DeletedByAuthor),
             Some(Ok(W::Expired)) => Err(Refusal::Expired),
+            Some(Ok(W::OutsideRetention)) => Err(Refusal::OutsideRetention),
+            Some(Ok(W::Vanished)) => Err(Refusal::Vanished),
             Some(Err(WriteError::StoreFull)) => Err(Refusal::StoreFull),
+            Some(Err(WriteError::DiskFull(why))) => Err(Refusal::DiskFull(why.clone())),
             Some(Err(WriteError::Store(_))) => Err(Refusal::StoreFailed),
             None => Err(Refusal::ShuttingDown),
         }

@@ -35,7 +35,7 @@ pub struct Sample {
 
 /// The final account of an import. Every non-blank line read ends in
 /// exactly one of: a write outcome (stored, duplicate, superseded, deleted,
-/// expired, ephemeral) or refused.
+/// expired, ephemeral, outside retention, vanished) or refused.
 #[derive(Debug, Default, Serialize)]
 pub struct Summary {
     pub sources: Vec<String>,
@@ -62,6 +62,10 @@ pub struct Summary {
     pub expired: u64,
     /// Ephemeral kinds are never stored.
     pub ephemeral: u64,
+    /// Retention would remove it at once (`[retention]`).
+    pub outside_retention: u64,
+    /// Its author asked this relay to vanish (NIP-62).
+    pub vanished: u64,
     pub refused: u64,
     pub refused_by_reason: BTreeMap<&'static str, u64>,
     /// The first [`SAMPLES_PER_REASON`] refused lines of each reason.
@@ -117,6 +121,12 @@ impl Summary {
         row("deleted", self.deleted, "  (deleted by its author)");
         row("expired", self.expired, "  (NIP-40)");
         row("ephemeral", self.ephemeral, "  (never stored)");
+        row(
+            "outside retention",
+            self.outside_retention,
+            "  ([retention] would remove it)",
+        );
+        row("vanished", self.vanished, "  (NIP-62)");
         row("refused", self.refused, "");
         for (reason, n) in &self.refused_by_reason {
             row(&format!("  {reason}"), *n, "");

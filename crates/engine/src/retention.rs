@@ -1,0 +1,675 @@
+//! Retention, run by the writer thread between client batches.
+//!
+//! `[retention]` ([`RetentionConfig`]) names a size target and rules; the
+//! binary turns it into a [`RetentionPlan`] (adding the exempt pubkeys of
+//! other sections) and hands it to [`crate::Engine::set_retention`], again
+//! on SIGHUP. The writer's [`Retainer`] runs at most one bounded step (one
+//! write transaction of at most `step_events` removals) after each client
+//! batch, and steps back to back while the queue is empty, so a client's
+//! EVENT never waits for more than one step.
+//!
+//! Work, in order of urgency:
+//! 1. size: while the store's used bytes are over `max_store_mb`, until
+//!    they are under `low_watermark` × the target, the oldest events go
+//!    first: those of age rules, shortest life first, then every other
+//!    kind. Each phase's newest removed `created_at` is kept as its
+//!    horizon: an older event of that scope is not stored again.
+//! 2. age rules, every `interval_secs`: each rule's events older than its
+//!    `max_age_secs`.
+//! 3. per-author counts: the authors of stored events a count rule covers
+//!    are marked (a bounded set; past it, a sweep of every author runs),
+//!    and each marked author's events beyond the newest `keep_per_author`
+//!    go. A sweep also runs at start and after a reload.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sluice_proto::{Event, hex32};
+use sluice_store::{Retention, Rule, Scan, Scope, Store, StoreError, WriteRules};
+
+pub use sluice_store::VANISH;
+
+use crate::metrics_names as m;
+
+/// `[retention]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Size target of the store's used bytes, MiB; 0: none.
+    pub max_store_mb: u64,
+    /// Once over the target, events go until the store is under this
+    /// fraction of it.
+    pub low_watermark: f64,
+    /// Age and per-author rules.
+    pub rules: Vec<RuleConfig>,
+    /// Hex pubkeys whose events no rule removes (admins and listed tiers
+    /// are added by the binary).
+    pub exempt_pubkeys: Vec<String>,
+    /// How often the age rules run, seconds.
+    pub interval_secs: u64,
+    /// Most events one retention step removes (one transaction between
+    /// client batches).
+    pub step_events: usize,
+}
+
+/// One `[[retention.rules]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleConfig {
+    /// Kinds the rule covers; empty: every kind (current versions of
+    /// replaceable and addressable events only when named).
+    #[serde(default)]
+    pub kinds: Vec<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age_secs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_per_author: Option<u64>,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            max_store_mb: 0,
+            low_watermark: 0.9,
+            rules: Vec::new(),
+            exempt_pubkeys: Vec::new(),
+            interval_secs: 60,
+            step_events: 500,
+        }
+    }
+}
+
+impl RetentionConfig {
+    /// Checks the values, naming the first bad key as the operator writes
+    /// it (`retention.rules[0].max_age_secs`).
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.low_watermark > 0.0 && self.low_watermark < 1.0) {
+            return Err("retention.low_watermark must be between 0 and 1 (exclusive)".into());
+        }
+        if self.interval_secs == 0 {
+            return Err("retention.interval_secs must be at least 1".into());
+        }
+        if self.step_events == 0 {
+            return Err("retention.step_events must be at least 1".into());
+        }
+        for (i, p) in self.exempt_pubkeys.iter().enumerate() {
+            if hex32::decode::<32>(p).is_none() {
+                return Err(format!(
+                    "retention.exempt_pubkeys[{i}]: {p:?} is not 64 hex characters"
+                ));
+            }
+        }
+        for (i, r) in self.rules.iter().enumerate() {
+            if r.max_age_secs.is_none() && r.keep_per_author.is_none() {
+                return Err(format!(
+                    "retention.rules[{i}]: give max_age_secs, keep_per_author or both"
+                ));
+            }
+            if r.max_age_secs == Some(0) {
+                return Err(format!("retention.rules[{i}].max_age_secs must be at least 1"));
+            }
+            if r.keep_per_author == Some(0) {
+                return Err(format!(
+                    "retention.rules[{i}].keep_per_author must be at least 1"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The plan the writer runs: these rules, exempting also `extra`
+    /// (admins, listed tiers), with `relay_urls` naming this relay for
+    /// NIP-62.
+    pub fn plan(
+        &self,
+        extra_exempt: impl IntoIterator<Item = [u8; 32]>,
+        relay_urls: Vec<String>,
+    ) -> RetentionPlan {
+        let mut exempt: HashSet<[u8; 32]> = self
+            .exempt_pubkeys
+            .iter()
+            .filter_map(|p| hex32::decode(p))
+            .collect();
+        exempt.extend(extra_exempt);
+        let target_bytes = self.max_store_mb.saturating_mul(1 << 20);
+        RetentionPlan {
+            rules: WriteRules {
+                retention: Retention {
+                    rules: self
+                        .rules
+                        .iter()
+                        .map(|r| Rule {
+                            kinds: r.kinds.clone(),
+                            max_age_secs: r.max_age_secs,
+                            keep_per_author: r.keep_per_author,
+                        })
+                        .collect(),
+                    exempt,
+                    size_target: target_bytes > 0,
+                },
+                relay_urls,
+            },
+            target_bytes,
+            low_bytes: (target_bytes as f64 * self.low_watermark) as u64,
+            interval: Duration::from_secs(self.interval_secs),
+            step_events: self.step_events,
+            nip11: self.nip11(),
+        }
+    }
+
+    /// The NIP-11 `retention` field: one entry per rule (`kinds` when it
+    /// names some, `time` for its age limit, `count` for its per-author
+    /// limit). Empty when no rule is set.
+    pub fn nip11(&self) -> Vec<serde_json::Value> {
+        self.rules
+            .iter()
+            .map(|r| {
+                let mut o = serde_json::Map::new();
+                if !r.kinds.is_empty() {
+                    o.insert("kinds".into(), serde_json::json!(r.kinds));
+                }
+                if let Some(t) = r.max_age_secs {
+                    o.insert("time".into(), t.into());
+                }
+                if let Some(c) = r.keep_per_author {
+                    o.insert("count".into(), c.into());
+                }
+                serde_json::Value::Object(o)
+            })
+            .collect()
+    }
+}
+
+/// What the writer applies: the store's write rules and when to remove.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RetentionPlan {
+    pub rules: WriteRules,
+    /// 0: no size target.
+    pub target_bytes: u64,
+    pub low_bytes: u64,
+    pub interval: Duration,
+    pub step_events: usize,
+    /// The NIP-11 `retention` field.
+    pub nip11: Vec<serde_json::Value>,
+}
+
+impl RetentionPlan {
+    fn retention(&self) -> &Retention {
+        &self.rules.retention
+    }
+
+    /// Size phases: the scopes of age rules, shortest life first, then
+    /// everything.
+    pub fn size_phases(&self) -> Vec<Scope> {
+        let mut aged: Vec<(u64, Scope)> = self
+            .retention()
+            .rules
+            .iter()
+            .filter_map(|r| Some((r.max_age_secs?, Scope::of_kinds(&r.kinds))))
+            .collect();
+        aged.sort_by_key(|(age, _)| *age);
+        let mut phases: Vec<Scope> = Vec::new();
+        for (_, s) in aged {
+            if !phases.contains(&s) {
+                phases.push(s);
+            }
+        }
+        if !phases.contains(&Scope::All) {
+            phases.push(Scope::All);
+        }
+        phases
+    }
+
+    fn counts_any(&self, kind: u16) -> bool {
+        self.retention().rules.iter().any(|r| r.counts(kind))
+    }
+}
+
+/// The plan shared between the engine (which sets it) and the writer
+/// (which picks up a new one between batches).
+pub(crate) struct SharedPlan {
+    plan: Mutex<Arc<RetentionPlan>>,
+    generation: AtomicU64,
+}
+
+impl Default for SharedPlan {
+    /// No rules, no target: nothing is removed.
+    fn default() -> Self {
+        SharedPlan {
+            plan: Mutex::new(Arc::new(
+                RetentionConfig::default().plan(std::iter::empty(), Vec::new()),
+            )),
+            generation: AtomicU64::new(0),
+        }
+    }
+}
+
+impl SharedPlan {
+    pub(crate) fn set(&self, plan: RetentionPlan) {
+        *self.plan.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(plan);
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    pub(crate) fn get(&self) -> Arc<RetentionPlan> {
+        self.plan
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+}
+
+/// Authors marked for a per-author count check, at most this many; past
+/// it, a sweep of every author runs instead.
+const MAX_MARKED: usize = 65_536;
+/// Authors a sweep step reads.
+const SWEEP_AUTHORS: usize = 256;
+/// How often the store's used bytes are read while under the target.
+const SIZE_CHECK_EVERY: Duration = Duration::from_millis(250);
+/// After a size pass that found nothing left to remove, how long before
+/// trying again.
+const SIZE_STUCK_PAUSE: Duration = Duration::from_secs(10);
+
+/// The writer's retention state.
+pub(crate) struct Retainer {
+    shared: Arc<SharedPlan>,
+    generation: u64,
+    plan: Arc<RetentionPlan>,
+    phases: Vec<Scope>,
+    /// Size eviction running (over the target, not yet under the low mark).
+    size_active: bool,
+    size_phase: usize,
+    size_resume: Option<(u64, u64)>,
+    next_size_check: Instant,
+    /// Age pass running: rule index and resume position.
+    age_active: bool,
+    age_rule: usize,
+    age_resume: Option<(u64, u64)>,
+    age_due: Instant,
+    marked: HashSet<[u8; 32]>,
+    /// `Some(cursor)` while a sweep of every author runs.
+    sweep: Option<Option<[u8; 32]>>,
+}
+
+impl Retainer {
+    pub(crate) fn new(shared: Arc<SharedPlan>) -> Retainer {
+        let plan = shared.get();
+        let mut r = Retainer {
+            generation: shared.generation(),
+            shared,
+            phases: plan.size_phases(),
+            plan,
+            size_active: false,
+            size_phase: 0,
+            size_resume: None,
+            next_size_check: Instant::now(),
+            age_active: false,
+            age_rule: 0,
+            age_resume: None,
+            age_due: Instant::now(),
+            marked: HashSet::new(),
+            sweep: None,
+        };
+        r.restart();
+        r
+    }
+
+    /// The write rules in force (picking up a new plan first).
+    pub(crate) fn rules(&mut self) -> Arc<RetentionPlan> {
+        self.refresh();
+        self.plan.clone()
+    }
+
+    fn refresh(&mut self) {
+        let g = self.shared.generation();
+        if g != self.generation {
+            self.generation = g;
+            self.plan = self.shared.get();
+            self.phases = self.plan.size_phases();
+            self.restart();
+        }
+    }
+
+    /// A new plan (or the first): everything runs again from the start.
+    fn restart(&mut self) {
+        self.size_active = false;
+        self.size_phase = 0;
+        self.size_resume = None;
+        self.next_size_check = Instant::now();
+        self.age_active = false;
+        self.age_rule = 0;
+        self.age_resume = None;
+        self.age_due = Instant::now();
+        self.marked.clear();
+        let counts = self
+            .plan
+            .retention()
+            .rules
+            .iter()
+            .any(|r| r.keep_per_author.is_some());
+        self.sweep = counts.then_some(None);
+    }
+
+    /// Marks the authors of stored events a count rule covers.
+    pub(crate) fn note_stored<'a>(&mut self, events: impl IntoIterator<Item = &'a Event>) {
+        for ev in events {
+            if !self.plan.counts_any(ev.kind) || self.plan.retention().exempt.contains(&ev.pubkey)
+            {
+                continue;
+            }
+            if self.marked.len() < MAX_MARKED {
+                self.marked.insert(ev.pubkey);
+            } else if self.sweep.is_none() {
+                self.sweep = Some(None);
+            }
+        }
+    }
+
+    /// When the writer should next look, if nothing arrives: `None` when
+    /// work is pending now.
+    pub(crate) fn next_due(&self) -> Option<Instant> {
+        if self.size_active || self.age_active || !self.marked.is_empty() || self.sweep.is_some()
+        {
+            return None;
+        }
+        let far = Instant::now() + Duration::from_secs(3600);
+        let mut due = far;
+        if self.plan.retention().rules.iter().any(|r| r.max_age_secs.is_some()) {
+            due = due.min(self.age_due);
+        }
+        if self.plan.target_bytes > 0 {
+            due = due.min(self.next_size_check);
+        }
+        Some(due)
+    }
+
+    /// Runs at most one bounded step of whatever is most urgent. Returns
+    /// whether it did anything.
+    pub(crate) fn step(&mut self, store: &Store, now_unix: u64) -> bool {
+        self.refresh();
+        let started = Instant::now();
+        let result = self.step_inner(store, now_unix);
+        let did = match result {
+            Ok(did) => did,
+            Err(e) => {
+                tracing::error!(error = %e, "retention step failed");
+                metrics::counter!(m::RETENTION_ERRORS_TOTAL).increment(1);
+                // Do not spin on a failing store: try again later.
+                self.size_active = false;
+                self.next_size_check = Instant::now() + SIZE_STUCK_PAUSE;
+                self.age_active = false;
+                self.age_due = Instant::now() + self.plan.interval;
+                self.marked.clear();
+                self.sweep = None;
+                true
+            }
+        };
+        if did {
+            metrics::histogram!(m::RETENTION_STEP_SECONDS).record(started.elapsed().as_secs_f64());
+        }
+        did
+    }
+
+    fn step_inner(&mut self, store: &Store, now_unix: u64) -> Result<bool, StoreError> {
+        if self.size_step(store)? {
+            return Ok(true);
+        }
+        if self.age_step(store, now_unix)? {
+            return Ok(true);
+        }
+        if self.count_step(store)? {
+            return Ok(true);
+        }
+        self.sweep_step(store)
+    }
+
+    fn size_step(&mut self, store: &Store) -> Result<bool, StoreError> {
+        let plan = self.plan.clone();
+        if plan.target_bytes == 0 {
+            return Ok(false);
+        }
+        let now = Instant::now();
+        if !self.size_active {
+            if now < self.next_size_check {
+                return Ok(false);
+            }
+            self.next_size_check = now + SIZE_CHECK_EVERY;
+            let used = store.used_bytes()?;
+            metrics::gauge!(m::STORE_USED_BYTES).set(used as f64);
+            if used <= plan.target_bytes {
+                return Ok(false);
+            }
+            tracing::info!(
+                used_mb = used >> 20,
+                target_mb = plan.target_bytes >> 20,
+                "store over retention.max_store_mb: removing the oldest events"
+            );
+            self.size_active = true;
+            self.size_phase = 0;
+            self.size_resume = None;
+        }
+        let Some(scope) = self.phases.get(self.size_phase) else {
+            tracing::warn!(
+                target_mb = plan.target_bytes >> 20,
+                "store still over retention.max_store_mb with nothing left to remove \
+                 (every remaining event is exempt or a current replaceable version)"
+            );
+            self.size_active = false;
+            self.next_size_check = now + SIZE_STUCK_PAUSE;
+            return Ok(true);
+        };
+        let scan = Scan {
+            scope,
+            before: u64::MAX,
+            after: self.size_resume,
+            replaceable: false,
+            exempt: &plan.retention().exempt,
+            max_pick: plan.step_events,
+            max_examine: plan.step_events.saturating_mul(8),
+        };
+        let pruned = store.prune_oldest(&scan, true)?;
+        count_removed("size", pruned.removed);
+        match pruned.next {
+            Some(next) => self.size_resume = Some(next),
+            None => {
+                self.size_phase += 1;
+                self.size_resume = None;
+            }
+        }
+        let used = store.used_bytes()?;
+        metrics::gauge!(m::STORE_USED_BYTES).set(used as f64);
+        if used < plan.low_bytes {
+            self.size_active = false;
+            self.next_size_check = now + SIZE_CHECK_EVERY;
+        }
+        Ok(true)
+    }
+
+    fn age_step(&mut self, store: &Store, now_unix: u64) -> Result<bool, StoreError> {
+        if !self.age_active {
+            if !self.plan.retention().rules.iter().any(|r| r.max_age_secs.is_some()) {
+                return Ok(false);
+            }
+            if Instant::now() < self.age_due {
+                return Ok(false);
+            }
+            self.age_active = true;
+            self.age_rule = 0;
+            self.age_resume = None;
+        }
+        let plan = self.plan.clone();
+        let rules = &plan.retention().rules;
+        while let Some(rule) = rules.get(self.age_rule) {
+            let Some(cutoff) = rule.age_cutoff(now_unix) else {
+                self.age_rule += 1;
+                continue;
+            };
+            let scope = Scope::of_kinds(&rule.kinds);
+            let scan = Scan {
+                scope: &scope,
+                before: cutoff,
+                after: self.age_resume,
+                replaceable: !rule.kinds.is_empty(),
+                exempt: &plan.retention().exempt,
+                max_pick: plan.step_events,
+                max_examine: plan.step_events.saturating_mul(8),
+            };
+            let pruned = store.prune_oldest(&scan, false)?;
+            count_removed(&self.age_rule.to_string(), pruned.removed);
+            match pruned.next {
+                Some(next) => self.age_resume = Some(next),
+                None => {
+                    self.age_rule += 1;
+                    self.age_resume = None;
+                }
+            }
+            return Ok(true);
+        }
+        self.age_active = false;
+        self.age_due = Instant::now() + plan.interval;
+        Ok(false)
+    }
+
+    fn count_step(&mut self, store: &Store) -> Result<bool, StoreError> {
+        let Some(&author) = self.marked.iter().next() else {
+            return Ok(false);
+        };
+        self.marked.remove(&author);
+        let plan = self.plan.clone();
+        let mut budget = plan.step_events;
+        for (i, rule) in plan.retention().rules.iter().enumerate() {
+            let Some(keep) = rule.keep_per_author else {
+                continue;
+            };
+            if budget == 0 {
+                self.marked.insert(author);
+                break;
+            }
+            let (removed, more) = store.prune_author_excess(&author, &rule.kinds, keep, budget)?;
+            count_removed(&i.to_string(), removed);
+            budget = budget.saturating_sub(removed as usize);
+            if more {
+                self.marked.insert(author);
+            }
+        }
+        Ok(true)
+    }
+
+    fn sweep_step(&mut self, store: &Store) -> Result<bool, StoreError> {
+        let Some(cursor) = self.sweep else {
+            return Ok(false);
+        };
+        if self.marked.len() + SWEEP_AUTHORS > MAX_MARKED {
+            return Ok(false);
+        }
+        let authors = store.authors_after(cursor.as_ref(), SWEEP_AUTHORS)?;
+        self.sweep = authors.last().map(|a| Some(*a));
+        let exempt = &self.plan.retention().exempt;
+        self.marked
+            .extend(authors.into_iter().filter(|a| !exempt.contains(a)));
+        Ok(true)
+    }
+}
+
+fn count_removed(rule: &str, n: u64) {
+    if n > 0 {
+        metrics::counter!(m::RETENTION_DELETED_TOTAL, "rule" => rule.to_string()).increment(n);
+    }
+}
+
+/// What each rule would remove now (`sluice retention --dry-run`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DryRun {
+    /// Per rule, in order: events its age limit would remove, events its
+    /// per-author count would remove.
+    pub rules: Vec<(u64, u64)>,
+    /// Used bytes, the size target (0: none) and, when over it, about how
+    /// many events size eviction would remove.
+    pub used_bytes: u64,
+    pub target_bytes: u64,
+    pub size_events: u64,
+}
+
+impl RetentionPlan {
+    /// Counts, without removing anything, what each rule would remove now.
+    /// Reads the store in short read transactions.
+    pub fn dry_run(&self, store: &Store, now_unix: u64) -> Result<DryRun, StoreError> {
+        const STEP: usize = 10_000;
+        let ret = self.retention();
+        let mut out = DryRun {
+            used_bytes: store.used_bytes()?,
+            target_bytes: self.target_bytes,
+            ..DryRun::default()
+        };
+        for rule in &ret.rules {
+            let mut aged = 0u64;
+            if let Some(cutoff) = rule.age_cutoff(now_unix) {
+                let scope = Scope::of_kinds(&rule.kinds);
+                let mut after = None;
+                loop {
+                    let p = store.pick_oldest(&Scan {
+                        scope: &scope,
+                        before: cutoff,
+                        after,
+                        replaceable: !rule.kinds.is_empty(),
+                        exempt: &ret.exempt,
+                        max_pick: STEP,
+                        max_examine: STEP,
+                    })?;
+                    aged += p.serials.len() as u64;
+                    match p.next {
+                        Some(n) => after = Some(n),
+                        None => break,
+                    }
+                }
+            }
+            let mut counted = 0u64;
+            if let Some(keep) = rule.keep_per_author {
+                let mut cursor: Option<[u8; 32]> = None;
+                loop {
+                    let authors = store.authors_after(cursor.as_ref(), 1024)?;
+                    let Some(last) = authors.last() else { break };
+                    cursor = Some(*last);
+                    for a in authors.iter().filter(|a| !ret.exempt.contains(*a)) {
+                        let (picked, _) =
+                            store.pick_author_excess(a, &rule.kinds, keep, usize::MAX / 2)?;
+                        counted += picked.len() as u64;
+                    }
+                }
+            }
+            out.rules.push((aged, counted));
+        }
+        if self.target_bytes > 0 && out.used_bytes > self.target_bytes {
+            let stats = store.stats()?;
+            let per_event = (out.used_bytes / stats.events.max(1)).max(1);
+            let mut want = (out.used_bytes - self.low_bytes) / per_event;
+            for scope in self.size_phases() {
+                let mut after = None;
+                while want > 0 {
+                    let p = store.pick_oldest(&Scan {
+                        scope: &scope,
+                        before: u64::MAX,
+                        after,
+                        replaceable: false,
+                        exempt: &ret.exempt,
+                        max_pick: STEP.min(want as usize),
+                        max_examine: STEP,
+                    })?;
+                    out.size_events += p.serials.len() as u64;
+                    want -= (p.serials.len() as u64).min(want);
+                    match p.next {
+                        Some(n) => after = Some(n),
+                        None => break,
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
