@@ -53,6 +53,11 @@ pub trait Recorder: Send + Sync {
     /// Due but not sent because `max_inflight` replies were outstanding.
     fn skipped(&self, due: Instant);
     fn outcome(&self, due: Instant, outcome: Outcome<'_>);
+    /// The same, naming the event: a recorder that follows events one by one
+    /// (`soak`) overrides it; the others keep this default.
+    fn outcome_of(&self, _id: &[u8; 32], due: Instant, outcome: Outcome<'_>) {
+        self.outcome(due, outcome);
+    }
     /// A connection failed to open or dropped, and why.
     fn connection_error(&self, reason: &str);
 }
@@ -476,40 +481,39 @@ impl Receiver {
                 message: &message,
             }
         };
-        self.recorder.outcome(due, outcome);
+        self.recorder.outcome_of(&id, due, outcome);
         self.window.add_permits(1);
     }
 
     fn reap(&self) {
         let now = Instant::now();
-        let expired: Vec<Instant> = {
+        let expired: Vec<([u8; 32], Instant)> = {
             let mut map = self.inflight.lock().expect("inflight lock");
             let mut out = Vec::new();
-            map.retain(|_, due| {
+            map.retain(|id, due| {
                 let keep = now.duration_since(*due) < self.timeout;
                 if !keep {
-                    out.push(*due);
+                    out.push((*id, *due));
                 }
                 keep
             });
             out
         };
-        for due in &expired {
-            self.recorder.outcome(*due, Outcome::Timeout);
+        for (id, due) in &expired {
+            self.recorder.outcome_of(id, *due, Outcome::Timeout);
         }
         self.window.add_permits(expired.len());
     }
 
     fn lose_all(&self) {
-        let lost: Vec<Instant> = self
+        let lost: Vec<([u8; 32], Instant)> = self
             .inflight
             .lock()
             .expect("inflight lock")
             .drain()
-            .map(|(_, due)| due)
             .collect();
-        for due in lost {
-            self.recorder.outcome(due, Outcome::Lost);
+        for (id, due) in lost {
+            self.recorder.outcome_of(&id, due, Outcome::Lost);
         }
     }
 }

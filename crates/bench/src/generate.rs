@@ -469,7 +469,7 @@ impl Generator {
     }
 }
 
-fn tag(parts: &[&str]) -> Vec<String> {
+pub(crate) fn tag(parts: &[&str]) -> Vec<String> {
     parts.iter().map(|s| (*s).to_owned()).collect()
 }
 

@@ -3,8 +3,9 @@
 //! A `Source` hands out pre-signed events in sequence, each with its sequence
 //! number, to any number of connections. It is either an in-memory pool
 //! (wrapping around when exhausted: the wrapped events are duplicates, and the
-//! caller reports how many) or a JSONL file streamed through a bounded channel
-//! by a reader thread, so a large file never sits in memory whole.
+//! caller reports how many) or a bounded channel fed by a producer thread: a
+//! JSONL file read line by line, so a large file never sits in memory whole,
+//! or events signed while the run goes on (`soak`).
 //!
 //! A `Schedule` maps a sequence number to its due time for open-loop load
 //! (phases of fixed rate, back to back), or is closed-loop (send when a window
@@ -54,9 +55,15 @@ impl Source {
         let (tx, rx) = mpsc::channel(STREAM_AHEAD_EVENTS);
         let limit = limit.unwrap_or(u64::MAX);
         std::thread::spawn(move || read_lines(std::io::BufReader::new(file), limit, tx));
-        Ok(Source::Stream {
+        Ok(Source::channel(rx))
+    }
+
+    /// Hands out what a producer sends on `rx` (for example events signed
+    /// while the run goes on), until the producer drops its sender.
+    pub fn channel(rx: mpsc::Receiver<Prepared>) -> Source {
+        Source::Stream {
             rx: Mutex::new((0, rx)),
-        })
+        }
     }
 
     /// The next event and its sequence number, or `None` when exhausted.
