@@ -17,6 +17,7 @@ pub mod query;
 pub mod readflood;
 pub mod report;
 pub mod rng;
+pub mod soak;
 pub mod source;
 pub mod stats;
 pub mod timeline;

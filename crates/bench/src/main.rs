@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 use sluice_bench::generate::{self, GenConfig};
 use sluice_bench::report::{unix_now, write_json};
-use sluice_bench::{audience, connections, fanout, overload, plot, publish, query, readflood};
+use sluice_bench::{
+    audience, connections, fanout, overload, plot, publish, query, readflood, soak,
+};
 
 #[derive(Parser)]
 #[command(
@@ -38,6 +40,11 @@ enum Command {
     Overload(overload::OverloadArgs),
     /// Polite clients beside abusive readers holding costly REQs open.
     Readflood(readflood::ReadfloodArgs),
+    /// Ingest several times a store's size target at full speed, with polite
+    /// clients beside: store size, retention deletions and polite latency
+    /// over time, then checks that the newest and the exempt authors'
+    /// events are still stored.
+    Soak(soak::SoakArgs),
     /// Draw an overload or readflood JSON report as an SVG chart.
     Plot(plot::PlotArgs),
 }
@@ -105,6 +112,19 @@ async fn main() -> anyhow::Result<()> {
             let r = readflood::run(&a).await?;
             r.print();
             write_json(a.json.as_deref(), &r)
+        }
+        Command::Soak(a) if a.print_exempt => {
+            soak::print_exempt(&a);
+            Ok(())
+        }
+        Command::Soak(a) => {
+            let r = soak::run(&a).await?;
+            r.print();
+            write_json(a.out.as_deref(), &r)?;
+            if !r.verdict.pass {
+                std::process::exit(1);
+            }
+            Ok(())
         }
         Command::Plot(a) => plot::run(&a),
         Command::Query(a) => {
