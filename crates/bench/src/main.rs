@@ -45,7 +45,7 @@ enum Command {
     /// over time, then checks that the newest and the exempt authors'
     /// events are still stored.
     Soak(soak::SoakArgs),
-    /// Draw an overload or readflood JSON report as an SVG chart.
+    /// Draw an overload, readflood or soak JSON report as an SVG chart.
     Plot(plot::PlotArgs),
 }
 
