@@ -348,3 +348,97 @@ async fn readflood_reports_every_phase_and_class_and_plots() {
     assert!(text.starts_with("<svg") && text.trim_end().ends_with("</svg>"));
     assert!(text.contains("abusive REQs per second"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soak_ingests_checks_what_is_stored_and_plots() {
+    let url = support::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("soak.json");
+    let json_s = json.to_str().unwrap();
+    let exempt = bench(&[
+        "soak",
+        "--print-exempt",
+        "--exempt-authors",
+        "2",
+        "--seed",
+        "7",
+    ]);
+    let exempt = String::from_utf8(exempt.stdout).unwrap();
+    // The mini relay has no /metrics: its series are absent, not zero.
+    bench_async(strings(&[
+        "soak",
+        "--url",
+        &url,
+        "--events",
+        "600",
+        "--authors",
+        "20",
+        "--exempt-authors",
+        "2",
+        "--writers",
+        "2",
+        "--window",
+        "4",
+        "--polite",
+        "1",
+        "--polite-interval-ms",
+        "50",
+        "--sample-ms",
+        "100",
+        "--check-newest",
+        "150",
+        "--target-mb",
+        "0.1",
+        "--seed",
+        "7",
+        "--out",
+        json_s,
+    ]))
+    .await;
+    let r = read_json(&json);
+    assert_eq!(r["run"]["command"], "soak");
+    let keys: Vec<&str> = r["exempt_pubkeys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    assert_eq!(keys.len(), 2);
+    assert!(keys.iter().all(|k| exempt.contains(k)), "{exempt}");
+    let s = &r["summary"];
+    // 600 from the writers plus what the polite client sent meanwhile.
+    assert_eq!(r["writers"]["offered"], 600);
+    assert_eq!(r["writers"]["accepted"], 600);
+    assert_eq!(s["accepted_events"], s["offered_events"]);
+    assert_eq!(s["polite_accepted"], s["polite_offered"]);
+    assert_eq!(s["error_answers"], 0);
+    assert!(s["accepted_bytes"].as_u64().unwrap() > 600 * 300);
+    let kinds = r["accepted_kinds"].as_object().unwrap();
+    assert!(kinds["1"].as_u64().unwrap() > kinds["7"].as_u64().unwrap());
+    // The mini relay keeps everything, so both checks find every event.
+    let newest = &r["checks"]["newest"];
+    assert_eq!(newest["found"], newest["expected"]);
+    assert_eq!(
+        newest["expected"].as_u64().unwrap() + newest["superseded"].as_u64().unwrap(),
+        150
+    );
+    let exempt_check = &r["checks"]["exempt"];
+    assert!(exempt_check["expected"].as_u64().unwrap() > 0);
+    assert_eq!(exempt_check["found"], exempt_check["expected"]);
+    assert_eq!(exempt_check["missing"], 0);
+    assert_eq!(r["verdict"]["pass"], true);
+    let samples = r["samples"].as_array().unwrap();
+    assert!(!samples.is_empty());
+    assert!(samples.iter().all(|p| p["store_used_bytes"].is_null()));
+    let accepted: u64 = samples
+        .iter()
+        .map(|p| p["accepted"].as_u64().unwrap())
+        .sum();
+    assert_eq!(accepted, s["accepted_events"].as_u64().unwrap());
+    assert!(r["metrics"]["failures"].as_u64().unwrap() > 0);
+    let svg = dir.path().join("soak.svg");
+    bench_async(strings(&["plot", json_s, "--out", svg.to_str().unwrap()])).await;
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<svg") && text.trim_end().ends_with("</svg>"));
+    assert!(text.contains("relay store size") && text.contains("polite OK latency"));
+}
