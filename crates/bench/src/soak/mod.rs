@@ -95,7 +95,7 @@ pub struct SoakArgs {
     #[arg(long = "url", required_unless_present = "print_exempt")]
     pub relay: Option<String>,
     /// JSON bytes of events to offer, in all: 500M, 1G (binary K/M/G/T suffixes).
-    #[arg(long, value_parser = size_arg)]
+    #[arg(long, value_parser = size_arg, required_unless_present_any = ["events", "print_exempt"])]
     pub bytes: Option<u64>,
     /// Events to offer, in all: 2M (decimal K/M/G suffixes). With --bytes,
     /// whichever is reached first.
