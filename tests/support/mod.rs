@@ -65,6 +65,14 @@ impl Relay {
         r
     }
 
+    /// Starts on an existing store directory with a config file holding
+    /// `toml` (written beside the store, as `<store>.toml`).
+    pub fn start_in_with_toml(dir: &Path, toml: &str, env: &[(&str, &str)]) -> Relay {
+        let file = dir.with_extension("toml");
+        std::fs::write(&file, toml).unwrap();
+        Relay::spawn(dir, Some(&file), env)
+    }
+
     /// Starts on an existing store directory (for restart tests).
     pub fn start_in(dir: &Path, env: &[(&str, &str)]) -> Relay {
         Relay::spawn(dir, None, env)

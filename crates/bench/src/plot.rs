@@ -311,7 +311,7 @@ fn soak_acceptance_panel(s: &[SoakSample]) -> Panel {
 fn retention_share_panel(s: &[SoakSample]) -> Panel {
     let share = per_sample(s, |p| p.retention_share.map(|v| v * 100.0));
     Panel {
-        title: "writer's share of time in retention (sluice_retention_seconds_total)".into(),
+        title: "writer's share of time in retention (sluice_retention_step_seconds_sum)".into(),
         unit: "%".into(),
         log: false,
         y_max: Some(100.0),

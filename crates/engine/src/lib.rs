@@ -191,7 +191,10 @@ impl DiskGate {
                     "DISK IS NEARLY FULL: writes are refused until free space is over store.min_free_disk_mb"
                 );
             } else {
-                tracing::info!(free_mb = space.free_bytes >> 20, "disk space is back: writes resume");
+                tracing::info!(
+                    free_mb = space.free_bytes >> 20,
+                    "disk space is back: writes resume"
+                );
             }
         }
     }
@@ -303,6 +306,7 @@ impl Engine {
     /// the start. Without a plan nothing is removed by retention.
     pub fn set_retention(&self, plan: RetentionPlan) {
         self.retention.set(plan);
+        self.writer.wake();
     }
 
     /// The retention plan in force.

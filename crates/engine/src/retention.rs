@@ -109,7 +109,9 @@ impl RetentionConfig {
                 ));
             }
             if r.max_age_secs == Some(0) {
-                return Err(format!("retention.rules[{i}].max_age_secs must be at least 1"));
+                return Err(format!(
+                    "retention.rules[{i}].max_age_secs must be at least 1"
+                ));
             }
             if r.keep_per_author == Some(0) {
                 return Err(format!(
@@ -359,8 +361,7 @@ impl Retainer {
     /// Marks the authors of stored events a count rule covers.
     pub(crate) fn note_stored<'a>(&mut self, events: impl IntoIterator<Item = &'a Event>) {
         for ev in events {
-            if !self.plan.counts_any(ev.kind) || self.plan.retention().exempt.contains(&ev.pubkey)
-            {
+            if !self.plan.counts_any(ev.kind) || self.plan.retention().exempt.contains(&ev.pubkey) {
                 continue;
             }
             if self.marked.len() < MAX_MARKED {
@@ -374,13 +375,18 @@ impl Retainer {
     /// When the writer should next look, if nothing arrives: `None` when
     /// work is pending now.
     pub(crate) fn next_due(&self) -> Option<Instant> {
-        if self.size_active || self.age_active || !self.marked.is_empty() || self.sweep.is_some()
-        {
+        if self.size_active || self.age_active || !self.marked.is_empty() || self.sweep.is_some() {
             return None;
         }
         let far = Instant::now() + Duration::from_secs(3600);
         let mut due = far;
-        if self.plan.retention().rules.iter().any(|r| r.max_age_secs.is_some()) {
+        if self
+            .plan
+            .retention()
+            .rules
+            .iter()
+            .any(|r| r.max_age_secs.is_some())
+        {
             due = due.min(self.age_due);
         }
         if self.plan.target_bytes > 0 {
@@ -493,7 +499,13 @@ impl Retainer {
 
     fn age_step(&mut self, store: &Store, now_unix: u64) -> Result<bool, StoreError> {
         if !self.age_active {
-            if !self.plan.retention().rules.iter().any(|r| r.max_age_secs.is_some()) {
+            if !self
+                .plan
+                .retention()
+                .rules
+                .iter()
+                .any(|r| r.max_age_secs.is_some())
+            {
                 return Ok(false);
             }
             if Instant::now() < self.age_due {

@@ -35,10 +35,10 @@ use sluice_proto::Event;
 use sluice_store::{Store, StoreError, WriteOutcome};
 use tokio::sync::oneshot;
 
+use crate::DiskGate;
 use crate::live::LiveHub;
 use crate::metrics_names as m;
 use crate::retention::{Retainer, RetentionPlan, SharedPlan};
-use crate::DiskGate;
 use crate::{EngineConfig, LiveEvent, ThreadExit, unix_now};
 
 /// What the writer answers for one event.
@@ -86,6 +86,8 @@ enum Msg {
     /// An operator's change (policy entries, purges), in order with writes.
     Admin(AdminOp, oneshot::Sender<Result<AdminDone, StoreError>>),
     Shutdown,
+    /// Look again at the retention plan (it changed).
+    Wake,
     /// Makes the writer thread panic: how the engine's tests kill it.
     #[cfg(test)]
     Panic,
@@ -326,6 +328,12 @@ impl WriterHandle {
         Ok(answer.await.map_err(|_| BulkError::Closed)??)
     }
 
+    /// Wakes an idle writer so it picks up a new retention plan now (a
+    /// busy one picks it up before its next batch anyway).
+    pub(crate) fn wake(&self) {
+        let _ = self.tx.try_send(Msg::Wake);
+    }
+
     /// Makes the writer thread panic (engine tests only).
     #[cfg(test)]
     pub(crate) fn panic_for_test(&self) {
@@ -420,7 +428,9 @@ impl Writer {
                     let due = self.retainer.next_due();
                     let wait = match due {
                         None => Duration::ZERO,
-                        Some(due) => due.min(next_purge).saturating_duration_since(Instant::now()),
+                        Some(due) => due
+                            .min(next_purge)
+                            .saturating_duration_since(Instant::now()),
                     };
                     match self.rx.recv_timeout(wait) {
                         Ok(msg) => msg,
@@ -473,6 +483,7 @@ impl Writer {
                 let _ = reply.send(self.admin(op));
             }
             Msg::Shutdown => return false,
+            Msg::Wake => {}
             #[cfg(test)]
             Msg::Panic => panic!("writer panic requested by a test"),
         }
@@ -512,6 +523,25 @@ impl Writer {
             }
             metrics::counter!(m::EVENTS_VANISHED_TOTAL).increment(total as u64);
             tracing::info!(pubkey = %sluice_proto::hex32::encode(&ev.pubkey), removed = total, "NIP-62 request to vanish applied");
+        }
+    }
+
+    /// LMDB reports a write the disk could not take as `EIO` when the
+    /// write was short (the disk took part of it): an I/O error while the
+    /// store's filesystem has less free space than a few times the batch
+    /// (at least 8 MiB) is taken for a full disk.
+    fn disk_full_or(&self, e: StoreError, batch_bytes: u64) -> StoreError {
+        if !e.is_io() || e.is_disk_full() {
+            return e;
+        }
+        match self.store.disk_space() {
+            Ok(d) if d.free_bytes < (4 * batch_bytes).max(8 << 20) => {
+                StoreError::Io(std::io::Error::new(
+                    std::io::ErrorKind::StorageFull,
+                    format!("{} KB free on the store's disk ({e})", d.free_bytes >> 10),
+                ))
+            }
+            _ => e,
         }
     }
 
@@ -624,6 +654,8 @@ impl Writer {
                 }
             }
             Err(e) => {
+                let bytes = batch.iter().map(|r| r.event.raw().len() as u64).sum();
+                let e = self.disk_full_or(e, bytes);
                 let err = match &e {
                     StoreError::MapFull { .. } => WriteError::StoreFull,
                     e if e.is_disk_full() => WriteError::DiskFull(e.to_string()),
@@ -667,6 +699,8 @@ impl Writer {
         let outcomes = match result {
             Ok(outcomes) => outcomes,
             Err(e) => {
+                let bytes = bulk.events.iter().map(|e| e.raw().len() as u64).sum();
+                let e = self.disk_full_or(e, bytes);
                 report_failure(&e, n);
                 let _ = bulk.reply.send(Err(e));
                 return;

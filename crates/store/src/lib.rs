@@ -97,6 +97,14 @@ impl StoreError {
             || io.kind() == std::io::ErrorKind::FileTooLarge
     }
 
+    /// An operating-system I/O error (the disk, not the data).
+    pub fn is_io(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Io(_) | StoreError::Lmdb(heed::Error::Io(_))
+        )
+    }
+
     /// A write that ran out of map space says so, with the map's size.
     fn in_write(self, map_size_bytes: u64) -> StoreError {
         match self {

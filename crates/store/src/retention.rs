@@ -437,10 +437,7 @@ fn oldest_of<P: Prefix + 'static>(
     } else {
         Bound::Excluded(index_key(prefix, before, 0))
     };
-    let range = (
-        from.as_ref().map(|k| &k[..]),
-        to.as_ref().map(|k| &k[..]),
-    );
+    let range = (from.as_ref().map(|k| &k[..]), to.as_ref().map(|k| &k[..]));
     let mut out = Vec::new();
     for item in table.range(txn, &range)? {
         let (key, ()) = item.map_err(|e| table.error(e))?;
@@ -537,7 +534,10 @@ fn pick_author_excess(
     let mut more = false;
     if kinds.is_empty() {
         let prefix = author_prefix(author);
-        let (from, to) = (index_key(&prefix, 0, 0), index_key(&prefix, u64::MAX, u64::MAX));
+        let (from, to) = (
+            index_key(&prefix, 0, 0),
+            index_key(&prefix, u64::MAX, u64::MAX),
+        );
         let range = (Bound::Included(&from[..]), Bound::Included(&to[..]));
         for item in t.by_author.rev_range(txn, &range)? {
             let ((created_at, serial), ()) = item.map_err(|e| t.by_author.error(e))?;
@@ -554,7 +554,10 @@ fn pick_author_excess(
     } else {
         for &kind in kinds.iter().filter(|k| !is_replaceable(**k)) {
             let prefix = author_kind_prefix(author, kind);
-            let (from, to) = (index_key(&prefix, 0, 0), index_key(&prefix, u64::MAX, u64::MAX));
+            let (from, to) = (
+                index_key(&prefix, 0, 0),
+                index_key(&prefix, u64::MAX, u64::MAX),
+            );
             let range = (Bound::Included(&from[..]), Bound::Included(&to[..]));
             let mut taken = 0;
             for item in t.by_author_kind.rev_range(txn, &range)? {

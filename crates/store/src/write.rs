@@ -301,7 +301,8 @@ fn write_one(
     if ctx.rules.vanish_applies(ev) {
         let prev = t.vanished.get(wtxn, &ev.pubkey)?;
         if prev.is_none_or(|p| p < ev.created_at) {
-            t.vanished.put(wtxn, &ev.pubkey, &Be64::new(ev.created_at))?;
+            t.vanished
+                .put(wtxn, &ev.pubkey, &Be64::new(ev.created_at))?;
         }
     }
     Ok(WriteOutcome::Stored {
@@ -554,7 +555,10 @@ impl Store {
             };
             let mut doomed = Vec::new();
             let prefix = author_prefix(pubkey);
-            let (from, to) = (index_key(&prefix, 0, 0), index_key(&prefix, until, u64::MAX));
+            let (from, to) = (
+                index_key(&prefix, 0, 0),
+                index_key(&prefix, until, u64::MAX),
+            );
             let range = (Bound::Included(&from[..]), Bound::Included(&to[..]));
             for item in t.by_author.range(wtxn, &range)? {
                 let ((_, serial), ()) = item.map_err(|e| t.by_author.error(e))?;
@@ -568,11 +572,15 @@ impl Store {
             }
             if doomed.len() < max {
                 let prefix = tag_prefix(b'p', &hex32::encode(pubkey));
-                let (from, to) = (index_key(&prefix, 0, 0), index_key(&prefix, until, u64::MAX));
+                let (from, to) = (
+                    index_key(&prefix, 0, 0),
+                    index_key(&prefix, until, u64::MAX),
+                );
                 let range = (Bound::Included(&from[..]), Bound::Included(&to[..]));
                 for item in t.by_tag.range(wtxn, &range)? {
                     let ((_, serial), ()) = item.map_err(|e| t.by_tag.error(e))?;
-                    if let Some(StoredEvent { header, .. }) = t.events.get(wtxn, &Be64::new(serial))?
+                    if let Some(StoredEvent { header, .. }) =
+                        t.events.get(wtxn, &Be64::new(serial))?
                         && header.kind == GIFT_WRAP
                     {
                         doomed.push(serial);

@@ -16,7 +16,7 @@ pub const STORE_EVENTS: &str = "sluice_store_events";
 /// Events deleted by retention, by `rule` (summed).
 pub const RETENTION_DELETED_TOTAL: &str = "sluice_retention_deleted_total";
 /// The writer's cumulative time in retention, seconds.
-pub const RETENTION_SECONDS_TOTAL: &str = "sluice_retention_seconds_total";
+pub const RETENTION_SECONDS_TOTAL: &str = "sluice_retention_step_seconds_sum";
 
 /// The relay's series in one scrape; a series the page does not have is `None`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
@@ -257,7 +257,7 @@ mod tests {
         let page = "# TYPE sluice_store_used_bytes gauge\nsluice_store_used_bytes 1000\n\
                     sluice_retention_deleted_total{rule=\"size\"} 7\n\
                     sluice_retention_deleted_total{rule=\"age\"} 3\n\
-                    sluice_retention_seconds_total 1.5\nsluice_store_events 12\n";
+                    sluice_retention_step_seconds_sum 1.5\nsluice_store_events 12\n";
         let f = relay_figures(page);
         assert_eq!(f.store_used_bytes, Some(1000.0));
         assert_eq!(f.store_file_bytes, None);

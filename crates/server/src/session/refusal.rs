@@ -149,13 +149,13 @@ impl Refusal {
             R::DeletedByAuthor => "this event was deleted by its author".into(),
             R::Expired => "event has expired".into(),
             R::StoreFull => "relay storage is full".into(),
-            R::DiskFull(why) => format!("disk is full, writes resume when space returns ({why})").into(),
+            R::DiskFull(why) => {
+                format!("disk is full, writes resume when space returns ({why})").into()
+            }
             R::OutsideRetention => {
                 "older than this relay keeps events of this kind (retention)".into()
             }
-            R::Vanished => {
-                "its author asked this relay to remove their events (NIP-62)".into()
-            }
+            R::Vanished => "its author asked this relay to remove their events (NIP-62)".into(),
             R::VanishElsewhere => "this request to vanish names another relay".into(),
             R::StoreFailed => "could not store the event".into(),
             R::SubIdTooLong { max } => {
