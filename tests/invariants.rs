@@ -142,20 +142,29 @@ fn files_containing(pattern: &str) -> Vec<String> {
 
 /// Only the writer thread writes to the store: the store's write entry
 /// points are called from `crates/engine/src/writer.rs` alone (`serve` and
-/// `import` both go through it).
+/// `import` both go through it), and retention's from the writer's
+/// `Retainer` (`crates/engine/src/retention.rs`, run by the writer thread
+/// between batches).
 #[test]
 fn only_the_writer_thread_writes() {
-    for call in [
-        ".write_batch(",
-        ".purge_expired(",
-        ".set_policy(",
-        ".purge_author(",
-        ".purge_event(",
+    let writer = "crates/engine/src/writer.rs";
+    let retainer = "crates/engine/src/retention.rs";
+    for (call, by) in [
+        (".write_batch(", vec![]),
+        (".write_batch_ruled(", vec![writer]),
+        (".purge_expired(", vec![writer]),
+        (".set_policy(", vec![writer]),
+        (".purge_author(", vec![writer]),
+        (".purge_event(", vec![writer]),
+        (".purge_events(", vec![writer]),
+        (".purge_vanished(", vec![writer]),
+        (".prune_oldest(", vec![retainer]),
+        (".prune_author_excess(", vec![retainer]),
     ] {
         assert_eq!(
             files_containing(call),
-            vec!["crates/engine/src/writer.rs".to_string()],
-            "{call} must be called by the engine's writer only"
+            by.iter().map(|f| f.to_string()).collect::<Vec<_>>(),
+            "{call} must be called by the engine's writer thread only"
         );
     }
 }

@@ -534,3 +534,132 @@ fn free_bytes(path: &Path) -> u64 {
         .parse()
         .unwrap()
 }
+
+/// Runs the `sluice` binary with `args` and a clean environment plus `env`:
+/// (success, stdout, stderr).
+fn sluice(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let out = std::process::Command::new(support::BIN)
+        .args(args)
+        .env_clear()
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_by_filter_through_a_running_relay_and_on_a_stopped_store() {
+    let t = now();
+    let admin_key = sluice_proto::hex32::encode(&support::key(9));
+    let admins = format!("[\"{}\"]", pubkey_hex(9));
+    let mut relay = Relay::start_with(&[("SLUICE_POLICY__ADMIN_PUBKEYS", &admins)]);
+    let mut c = relay.client().await;
+    for i in 0..8u64 {
+        assert!(
+            c.publish(&ev(1, t - 100 + i, 1, &[], &format!("n{i}")))
+                .await
+                .0
+        );
+    }
+    for i in 0..4u64 {
+        assert!(c.publish(&ev(2, t - 100 + i, 7, &[], "+")).await.0);
+    }
+    drop(c);
+    let url = relay.http("/");
+    let online = |extra: &[&str]| {
+        let mut args = vec!["delete", "--url", &url];
+        args.extend_from_slice(extra);
+        sluice(&args, &[("SLUICE_ADMIN_KEY", &admin_key)])
+    };
+    let (ok, out, err) = online(&["--filter", r#"{"kinds":[7]}"#, "--dry-run"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("4 events match"), "{out}");
+    assert_eq!(ids(&relay, json!({"kinds": [7]})).await.len(), 4);
+    let (ok, out, err) = online(&["--filter", r#"{"kinds":[7]}"#]);
+    assert!(ok, "{err}");
+    assert!(out.contains("4 events removed"), "{out}");
+    assert!(ids(&relay, json!({"kinds": [7]})).await.is_empty());
+    assert_eq!(ids(&relay, json!({"kinds": [1]})).await.len(), 8);
+    // A bad filter is refused with its reason; nothing changes.
+    let (ok, _, err) = online(&["--filter", r#"{"kinds":"x"}"#]);
+    assert!(!ok && err.contains("filter"), "{err}");
+    // Without an admin's key: refused.
+    let (ok, _, err) = sluice(
+        &["delete", "--url", &url, "--filter", "{}"],
+        &[(
+            "SLUICE_ADMIN_KEY",
+            &sluice_proto::hex32::encode(&support::key(8)),
+        )],
+    );
+    assert!(!ok, "{err}");
+    assert_eq!(ids(&relay, json!({})).await.len(), 8);
+    let dir = relay.dir.clone();
+    let _keep = relay.keep_dir();
+    relay.stop();
+    // On the stopped store: the 3 newest notes.
+    let store = dir.to_str().unwrap();
+    let (ok, out, err) = sluice(
+        &[
+            "delete",
+            "--store",
+            "--filter",
+            r#"{"kinds":[1],"limit":3}"#,
+        ],
+        &[
+            ("SLUICE_STORE__PATH", store),
+            ("SLUICE_STORE__MAP_SIZE_MB", "512"),
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("3 events removed"), "{out}");
+    let relay = Relay::start_in(&dir, &[]);
+    let left = ids(&relay, json!({"kinds": [1]})).await;
+    assert_eq!(left.len(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_dry_run_says_what_each_rule_would_remove_and_removes_nothing() {
+    let t = now();
+    let mut events = vec![
+        ev(1, t - 40 * DAY, 7, &[], "+"),
+        ev(1, t - 41 * DAY, 7, &[], "+"),
+        ev(1, t - DAY, 7, &[], "+"),
+    ];
+    for i in 0..6u64 {
+        events.push(ev(2, t - 1000 + i, 1, &[], &format!("n{i}")));
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = store_with(tmp.path(), &events);
+    let conf = tmp.path().join("sluice.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[[retention.rules]]\nkinds = [7]\nmax_age_secs = {}\n[[retention.rules]]\nkinds = [1]\nkeep_per_author = 4\n",
+            30 * DAY
+        ),
+    )
+    .unwrap();
+    let (ok, out, err) = sluice(
+        &["retention", "--dry-run", "--config", conf.to_str().unwrap()],
+        &[
+            ("SLUICE_STORE__PATH", dir.to_str().unwrap()),
+            ("SLUICE_STORE__MAP_SIZE_MB", "512"),
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("rule 0 (kinds [7]): would remove 2 older than"),
+        "{out}"
+    );
+    assert!(
+        out.contains("rule 1 (kinds [1]): would remove 2 beyond the newest 4 per author"),
+        "{out}"
+    );
+    // Nothing was removed.
+    let relay = Relay::start_in(&dir, &[]);
+    assert_eq!(ids(&relay, json!({})).await.len(), events.len());
+}

@@ -455,6 +455,24 @@ impl Engine {
         }
     }
 
+    /// Removes every stored event matching `filter` (newest first, at most
+    /// its `limit`) through the writer, in chunks; with `dry_run`, counts
+    /// them instead. Returns how many.
+    pub async fn remove_matching(
+        &self,
+        filter: sluice_proto::Filter,
+        dry_run: bool,
+    ) -> Result<usize, BulkError> {
+        let op = AdminOp::PurgeMatching {
+            filter: Box::new(filter),
+            dry_run,
+        };
+        match self.writer.admin(op).await? {
+            AdminDone::Purged(n) => Ok(n),
+            _ => Err(BulkError::Closed),
+        }
+    }
+
     /// Delivers an ephemeral event to live subscriptions; never stored.
     pub fn publish_ephemeral(&self, event: Arc<Event>) {
         if self.tap.attached() {

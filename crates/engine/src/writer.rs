@@ -114,6 +114,12 @@ pub enum AdminOp {
     PurgeAuthor([u8; 32]),
     /// Removes one stored event.
     PurgeEvent([u8; 32]),
+    /// Removes (or with `dry_run`, counts) the stored events matching a
+    /// filter, newest first, at most its `limit`.
+    PurgeMatching {
+        filter: Box<sluice_proto::Filter>,
+        dry_run: bool,
+    },
 }
 
 /// The writer's answer to an [`AdminOp`].
@@ -566,7 +572,47 @@ impl Writer {
                 .store
                 .purge_event(&id)
                 .map(|gone| AdminDone::Purged(usize::from(gone))),
+            AdminOp::PurgeMatching { filter, dry_run } => {
+                self.purge_matching(*filter, dry_run).map(AdminDone::Purged)
+            }
         }
+    }
+
+    /// Deletion by filter: chunks of the newest matches, each removed in
+    /// one transaction, until none is left or the filter's `limit` is
+    /// reached. A dry run counts (limit ignored, as NIP-45 does).
+    fn purge_matching(
+        &self,
+        filter: sluice_proto::Filter,
+        dry_run: bool,
+    ) -> Result<usize, StoreError> {
+        let opts = sluice_store::QueryOptions {
+            now: unix_now(),
+            max_scan_rows: u64::MAX,
+        };
+        if dry_run {
+            let (n, _, _) = self.store.count(std::slice::from_ref(&filter), &opts)?;
+            return Ok(n as usize);
+        }
+        let mut left = filter.limit.unwrap_or(u64::MAX);
+        let mut total = 0;
+        while left > 0 {
+            let mut chunk = filter.clone();
+            chunk.limit = Some(left.min(PURGE_CHUNK as u64));
+            let out = self.store.query(&[chunk], &opts)?;
+            let ids: Vec<[u8; 32]> = out
+                .events
+                .iter()
+                .filter_map(|raw| Event::parse(raw).ok().map(|e| e.id))
+                .collect();
+            let n = self.store.purge_events(&ids)?;
+            total += n;
+            left = left.saturating_sub(ids.len() as u64);
+            if ids.len() < PURGE_CHUNK || n == 0 {
+                break;
+            }
+        }
+        Ok(total)
     }
 
     /// Adds queued events to `batch` up to the batch bounds. Returns the

@@ -19,7 +19,7 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use sluice_engine::policy::list;
-use sluice_proto::{Event, hex32};
+use sluice_proto::{Event, Filter, hex32};
 
 use crate::AppState;
 use crate::metrics_names as m;
@@ -54,6 +54,7 @@ pub const METHODS: &[&str] = &[
     "listblockedips",
     "changerelayname",
     "changerelaydescription",
+    "deletefilter",
 ];
 
 /// Whether a POST to `/` is a NIP-86 request.
@@ -247,6 +248,28 @@ pub async fn call(
                 .await
                 .map_err(|e| format!("could not remove its events: {e}"))?;
             Ok((json!(removed), true))
+        }
+        // Not in NIP-86: removes (or with a second parameter "dry-run",
+        // counts) every stored event matching a NIP-01 filter, given as
+        // an object or as its JSON text.
+        "deletefilter" => {
+            let filter = match params.first() {
+                Some(Value::String(text)) => Filter::parse(text),
+                Some(v @ Value::Object(_)) => Filter::from_value(v),
+                _ => return Err("parameter 1 must be a NIP-01 filter".into()),
+            }
+            .map_err(|e| format!("parameter 1 is not a valid filter: {e}"))?;
+            let dry_run = match params.get(1) {
+                None => false,
+                Some(Value::String(s)) if s == "dry-run" => true,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => return Err("parameter 2 may only be \"dry-run\"".into()),
+            };
+            let n = engine
+                .remove_matching(filter, dry_run)
+                .await
+                .map_err(|e| format!("could not remove the events: {e}"))?;
+            Ok((json!(n), !dry_run))
         }
         "unbanpubkey" => {
             let pk = param_hex(params, 0, "a hex pubkey")?;

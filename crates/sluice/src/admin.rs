@@ -22,8 +22,10 @@ use sha2::{Digest, Sha256};
 use sluice_proto::{Event, hex32};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// Where a NIP-86 call goes: a running relay (signed with an admin key),
+/// or with `--store` the store itself, through an engine of its own.
 #[derive(Args)]
-pub struct AdminArgs {
+pub struct Target {
     /// The relay's URL as its `auth.relay_urls` (or its host) name it,
     /// http:// or ws://; the request goes to its host and port.
     #[arg(long, default_value = "http://127.0.0.1:7777/")]
@@ -44,20 +46,65 @@ pub struct AdminArgs {
     /// TOML configuration file, for `--store`.
     #[arg(long)]
     config: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct AdminArgs {
+    #[command(flatten)]
+    target: Target,
     /// The NIP-86 method (e.g. banpubkey, listbannedpubkeys, allowkind,
-    /// blockip, changerelayname, purgepubkey; `supportedmethods` lists them).
+    /// blockip, changerelayname, purgepubkey, deletefilter;
+    /// `supportedmethods` lists them).
     method: String,
     /// Its parameters, in order; numbers are sent as numbers.
     params: Vec<String>,
 }
 
+/// `sluice delete`: removes the stored events matching a filter.
+#[derive(Args)]
+pub struct DeleteArgs {
+    #[command(flatten)]
+    target: Target,
+    /// A NIP-01 filter as JSON, e.g. '{"kinds":[1],"until":1700000000}';
+    /// its `limit`, if any, caps how many (the newest) go.
+    #[arg(long)]
+    filter: String,
+    /// Count what would be removed; remove nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
 pub fn run(args: AdminArgs) -> anyhow::Result<()> {
     let params = params_of(&args.params);
-    if args.store {
-        return offline(&args, &params);
+    let result = call(&args.target, &args.method, &params)?;
+    println!("{}", serde_json::to_string_pretty(&result)?);
+    Ok(())
+}
+
+pub fn delete(args: DeleteArgs) -> anyhow::Result<()> {
+    let filter: Value = serde_json::from_str(&args.filter).context("--filter is not JSON")?;
+    sluice_proto::Filter::from_value(&filter)
+        .map_err(|e| anyhow::anyhow!("--filter is not a valid NIP-01 filter: {e}"))?;
+    let mut params = vec![filter];
+    if args.dry_run {
+        params.push(json!("dry-run"));
+    }
+    let n = call(&args.target, "deletefilter", &params)?;
+    if args.dry_run {
+        println!("{n} events match; nothing removed (--dry-run)");
+    } else {
+        println!("{n} events removed");
+    }
+    Ok(())
+}
+
+/// Makes one NIP-86 call and returns its result.
+fn call(target: &Target, method: &str, params: &[Value]) -> anyhow::Result<Value> {
+    if target.store {
+        return offline(target, method, params);
     }
     let key =
-        match &args.key_file {
+        match &target.key_file {
             Some(path) => std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?,
             None => std::env::var("SLUICE_ADMIN_KEY")
@@ -65,19 +112,18 @@ pub fn run(args: AdminArgs) -> anyhow::Result<()> {
         };
     let secret: [u8; 32] = hex32::decode(key.trim())
         .context("the admin key must be 64 lowercase hex characters (a secret key)")?;
-    let body = json!({ "method": args.method, "params": params }).to_string();
+    let body = json!({ "method": method, "params": params }).to_string();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let public = args.public_url.as_deref().unwrap_or(&args.url);
-    let (status, answer) = runtime.block_on(post(&args.url, public, &secret, &body))?;
-    let v: Value = serde_json::from_str(&answer)
+    let public = target.public_url.as_deref().unwrap_or(&target.url);
+    let (status, answer) = runtime.block_on(post(&target.url, public, &secret, &body))?;
+    let mut v: Value = serde_json::from_str(&answer)
         .with_context(|| format!("HTTP {status}: the answer is not JSON: {answer}"))?;
     if let Some(err) = v["error"].as_str() {
         bail!("HTTP {status}: {err}");
     }
-    println!("{}", serde_json::to_string_pretty(&v["result"])?);
-    Ok(())
+    Ok(v["result"].take())
 }
 
 /// Numbers are sent as numbers, the rest as strings.
@@ -91,8 +137,8 @@ fn params_of(args: &[String]) -> Vec<Value> {
 }
 
 /// `--store`: the change made by an engine over the store itself.
-fn offline(args: &AdminArgs, params: &[Value]) -> anyhow::Result<()> {
-    let cfg = crate::config::Config::load(args.config.as_deref())?;
+fn offline(target: &Target, method: &str, params: &[Value]) -> anyhow::Result<Value> {
+    let cfg = crate::config::Config::load(target.config.as_deref())?;
     let store = cfg.store.open()?;
     let engine = sluice_engine::Engine::start(store, cfg.engine.clone(), cfg.throttle.clone());
     engine.set_retention(cfg.retention_plan());
@@ -104,14 +150,13 @@ fn offline(args: &AdminArgs, params: &[Value]) -> anyhow::Result<()> {
             .load_policy(cfg.policy.clone())
             .await
             .context("reading the runtime policy")?;
-        sluice_server::nip86::call(&engine, &args.method, params)
+        sluice_server::nip86::call(&engine, method, params)
             .await
             .map_err(|e| anyhow::anyhow!(e))
     });
     engine.shutdown();
     let (value, _) = result?;
-    println!("{}", serde_json::to_string_pretty(&value)?);
-    Ok(())
+    Ok(value)
 }
 
 /// `host:port` and the path of an http:// or ws:// URL.

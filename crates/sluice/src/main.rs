@@ -5,6 +5,7 @@ mod admin;
 mod config;
 mod export;
 mod import;
+mod retention;
 mod serve;
 mod sync;
 mod telemetry;
@@ -44,6 +45,11 @@ enum Command {
     Sync(sync::SyncArgs),
     /// NIP-86 management of a running relay (signed with an admin key).
     Admin(admin::AdminArgs),
+    /// Remove the stored events matching a filter, through a running
+    /// relay's writer (NIP-86, admin key) or on a stopped store (--store).
+    Delete(admin::DeleteArgs),
+    /// Retention tools.
+    Retention(retention::RetentionArgs),
     /// Configuration tools.
     Config {
         #[command(subcommand)]
@@ -69,6 +75,8 @@ fn main() -> ExitCode {
         Command::Import(args) => import::run(args),
         Command::Export(args) => export::run(args),
         Command::Admin(args) => admin::run(args),
+        Command::Delete(args) => admin::delete(args),
+        Command::Retention(args) => retention::run(args),
         Command::Sync(args) => sync::run(args),
         Command::Config {
             command: ConfigCommand::Check { config },

@@ -48,6 +48,21 @@ impl Store {
         })
     }
 
+    /// Removes the stored events with these ids, in one transaction;
+    /// returns how many were there.
+    pub fn purge_events(&self, ids: &[[u8; 32]]) -> Result<usize, StoreError> {
+        self.write_txn(|t, wtxn| {
+            let mut n = 0;
+            for id in ids {
+                if let Some(serial) = t.ids.get(wtxn, id)? {
+                    delete_serial(t, wtxn, serial)?;
+                    n += 1;
+                }
+            }
+            Ok(n)
+        })
+    }
+
     /// Removes the stored event with this id, if there is one.
     pub fn purge_event(&self, id: &[u8; 32]) -> Result<bool, StoreError> {
         self.write_txn(|t, wtxn| match t.ids.get(wtxn, id)? {

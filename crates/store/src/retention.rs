@@ -241,24 +241,6 @@ impl Store {
         Ok(out)
     }
 
-    /// Forgets every size horizon (the size target was removed).
-    pub fn clear_size_horizons(&self) -> Result<(), StoreError> {
-        let keys: Vec<String> = self
-            .size_horizons()?
-            .into_iter()
-            .map(|(s, _)| s.horizon_key())
-            .collect();
-        if keys.is_empty() {
-            return Ok(());
-        }
-        self.write_txn(|t, wtxn| {
-            for k in &keys {
-                t.meta.delete(wtxn, k)?;
-            }
-            Ok(())
-        })
-    }
-
     /// Picks (without removing) the events of `author` beyond the newest
     /// `keep` among `kinds` (every kind when empty; never replaceable or
     /// addressable ones), at most `max_pick`. Returns the serials and

@@ -85,7 +85,7 @@ impl Store {
         events: impl IntoIterator<Item = &'a Event>,
         now: u64,
     ) -> Result<Vec<WriteOutcome>, StoreError> {
-        self.write_batch_ruled(events, now, &WriteRules::default())
+        write_events(self, events, now, &WriteRules::default())
     }
 
     /// [`Store::write_batch`] with retention and NIP-62 rules.
@@ -95,30 +95,7 @@ impl Store {
         now: u64,
         rules: &WriteRules,
     ) -> Result<Vec<WriteOutcome>, StoreError> {
-        let horizons = if rules.retention.size_target {
-            self.size_horizons()?
-        } else {
-            Vec::new()
-        };
-        let ctx = Ctx {
-            rules,
-            horizons: &horizons,
-            now,
-        };
-        self.write_txn(|t, wtxn| {
-            let mut next = t.meta.get(wtxn, META_NEXT_SERIAL)?.unwrap_or(1);
-            let start = next;
-            let mut out = Vec::new();
-            let mut pending = Pending::default();
-            for ev in events {
-                out.push(write_one(t, wtxn, ev, &ctx, &mut next, &mut pending)?);
-            }
-            pending.flush(t, wtxn)?;
-            if next != start {
-                t.meta.put(wtxn, META_NEXT_SERIAL, &Be64::new(next))?;
-            }
-            Ok(out)
-        })
+        write_events(self, events, now, rules)
     }
 
     /// Removes up to `max` events whose expiration is at or before `now`.
@@ -148,6 +125,39 @@ impl Store {
         };
         run().map_err(|e: StoreError| e.in_write(self.map_size_bytes))
     }
+}
+
+/// One batch in one transaction, under `rules`.
+fn write_events<'a>(
+    store: &Store,
+    events: impl IntoIterator<Item = &'a Event>,
+    now: u64,
+    rules: &WriteRules,
+) -> Result<Vec<WriteOutcome>, StoreError> {
+    let horizons = if rules.retention.size_target {
+        store.size_horizons()?
+    } else {
+        Vec::new()
+    };
+    let ctx = Ctx {
+        rules,
+        horizons: &horizons,
+        now,
+    };
+    store.write_txn(|t, wtxn| {
+        let mut next = t.meta.get(wtxn, META_NEXT_SERIAL)?.unwrap_or(1);
+        let start = next;
+        let mut out = Vec::new();
+        let mut pending = Pending::default();
+        for ev in events {
+            out.push(write_one(t, wtxn, ev, &ctx, &mut next, &mut pending)?);
+        }
+        pending.flush(t, wtxn)?;
+        if next != start {
+            t.meta.put(wtxn, META_NEXT_SERIAL, &Be64::new(next))?;
+        }
+        Ok(out)
+    })
 }
 
 /// The time-ordered index entries of a batch's new events, inserted in key
