@@ -576,3 +576,53 @@ async fn events_imported_into_one_node_reach_the_others_by_the_periodic_repair()
     assert_eq!(difference(&c, filter, &events).await, (0, 0));
     assert!(c.metric("sluice_cluster_repair_events_total", &[]).await >= 50.0);
 }
+
+#[tokio::test]
+async fn a_request_to_vanish_reaches_every_node_and_no_sync_undoes_it() {
+    let Some(redis) = Redis::start() else { return };
+    let a = node(&redis, "a", &[]);
+    let b = node(&redis, "b", &[]);
+    let t = now();
+    let author = 3u8;
+    let mine: Vec<Event> = (0..20u64)
+        .map(|i| ev(author, t - 100 + i, 1, &[], &format!("vanishing {i}")))
+        .collect();
+    let by_author = json!({"authors": [pubkey_hex(author)], "kinds": [1]});
+    publish_all(&a.url(), &mine, 1, 16).await;
+    wait_until(Duration::from_secs(30), "node b has the notes", || async {
+        count(&b, by_author.clone()).await == 20
+    })
+    .await;
+    // Another relay that holds the same notes (a mirror the author used).
+    let mirror = Relay::start();
+    publish_all(&mirror.url(), &mine, 1, 16).await;
+    // The request, sent to node a, naming it.
+    let vanish = ev(author, t, 62, &[&["relay", &a.url()]], "");
+    let mut c = a.client().await;
+    let (ok, why) = c.publish(&vanish).await;
+    assert!(ok, "{why}");
+    assert_eq!(count(&a, by_author.clone()).await, 0);
+    wait_until(Duration::from_secs(30), "node b applies it", || async {
+        count(&b, by_author.clone()).await == 0
+    })
+    .await;
+    // Offered again on b: refused.
+    let mut cb = b.client().await;
+    let (ok, why) = cb.publish(&mine[0]).await;
+    assert!(!ok && why.starts_with("blocked:"), "{why}");
+    // `sluice sync` down from the mirror into b's store brings nothing back.
+    let out = Command::new(support::BIN)
+        .args(["sync", &mirror.url(), "--direction", "down"])
+        .env_clear()
+        .env("SLUICE_STORE__PATH", &b.dir)
+        .env("SLUICE_STORE__MAP_SIZE_MB", "512")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(count(&b, by_author.clone()).await, 0);
+    assert_eq!(count(&a, by_author).await, 0);
+}

@@ -52,7 +52,7 @@ pub use policy::{Denial, PolicyConfig};
 pub use reads::{ReadEnd, ReadGuard, ReadMsg, ReadSink, Reads};
 pub use retention::{DryRun, RetentionConfig, RetentionPlan, RuleConfig};
 pub use sluice_store::{
-    DiskSpace, QueryOptions, QueryOutput, Store, StoreError, StoreOptions, StoreStats,
+    DiskSpace, QueryOptions, QueryOutput, Scope, Store, StoreError, StoreOptions, StoreStats,
     WriteOutcome, WriteRules,
 };
 pub use throttle::{Admit, Refusal, Throttle, ThrottleConfig, Usage, UsageKey, UsageMap};

@@ -240,23 +240,18 @@ pub async fn pull(
     engine: std::sync::Arc<Engine>,
     key: Option<[u8; 32]>,
 ) -> anyhow::Result<(usize, usize)> {
-    let filter = if since == 0 {
-        json!({})
-    } else {
-        json!({ "since": since })
-    };
-    let parsed = Filter::parse(&filter.to_string()).context("repair filter")?;
     let store = engine.store().clone();
-    // A store read: on a thread of its own, outside the runtime (serve
+    let sized = engine.retention().target_bytes > 0;
+    // Store reads: on a thread of its own, outside the runtime (serve
     // forbids transactions on any thread in the runtime's context).
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("sluice-repair".into())
         .spawn(move || {
-            let _ = tx.send(local_items(&store, &parsed));
+            let _ = tx.send(repair_items(&store, since, sized));
         })
         .context("starting the repair's reader thread")?;
-    let local = rx.await.context("the repair's reader thread failed")??;
+    let (filter, local) = rx.await.context("the repair's reader thread failed")??;
     let (mut ws, _) = tokio_tungstenite::connect_async(&url)
         .await
         .with_context(|| format!("connecting to {url}"))?;
@@ -272,6 +267,38 @@ pub async fn pull(
     download(&mut ws, &need, &engine, &mut summary).await?;
     let _ = ws.close(None).await;
     Ok((summary.downloaded, summary.stored))
+}
+
+/// What a repair reconciles: events since `since`, and, with a size target,
+/// not older than what size eviction removed here (its horizon over every
+/// kind): those were removed on purpose and are not downloaded again. (Age
+/// and per-author rules are the same on every node of a cluster, so a peer
+/// does not hold what they removed; the write path refuses any that still
+/// arrive.) Returns the filter and the local item set.
+fn repair_items(
+    store: &sluice_engine::Store,
+    since: u64,
+    sized: bool,
+) -> anyhow::Result<(Value, Vec<(u64, [u8; 32])>)> {
+    let horizon = if sized {
+        store
+            .size_horizons()?
+            .into_iter()
+            .filter(|(scope, _)| *scope == sluice_engine::Scope::All)
+            .map(|(_, h)| h)
+            .max()
+            .unwrap_or(0)
+    } else {
+        0
+    };
+    let since = since.max(horizon);
+    let filter = if since == 0 {
+        json!({})
+    } else {
+        json!({ "since": since })
+    };
+    let parsed = Filter::parse(&filter.to_string()).context("repair filter")?;
+    Ok((filter, local_items(store, &parsed)?))
 }
 
 /// NIP-42 with `key`: waits for the challenge the peer sends at connect
