@@ -801,7 +801,11 @@ async fn nip11_document_lists_every_limit_with_cors() {
     let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(doc["software"], "sluice");
     assert!(doc["version"].is_string());
-    assert_eq!(doc["supported_nips"], json!([1, 9, 11, 40, 42, 45, 70, 77]));
+    // NIP-86 management is always served on the relay URL.
+    assert_eq!(
+        doc["supported_nips"],
+        json!([1, 9, 11, 40, 42, 45, 70, 77, 86])
+    );
     let lim = &doc["limitation"];
     assert_eq!(lim["max_subscriptions"], 7);
     for key in [
@@ -812,7 +816,6 @@ async fn nip11_document_lists_every_limit_with_cors() {
         "max_subid_length",
         "max_event_tags",
         "max_content_length",
-        "created_at_lower_limit",
         "created_at_upper_limit",
     ] {
         assert!(lim[key].is_u64(), "limitation.{key} missing: {lim}");
@@ -820,6 +823,39 @@ async fn nip11_document_lists_every_limit_with_cors() {
     let (status, _, body) = http_get(&relay.addr, "/", None).await;
     assert_eq!(status, 200);
     assert!(body.contains("Nostr relay"));
+}
+
+#[tokio::test]
+async fn nip11_created_at_lower_limit_is_left_out_unless_one_is_enforced() {
+    // No lower limit by default: the field is left out (NIP-11 has no
+    // value meaning "none"; 0 would read as "nothing older than now").
+    let relay = Relay::start();
+    let (_, _, body) = http_get(&relay.addr, "/", Some("application/nostr+json")).await;
+    let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let lim = &doc["limitation"];
+    assert!(lim.get("created_at_lower_limit").is_none(), "{lim}");
+    assert_eq!(lim["created_at_upper_limit"], 900, "{lim}");
+    let mut c = relay.client().await;
+    assert!(c.publish(&ev(1, 1_000_000, 1, &[], "old is fine")).await.0);
+    drop(relay);
+
+    let relay = Relay::start_with(&[
+        ("SLUICE_LIMITS__CREATED_AT_MAX_AGE_SECS", "3600"),
+        ("SLUICE_LIMITS__CREATED_AT_MAX_AHEAD_SECS", "60"),
+    ]);
+    let (_, _, body) = http_get(&relay.addr, "/", Some("application/nostr+json")).await;
+    let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let lim = &doc["limitation"];
+    assert_eq!(lim["created_at_lower_limit"], 3600, "{lim}");
+    assert_eq!(lim["created_at_upper_limit"], 60, "{lim}");
+    // The advertised window is the one enforced.
+    let mut c = relay.client().await;
+    let t = now();
+    let (ok, msg) = c.publish(&ev(1, t - 7200, 1, &[], "too old")).await;
+    assert!(!ok && msg.starts_with("invalid:"), "{msg}");
+    let (ok, msg) = c.publish(&ev(1, t + 600, 1, &[], "too new")).await;
+    assert!(!ok && msg.starts_with("invalid:"), "{msg}");
+    assert!(c.publish(&ev(1, t - 1800, 1, &[], "inside")).await.0);
 }
 
 // ------------------------------------------------------- operator endpoints

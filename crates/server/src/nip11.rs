@@ -7,8 +7,9 @@ use serde_json::{Value, json};
 
 use crate::config::{AuthConfig, LimitsConfig, RelayInfoConfig};
 
-/// NIPs this relay implements in full, whatever the config.
-pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 40, 45, 62, 77];
+/// NIPs this relay implements in full, whatever the config (NIP-86
+/// management is always served on the relay URL, see `crate::router`).
+pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 40, 45, 62, 77, 86];
 
 /// NIPs offered when `auth.enabled` is on: AUTH and protected events.
 pub const AUTH_NIPS: &[u16] = &[42, 70];
@@ -44,10 +45,15 @@ pub fn document(
             "auth_required": policy.read_restricted(),
             "payment_required": false,
             "restricted_writes": policy.members_only(),
-            "created_at_lower_limit": limits.created_at_max_age_secs,
             "created_at_upper_limit": limits.created_at_max_ahead_secs,
         },
     });
+    // `created_at_max_age_secs = 0` is no lower limit: NIP-11 has no value
+    // meaning that, so the field is left out (a 0 would read as "nothing
+    // older than now").
+    if limits.created_at_max_age_secs > 0 {
+        doc["limitation"]["created_at_lower_limit"] = limits.created_at_max_age_secs.into();
+    }
     let obj = doc.as_object_mut().expect("document is an object");
     if !retention.is_empty() {
         obj.insert("retention".into(), Value::Array(retention.to_vec()));
