@@ -785,6 +785,37 @@ async fn count_returns_the_number_of_matching_events() {
     assert_eq!(c.expect("COUNT").await[2]["count"], 2);
 }
 
+#[tokio::test]
+async fn a_count_cut_off_at_max_count_rows_says_it_is_approximate() {
+    let relay = Relay::start_with(&[
+        ("SLUICE_ENGINE__MAX_COUNT_ROWS", "10"),
+        (
+            "SLUICE_THROTTLE__CLIENTS__EVENTS_PER_PUBKEY__RATE_PER_S",
+            "1000",
+        ),
+    ]);
+    let mut c = relay.client().await;
+    let t = now();
+    for i in 0..25u64 {
+        let author = if i < 3 { 1 } else { 2 };
+        let e = ev(author, t - 100 + i, 1, &[], &format!("counted {i}"));
+        assert!(c.publish(&e).await.0);
+    }
+    // 25 kind-1 events, 10 index rows read: a lower bound, and it says so.
+    c.send(json!(["COUNT", "many", {"kinds": [1]}])).await;
+    let m = c.expect("COUNT").await;
+    assert_eq!(m[1], "many");
+    let n = m[2]["count"].as_u64().unwrap();
+    assert!((1..25).contains(&n), "{m}");
+    assert_eq!(m[2]["approximate"], true, "{m}");
+    // Under the cap: exact, and no `approximate` key.
+    c.send(json!(["COUNT", "few", {"authors": [pubkey_hex(1)], "kinds": [1]}]))
+        .await;
+    let m = c.expect("COUNT").await;
+    assert_eq!(m[1], "few");
+    assert_eq!(m[2], json!({"count": 3}), "{m}");
+}
+
 // ------------------------------------------------------------------- NIP-11
 
 #[tokio::test]

@@ -287,8 +287,21 @@ impl RelayMessage {
         format!("[\"AUTH\",{}]", json_str(challenge))
     }
 
-    pub fn count(sub_id: &str, count: u64) -> String {
-        format!("[\"COUNT\",{},{{\"count\":{}}}]", json_str(sub_id), count)
+    /// `["COUNT", sub_id, {"count": n}]` (NIP-45); with `approximate`, the
+    /// count is a lower bound (the relay stopped counting) and says so:
+    /// `{"count": n, "approximate": true}`. An exact count has no such key.
+    pub fn count(sub_id: &str, count: u64, approximate: bool) -> String {
+        let flag = if approximate {
+            ",\"approximate\":true"
+        } else {
+            ""
+        };
+        format!(
+            "[\"COUNT\",{},{{\"count\":{}{}}}]",
+            json_str(sub_id),
+            count,
+            flag
+        )
     }
 }
 
@@ -397,9 +410,23 @@ mod tests {
             RelayMessage::eose("s"),
             RelayMessage::closed("s", "rate-limited: slow down"),
             RelayMessage::notice("hi"),
-            RelayMessage::count("s", 3),
+            RelayMessage::count("s", 3, false),
+            RelayMessage::count("s", 3, true),
         ] {
             serde_json::from_str::<serde_json::Value>(&s).unwrap();
         }
+    }
+
+    #[test]
+    fn a_count_says_approximate_only_when_it_is() {
+        let exact: serde_json::Value =
+            serde_json::from_str(&RelayMessage::count("c", 7, false)).unwrap();
+        assert_eq!(exact, serde_json::json!(["COUNT", "c", {"count": 7}]));
+        let cut: serde_json::Value =
+            serde_json::from_str(&RelayMessage::count("c", 9, true)).unwrap();
+        assert_eq!(
+            cut,
+            serde_json::json!(["COUNT", "c", {"count": 9, "approximate": true}])
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! COUNT (NIP-45): admitted like a REQ (and counted against the same
 //! `limits.max_subscriptions`), run as a query of its own, answered with
 //! one COUNT or CLOSED when its query ends. Its query is owned by the
-//! registry until then.
+//! registry until then. A count cut off by `engine.max_count_rows` is
+//! answered with `"approximate": true`.
 
 use sluice_engine::{ReadEnd, ReadMsg};
 use sluice_proto::{Filter, RelayMessage};
@@ -46,8 +47,14 @@ impl Session {
             return Ok(());
         };
         match end {
-            ReadEnd::Count { count: n, .. } => {
-                out.send(RelayMessage::count(&count.sub_id, n)).await
+            // A count that stopped at `engine.max_count_rows` is a lower
+            // bound: NIP-45's `approximate`.
+            ReadEnd::Count {
+                count: n,
+                truncated,
+            } => {
+                out.send(RelayMessage::count(&count.sub_id, n, truncated))
+                    .await
             }
             other => {
                 out.send(Refusal::of_count_end(&other).closed(&count.sub_id))
