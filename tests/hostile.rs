@@ -1,7 +1,7 @@
 //! Black-box tests of what an attacker can send: unsigned data riding along
-//! with a signed event, nesting meant to exhaust a parser, and filters whose
-//! JSON the parser refuses, each answered with the right NIP-01 message and
-//! nothing of it stored or served.
+//! with a signed event, nesting meant to exhaust a parser, events and
+//! filters whose JSON the parser refuses, each answered with the right
+//! NIP-01 message and nothing of it stored or served.
 
 #[path = "support/mod.rs"]
 mod support;
@@ -70,6 +70,43 @@ async fn deep_nesting_is_refused_with_the_right_answer() {
     c.expect("NOTICE").await;
     c.send_text(&format!(r#"["CLOSE",{deep}]"#)).await;
     c.expect("NOTICE").await;
+    assert!(c.publish(&e).await.0);
+}
+
+/// JSON forbids raw control characters inside strings (and escapes it does
+/// not list), so such an EVENT is refused; but it is answered, with
+/// exactly one OK false when its id can be read, else a NOTICE.
+#[tokio::test]
+async fn an_event_with_raw_control_characters_gets_one_ok_false() {
+    let relay = Relay::start();
+    let mut c = relay.client().await;
+    let e = ev(1, now(), 1, &[], "line\nbreak\ttab\rcr\u{8}bs\u{c}ff end");
+    // relay-tester's "literals for JSON escape sequences": the escapes
+    // written as the raw bytes, and a lone backslash.
+    let literal = e
+        .raw()
+        .replace("\\n", "\n")
+        .replace("\\t", "\t")
+        .replace("\\r", "\r")
+        .replace("\\b", "\u{8}")
+        .replace("\\f", "\u{c}")
+        .replace(" end", "\\ end");
+    assert!(serde_json::from_str::<serde_json::Value>(&literal).is_err());
+    c.send_text(&format!("[\"EVENT\",{literal}]")).await;
+    let (ok, msg) = c.expect_ok(&e.id_hex()).await;
+    assert!(!ok && msg.starts_with("invalid:"), "{msg}");
+    // Exactly one OK, and nothing stored.
+    let got = c.req("s", &[json!({"ids": [e.id_hex()]})]).await;
+    assert!(got.is_empty());
+    // No id to read: a NOTICE, and the connection goes on.
+    c.send_text("[\"EVENT\",{\"content\":\"a\u{1}b\"}]").await;
+    let m = c.recv().await;
+    assert_eq!(m[0], "NOTICE", "{m}");
+    assert!(m[1].as_str().unwrap().starts_with("invalid:"), "{m}");
+    c.send(json!(["REQ", "barrier", {"limit": 0}])).await;
+    let m = c.recv().await;
+    assert_eq!(m, json!(["EOSE", "barrier"]), "nothing else may come first");
+    // The same event, escaped properly, is stored.
     assert!(c.publish(&e).await.0);
 }
 

@@ -92,8 +92,19 @@ impl ClientMessage {
         // Splitting into raw parts walks nesting iteratively (linear, no
         // stack); each part's own parser bounds its depth (`Event::parse`,
         // `Filter::parse`).
-        let parts: Vec<&RawValue> = serde_json::from_str(text)
-            .map_err(|e| MessageError::Malformed(short_serde_error(&e)))?;
+        let parts: Vec<&RawValue> = match serde_json::from_str(text) {
+            Ok(parts) => parts,
+            // Text that is not JSON (a raw control character or a bad
+            // escape inside a string, say) is still an EVENT or AUTH when
+            // it says so: it gets its OK false whenever its id can be read.
+            Err(e) if matches!(leading_type(text), Some("EVENT" | "AUTH")) => {
+                return Err(MessageError::BadEvent {
+                    id: sniff_id(text),
+                    error: EventError::Malformed(short_serde_error(&e)),
+                });
+            }
+            Err(e) => return Err(MessageError::Malformed(short_serde_error(&e))),
+        };
         let Some(first) = parts.first() else {
             return Err(MessageError::Malformed("empty array".into()));
         };
@@ -102,9 +113,10 @@ impl ClientMessage {
         match kind.as_str() {
             "EVENT" => {
                 if parts.len() != 2 {
-                    return Err(MessageError::Malformed(
-                        "EVENT takes exactly one event".into(),
-                    ));
+                    return Err(MessageError::BadEvent {
+                        id: parts.get(1).and_then(|raw| sniff_id(raw.get())),
+                        error: EventError::Malformed("EVENT takes exactly one event".into()),
+                    });
                 }
                 let raw = parts[1].get();
                 Event::parse(raw)
@@ -224,6 +236,18 @@ pub fn sniff_id(raw: &str) -> Option<String> {
         return plausible.then(|| id.to_owned());
     }
     None
+}
+
+/// The type of a message that may not be valid JSON: the first element of
+/// its top-level array when that is a string without escapes.
+fn leading_type(text: &str) -> Option<&str> {
+    let rest = text
+        .trim_start()
+        .strip_prefix('[')?
+        .trim_start()
+        .strip_prefix('"')?;
+    let end = rest.find(['"', '\\'])?;
+    rest[end..].starts_with('"').then(|| &rest[..end])
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -384,6 +408,64 @@ mod tests {
         match ClientMessage::parse(&msg).unwrap_err() {
             MessageError::BadEvent { id: Some(got), .. } => assert_eq!(got, id),
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// JSON forbids raw control characters in strings and escapes it does
+    /// not list; such an EVENT is refused, but as an EVENT: with its id
+    /// when it can be read (OK false), else without (a NOTICE).
+    #[test]
+    fn an_event_that_is_not_json_is_still_an_event() {
+        let ev = Event::sign(&[9u8; 32], 1_700_000_000, 1, vec![], "a\tb\nc");
+        let id = ev.id_hex();
+        // The escapes written as the raw characters (as relay-tester's
+        // "literals for JSON escape sequences" does), and a bad escape.
+        for raw in [
+            ev.raw().replace("\\t", "\t").replace("\\n", "\n"),
+            ev.raw().replace("\\t", "\\c"),
+        ] {
+            assert!(serde_json::from_str::<serde_json::Value>(&raw).is_err());
+            for msg in [
+                format!("[\"EVENT\",{raw}]"),
+                format!(" [ \"EVENT\" ,\n{raw}]"),
+            ] {
+                match ClientMessage::parse(&msg).unwrap_err() {
+                    MessageError::BadEvent {
+                        id: got,
+                        error: EventError::Malformed(why),
+                    } => {
+                        assert_eq!(got.as_deref(), Some(id.as_str()), "{msg:?}");
+                        assert!(!why.is_empty());
+                    }
+                    other => panic!("{msg:?}: {other:?}"),
+                }
+            }
+            match ClientMessage::parse(&format!("[\"AUTH\",{raw}]")).unwrap_err() {
+                MessageError::BadEvent { id: Some(got), .. } => assert_eq!(got, id),
+                other => panic!("{other:?}"),
+            }
+        }
+        // No id to read: still a bad event (answered with a NOTICE).
+        assert!(matches!(
+            ClientMessage::parse("[\"EVENT\",{\"content\":\"a\u{1}b\"}]"),
+            Err(MessageError::BadEvent { id: None, .. })
+        ));
+        // An extra element: the id is still read.
+        let msg = format!("[\"EVENT\",{},1]", ev.raw());
+        assert!(matches!(
+            ClientMessage::parse(&msg),
+            Err(MessageError::BadEvent { id: Some(ref got), .. }) if *got == id
+        ));
+        // Other types that are not JSON stay malformed messages.
+        for msg in [
+            "[\"REQ\",\"a\u{1}\"]",
+            "[\"EV\\u0045NT\",{\"id\":\"ab\"",
+            "nope",
+        ] {
+            assert!(
+                matches!(ClientMessage::parse(msg), Err(MessageError::Malformed(_))),
+                "{msg:?}"
+            );
         }
     }
 
