@@ -406,6 +406,36 @@ impl Store {
         let Store { env, .. } = self;
         env.prepare_for_closing().wait();
     }
+
+    /// Writes a compacted copy of the store to `dir/data.mdb` (LMDB's
+    /// compacting copy: free pages left out, the rest renumbered), the
+    /// store as of one read transaction, while others go on writing (in
+    /// this process or another). `dir` is created if missing; the copy is
+    /// created mode 0600; an existing `dir/data.mdb` is refused
+    /// (`AlreadyExists`), and a copy that fails is removed. Returns the
+    /// copy's size in bytes.
+    pub fn compact_to(&self, dir: &Path) -> Result<u64, StoreError> {
+        Self::check_thread();
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join("data.mdb");
+        let mut open = std::fs::File::options();
+        open.read(true).write(true).create_new(true);
+        // Readable by the store's owner only, as LMDB creates the store.
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+        let mut file = open.open(&path)?;
+        let copied = self
+            .env
+            .copy_to_file(&mut file, heed::CompactionOption::Enabled)
+            .map_err(StoreError::from)
+            .and_then(|()| Ok(file.sync_all()?))
+            .and_then(|()| Ok(file.metadata()?.len()));
+        if copied.is_err() {
+            drop(file);
+            let _ = std::fs::remove_file(&path);
+        }
+        copied
+    }
 }
 
 /// `(available, total)` bytes of the filesystem holding `path`.
