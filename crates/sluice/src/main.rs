@@ -2,6 +2,7 @@
 //! loads the configuration, and wires store, engine and server together.
 
 mod admin;
+mod compact;
 mod config;
 mod export;
 mod import;
@@ -50,6 +51,9 @@ enum Command {
     Delete(admin::DeleteArgs),
     /// Retention tools.
     Retention(retention::RetentionArgs),
+    /// Write a compacted copy of the store to OUT/data.mdb (a backup, taken
+    /// while the relay serves).
+    Compact(compact::CompactArgs),
     /// Configuration tools.
     Config {
         #[command(subcommand)]
@@ -78,6 +82,7 @@ fn main() -> ExitCode {
         Command::Delete(args) => admin::delete(args),
         Command::Retention(args) => retention::run(args),
         Command::Sync(args) => sync::run(args),
+        Command::Compact(args) => compact::run(args),
         Command::Config {
             command: ConfigCommand::Check { config },
         } => Config::load(config.as_deref()).and_then(|cfg| {
