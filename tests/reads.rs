@@ -313,9 +313,14 @@ const NOT_PER_CLIENT: &[&str] = &[
     "sluice_cluster_outbound_queued",
     // The per-IP read budget's current rate: scaled by the read controller.
     "sluice_query_read_budget_units_per_second",
-    // The store's content and size.
+    // The store's content and size, the disk it is on, retention's target.
     "sluice_store_map_size_bytes",
     "sluice_store_used_bytes",
+    "sluice_store_file_bytes",
+    "sluice_store_disk_free_bytes",
+    "sluice_store_disk_total_bytes",
+    "sluice_store_disk_min_free_bytes",
+    "sluice_retention_target_bytes",
     "sluice_store_events",
     // LMDB's count of reader slots ever taken in the lock file (a high-water
     // mark: it does not go down when readers end), and the configured maximum.
