@@ -431,7 +431,12 @@ impl Writer {
                 None => {
                     // Retention work pending: look at the queue without
                     // waiting, and take one step when it is empty.
-                    let due = self.retainer.next_due();
+                    // While the disk gate is closed retention waits too
+                    // (it cannot commit either): look again in a second.
+                    let due = match self.disk.refusal() {
+                        Some(_) => Some(Instant::now() + Duration::from_secs(1)),
+                        None => self.retainer.next_due(),
+                    };
                     let wait = match due {
                         None => Duration::ZERO,
                         Some(due) => due

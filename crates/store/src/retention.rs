@@ -44,6 +44,19 @@ pub struct Retention {
     pub size_target: bool,
 }
 
+impl Retention {
+    /// Whether `scope` is a size phase of these rules (every kind, or the
+    /// kinds of an age rule): a horizon left by rules since changed does
+    /// not refuse anything.
+    fn phase(&self, scope: &Scope) -> bool {
+        *scope == Scope::All
+            || self
+                .rules
+                .iter()
+                .any(|r| r.max_age_secs.is_some() && Scope::of_kinds(&r.kinds) == *scope)
+    }
+}
+
 /// One retention rule: events of `kinds` (every kind when empty) older
 /// than `max_age_secs`, or beyond the newest `keep_per_author` of their
 /// author among those kinds, are removed.
@@ -333,7 +346,7 @@ pub(crate) fn refuses(
     }
     if ret.size_target && !is_replaceable(ev.kind) {
         for (scope, horizon) in horizons {
-            if ev.created_at < *horizon && scope.contains(ev.kind) {
+            if ev.created_at < *horizon && scope.contains(ev.kind) && ret.phase(scope) {
                 return Ok(true);
             }
         }
