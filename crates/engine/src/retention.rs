@@ -4,9 +4,11 @@
 //! binary turns it into a [`RetentionPlan`] (adding the exempt pubkeys of
 //! other sections) and hands it to [`crate::Engine::set_retention`], again
 //! on SIGHUP. The writer's [`Retainer`] runs at most one bounded step (one
-//! write transaction of at most `step_events` removals) after each client
-//! batch, and steps back to back while the queue is empty, so a client's
-//! EVENT never waits for more than one step.
+//! write transaction of at most `step_events` removals and `step_ms`) after
+//! a client batch, and steps back to back while the queue is empty, so a
+//! client's EVENT never waits for more than one step. Between client
+//! batches retention takes at most 30% of the writer's time, unless the
+//! store is 5% over its size target.
 //!
 //! Work, in order of urgency:
 //! 1. size: while the store's used bytes are over `max_store_mb`, until
@@ -53,6 +55,9 @@ pub struct RetentionConfig {
     /// Most events one retention step removes (one transaction between
     /// client batches).
     pub step_events: usize,
+    /// Most milliseconds one retention step runs (it stops there, whatever
+    /// it picked).
+    pub step_ms: u64,
 }
 
 /// One `[[retention.rules]]` entry.
@@ -78,6 +83,7 @@ impl Default for RetentionConfig {
             exempt_pubkeys: Vec::new(),
             interval_secs: 60,
             step_events: 500,
+            step_ms: 10,
         }
     }
 }
@@ -94,6 +100,9 @@ impl RetentionConfig {
         }
         if self.step_events == 0 {
             return Err("retention.step_events must be at least 1".into());
+        }
+        if self.step_ms == 0 {
+            return Err("retention.step_ms must be at least 1".into());
         }
         for (i, p) in self.exempt_pubkeys.iter().enumerate() {
             if hex32::decode::<32>(p).is_none() {
@@ -158,6 +167,7 @@ impl RetentionConfig {
             low_bytes: (target_bytes as f64 * self.low_watermark) as u64,
             interval: Duration::from_secs(self.interval_secs),
             step_events: self.step_events,
+            step_time: Duration::from_millis(self.step_ms),
             nip11: self.nip11(),
         }
     }
@@ -194,6 +204,7 @@ pub struct RetentionPlan {
     pub low_bytes: u64,
     pub interval: Duration,
     pub step_events: usize,
+    pub step_time: Duration,
     /// The NIP-11 `retention` field.
     pub nip11: Vec<serde_json::Value>,
 }
@@ -277,6 +288,11 @@ const SIZE_CHECK_EVERY: Duration = Duration::from_millis(250);
 /// After a size pass that found nothing left to remove, how long before
 /// trying again.
 const SIZE_STUCK_PAUSE: Duration = Duration::from_secs(10);
+/// Between client batches, retention takes at most this share of the
+/// writer's time (an idle writer steps back to back)...
+const BUSY_SHARE: f64 = 0.3;
+/// ...unless the store is this far over its size target.
+const URGENT_OVER: f64 = 1.05;
 
 /// The writer's retention state.
 pub(crate) struct Retainer {
@@ -297,6 +313,12 @@ pub(crate) struct Retainer {
     marked: HashSet<[u8; 32]>,
     /// `Some(cursor)` while a sweep of every author runs.
     sweep: Option<Option<[u8; 32]>>,
+    /// When the last step ended and how long it ran (pacing between
+    /// client batches).
+    last_end: Instant,
+    last_len: Duration,
+    /// The store is over the target by [`URGENT_OVER`]: no pacing.
+    urgent: bool,
 }
 
 impl Retainer {
@@ -317,6 +339,9 @@ impl Retainer {
             age_due: Instant::now(),
             marked: HashSet::new(),
             sweep: None,
+            last_end: Instant::now(),
+            last_len: Duration::ZERO,
+            urgent: false,
         };
         r.restart();
         r
@@ -395,12 +420,24 @@ impl Retainer {
         Some(due)
     }
 
+    /// Whether a step between two client batches keeps retention within
+    /// [`BUSY_SHARE`] of the writer's time (always, when urgent).
+    pub(crate) fn paced(&self) -> bool {
+        if self.urgent {
+            return true;
+        }
+        let rest = self.last_len.mul_f64((1.0 - BUSY_SHARE) / BUSY_SHARE);
+        self.last_end.elapsed() >= rest
+    }
+
     /// Runs at most one bounded step of whatever is most urgent. Returns
     /// whether it did anything.
     pub(crate) fn step(&mut self, store: &Store, now_unix: u64) -> bool {
         self.refresh();
         let started = Instant::now();
         let result = self.step_inner(store, now_unix);
+        self.last_end = Instant::now();
+        self.last_len = self.last_end - started;
         let did = match result {
             Ok(did) => did,
             Err(e) => {
@@ -449,6 +486,7 @@ impl Retainer {
             let used = store.used_bytes()?;
             metrics::gauge!(m::STORE_USED_BYTES).set(used as f64);
             if used <= plan.target_bytes {
+                self.urgent = false;
                 return Ok(false);
             }
             tracing::info!(
@@ -478,6 +516,7 @@ impl Retainer {
             exempt: &plan.retention().exempt,
             max_pick: plan.step_events,
             max_examine: plan.step_events.saturating_mul(8),
+            max_time: plan.step_time,
         };
         let pruned = store.prune_oldest(&scan, true)?;
         count_removed("size", pruned.removed);
@@ -490,6 +529,7 @@ impl Retainer {
         }
         let used = store.used_bytes()?;
         metrics::gauge!(m::STORE_USED_BYTES).set(used as f64);
+        self.urgent = used as f64 > plan.target_bytes as f64 * URGENT_OVER;
         if used < plan.low_bytes {
             self.size_active = false;
             self.next_size_check = now + SIZE_CHECK_EVERY;
@@ -531,6 +571,7 @@ impl Retainer {
                 exempt: &plan.retention().exempt,
                 max_pick: plan.step_events,
                 max_examine: plan.step_events.saturating_mul(8),
+                max_time: plan.step_time,
             };
             let pruned = store.prune_oldest(&scan, false)?;
             count_removed(&self.age_rule.to_string(), pruned.removed);
@@ -563,7 +604,8 @@ impl Retainer {
                 self.marked.insert(author);
                 break;
             }
-            let (removed, more) = store.prune_author_excess(&author, &rule.kinds, keep, budget)?;
+            let (removed, more) =
+                store.prune_author_excess(&author, &rule.kinds, keep, budget, plan.step_time)?;
             count_removed(&i.to_string(), removed);
             budget = budget.saturating_sub(removed as usize);
             if more {
@@ -633,6 +675,7 @@ impl RetentionPlan {
                         exempt: &ret.exempt,
                         max_pick: STEP,
                         max_examine: STEP,
+                        max_time: Duration::MAX,
                     })?;
                     aged += p.serials.len() as u64;
                     match p.next {
@@ -672,6 +715,7 @@ impl RetentionPlan {
                         exempt: &ret.exempt,
                         max_pick: STEP.min(want as usize),
                         max_examine: STEP,
+                        max_time: Duration::MAX,
                     })?;
                     out.size_events += p.serials.len() as u64;
                     want -= (p.serials.len() as u64).min(want);

@@ -464,8 +464,10 @@ impl Writer {
                 self.purge_expired();
                 next_purge = Instant::now() + purge_every;
             }
-            // At most one bounded step between client batches.
-            self.retention_step();
+            // At most one bounded step between client batches, paced.
+            if self.retainer.paced() {
+                self.retention_step();
+            }
         }
         // Commit whatever is still queued so every accepted event lands.
         loop {

@@ -18,6 +18,7 @@
 
 use std::collections::HashSet;
 use std::ops::Bound;
+use std::time::{Duration, Instant};
 
 use heed::RoTxn;
 use sluice_proto::{Event, KindClass};
@@ -155,6 +156,9 @@ pub struct Scan<'a> {
     pub max_pick: usize,
     /// Most index entries looked at.
     pub max_examine: usize,
+    /// A removal step stops once it has run this long (whatever it
+    /// picked), so a client batch never waits long behind it.
+    pub max_time: Duration,
 }
 
 /// What a walk picked.
@@ -162,6 +166,8 @@ pub struct Scan<'a> {
 pub struct Picked {
     /// Serials of the events to remove, oldest first.
     pub serials: Vec<u64>,
+    /// Their `(created_at, serial)` index positions.
+    pub keys: Vec<(u64, u64)>,
     /// Bytes of their JSON.
     pub bytes: u64,
     /// The newest `created_at` picked (0 if none).
@@ -207,24 +213,35 @@ impl Store {
     /// transaction. With `horizon`, the size horizon of the scan's scope is
     /// raised to the newest `created_at` removed.
     pub fn prune_oldest(&self, scan: &Scan, horizon: bool) -> Result<Pruned, StoreError> {
+        let started = Instant::now();
         self.write_txn(|t, wtxn| {
             let picked = pick_oldest(t, wtxn, scan)?;
-            for &s in &picked.serials {
-                delete_serial(t, wtxn, s)?;
-            }
-            if horizon && !picked.serials.is_empty() {
-                let key = scan.scope.horizon_key();
-                let prev = t.meta.get(wtxn, &key)?.unwrap_or(0);
-                if picked.newest > prev {
-                    t.meta.put(wtxn, &key, &Be64::new(picked.newest))?;
-                }
-            }
-            Ok(Pruned {
-                removed: picked.serials.len() as u64,
-                bytes: picked.bytes,
+            let mut done = Pruned {
                 examined: picked.examined,
                 next: picked.next,
-            })
+                ..Pruned::default()
+            };
+            let mut newest = 0;
+            for (i, (&serial, &key)) in picked.serials.iter().zip(&picked.keys).enumerate() {
+                if i % 8 == 7 && started.elapsed() >= scan.max_time {
+                    // Out of time: the next step resumes after the last
+                    // one removed.
+                    done.next = Some(key_before(key));
+                    break;
+                }
+                delete_serial(t, wtxn, serial)?;
+                done.removed += 1;
+                newest = newest.max(key.0);
+            }
+            done.bytes = picked.bytes;
+            if horizon && done.removed > 0 {
+                let key = scan.scope.horizon_key();
+                let prev = t.meta.get(wtxn, &key)?.unwrap_or(0);
+                if newest > prev {
+                    t.meta.put(wtxn, &key, &Be64::new(newest))?;
+                }
+            }
+            Ok(done)
         })
     }
 
@@ -277,13 +294,20 @@ impl Store {
         kinds: &[u16],
         keep: u64,
         max_pick: usize,
+        max_time: Duration,
     ) -> Result<(u64, bool), StoreError> {
+        let started = Instant::now();
         self.write_txn(|t, wtxn| {
             let (serials, more) = pick_author_excess(t, wtxn, author, kinds, keep, max_pick)?;
-            for &s in &serials {
+            let mut removed = 0;
+            for (i, &s) in serials.iter().enumerate() {
+                if i % 8 == 7 && started.elapsed() >= max_time {
+                    return Ok((removed, true));
+                }
                 delete_serial(t, wtxn, s)?;
+                removed += 1;
             }
-            Ok((serials.len() as u64, more))
+            Ok((removed, more))
         })
     }
 
@@ -315,6 +339,15 @@ impl Store {
             from = Some(index_key(author, u64::MAX, u64::MAX));
         }
         Ok(out)
+    }
+}
+
+/// The index position just before `key`, so that a walk resuming after it
+/// starts at `key` itself.
+fn key_before((created_at, serial): (u64, u64)) -> (u64, u64) {
+    match serial.checked_sub(1) {
+        Some(s) => (created_at, s),
+        None => (created_at.saturating_sub(1), u64::MAX),
     }
 }
 
@@ -503,6 +536,7 @@ fn pick_oldest(t: &Tables, txn: &RoTxn, scan: &Scan) -> Result<Picked, StoreErro
             continue;
         }
         picked.serials.push(serial);
+        picked.keys.push((created_at, serial));
         picked.bytes += raw.len() as u64;
         picked.newest = picked.newest.max(created_at);
     }

@@ -356,8 +356,8 @@ impl Generator {
     }
 }
 
-/// Feeds one polite client: a kind 1 note at the run's current point on
-/// the span, one at a time, until `done`.
+/// Feeds one polite client: a kind 1 note dated now (a person posting, not
+/// a backfill), one at a time, until `done`.
 async fn polite_producer(
     mut mix: Mix,
     tx: mpsc::Sender<Prepared>,
@@ -368,9 +368,13 @@ async fn polite_producer(
 ) {
     while !done.load(Ordering::Relaxed) {
         let (spec, mut meta) = mix.spec(produced.progress(&budget));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        meta.created_at = now;
         let ev = Event::sign(
             &spec.secret_key,
-            spec.created_at,
+            now,
             spec.kind,
             spec.tags,
             &spec.content,
@@ -951,9 +955,10 @@ impl SoakReport {
             let count = |v: Option<f64>| v.map_or("-".to_owned(), |x| format!("{x:.0}"));
             let pct = |v: Option<f64>| v.map_or("-".to_owned(), |x| format!("{:.1}%", x * 100.0));
             println!(
-                "  retention: deleted {} events; deletions/s median {} (second half {}); \
+                "  retention: deleted {} events; deletions/s mean {}, median {} (second half {}); \
                  writer time in retention {} (worst sample {})",
                 count(st.deleted_during_run),
+                count(st.deletions_per_sec_mean),
                 count(st.deletions_per_sec_median),
                 count(st.deletions_per_sec_median_second_half),
                 pct(st.retention_share),

@@ -184,6 +184,10 @@ pub struct SampleStats {
     pub deletions_per_sec_median_second_half: Option<f64>,
     /// Events retention deleted during the run (last minus first reading).
     pub deleted_during_run: Option<f64>,
+    /// `deleted_during_run` over the time between those readings
+    /// (retention works in bursts between the target and the low mark, so
+    /// the per-sample median is often 0).
+    pub deletions_per_sec_mean: Option<f64>,
     /// The writer's time in retention over the run's time between the first
     /// and last readings.
     pub retention_share: Option<f64>,
@@ -220,6 +224,7 @@ pub fn sample_stats(samples: &[SoakSample]) -> SampleStats {
         deletions_per_sec_median: median(&values(samples, |s| s.deletions_per_sec)),
         deletions_per_sec_median_second_half: median(&values(half, |s| s.deletions_per_sec)),
         deleted_during_run: deleted.map(|(a, b)| b.1 - a.1),
+        deletions_per_sec_mean: deleted.and_then(|(a, b)| counter_rate((a.0, Some(a.1)), (b.0, Some(b.1)))),
         retention_share: in_retention
             .and_then(|(a, b)| counter_rate((a.0, Some(a.1)), (b.0, Some(b.1)))),
         retention_share_max_sample: values(samples, |s| s.retention_share)
