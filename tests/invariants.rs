@@ -159,6 +159,7 @@ fn only_the_writer_thread_writes() {
         (".purge_events(", vec![writer]),
         (".purge_vanished(", vec![writer]),
         (".prune_oldest(", vec![retainer]),
+        (".write_batch_evicting(", vec![retainer]),
         (".prune_author_excess(", vec![retainer]),
     ] {
         assert_eq!(

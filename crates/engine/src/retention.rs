@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use sluice_proto::{Event, hex32};
-use sluice_store::{Retention, Rule, Scan, Scope, Store, StoreError, WriteRules};
+use sluice_store::{Retention, Rule, Scan, Scope, Store, StoreError, WriteOutcome, WriteRules};
 
 pub use sluice_store::VANISH;
 
@@ -319,6 +319,12 @@ pub(crate) struct Retainer {
     last_len: Duration,
     /// The store is over the target by [`URGENT_OVER`]: no pacing.
     urgent: bool,
+    /// Events a step picks now: adapted so a whole step, its commit
+    /// included (scattered removals dirty many pages), fits in `step_ms`;
+    /// at most `step_events`.
+    pick: usize,
+    /// Events the current step removed.
+    removed: u64,
 }
 
 impl Retainer {
@@ -342,6 +348,8 @@ impl Retainer {
             last_end: Instant::now(),
             last_len: Duration::ZERO,
             urgent: false,
+            pick: 0,
+            removed: 0,
         };
         r.restart();
         r
@@ -365,6 +373,7 @@ impl Retainer {
 
     /// A new plan (or the first): everything runs again from the start.
     fn restart(&mut self) {
+        self.pick = self.plan.step_events;
         self.size_active = false;
         self.size_phase = 0;
         self.size_resume = None;
@@ -435,9 +444,11 @@ impl Retainer {
     pub(crate) fn step(&mut self, store: &Store, now_unix: u64) -> bool {
         self.refresh();
         let started = Instant::now();
+        self.removed = 0;
         let result = self.step_inner(store, now_unix);
         self.last_end = Instant::now();
         self.last_len = self.last_end - started;
+        self.adapt_pick();
         let did = match result {
             Ok(did) => did,
             Err(e) => {
@@ -459,6 +470,24 @@ impl Retainer {
         did
     }
 
+    /// Fits the next step's pick to `step_ms` from how long this one took,
+    /// when it removed anything: down in proportion when it ran over, up by
+    /// a quarter when it removed all it picked in under half of it.
+    fn adapt_pick(&mut self) {
+        if self.removed == 0 {
+            return;
+        }
+        let full = self.removed >= self.pick as u64;
+        let budget = self.plan.step_time.as_secs_f64();
+        let took = self.last_len.as_secs_f64();
+        let max = self.plan.step_events.max(1);
+        if took > budget {
+            self.pick = ((self.pick as f64 * budget / took * 0.9) as usize).clamp(8, max);
+        } else if took < budget / 2.0 && full {
+            self.pick = (self.pick + self.pick / 4 + 1).min(max);
+        }
+    }
+
     fn step_inner(&mut self, store: &Store, now_unix: u64) -> Result<bool, StoreError> {
         if self.size_step(store)? {
             return Ok(true);
@@ -470,6 +499,70 @@ impl Retainer {
             return Ok(true);
         }
         self.sweep_step(store)
+    }
+
+    /// Whether the next client batch should carry size eviction in its own
+    /// transaction (eviction is running).
+    pub(crate) fn rides(&self) -> bool {
+        self.size_active && self.plan.target_bytes > 0 && self.size_phase < self.phases.len()
+    }
+
+    /// Writes a client batch of `n` events and, in the same transaction,
+    /// removes up to twice as many of the oldest events of the current size
+    /// phase (at most `step_ms` of removals): eviction keeps pace with the
+    /// writes at no extra commit. Call when [`Retainer::rides`].
+    pub(crate) fn write_evicting<'a>(
+        &mut self,
+        store: &Store,
+        events: impl IntoIterator<Item = &'a Event>,
+        n: usize,
+        now_unix: u64,
+    ) -> Result<Vec<WriteOutcome>, StoreError> {
+        let plan = self.plan.clone();
+        let Some(scope) = self.phases.get(self.size_phase) else {
+            return store.write_batch_evicting(events, now_unix, &plan.rules, &Scan {
+                scope: &Scope::All,
+                before: 0,
+                after: None,
+                replaceable: false,
+                exempt: &plan.retention().exempt,
+                max_pick: 0,
+                max_examine: 0,
+                max_time: Duration::ZERO,
+            })
+            .map(|(out, _)| out);
+        };
+        let scan = Scan {
+            scope,
+            before: u64::MAX,
+            after: self.size_resume,
+            replaceable: false,
+            exempt: &plan.retention().exempt,
+            max_pick: n.saturating_mul(2).clamp(16, 2048),
+            max_examine: plan.step_events.saturating_mul(8),
+            max_time: plan.step_time,
+        };
+        let started = Instant::now();
+        let (out, pruned) = store.write_batch_evicting(events, now_unix, &plan.rules, &scan)?;
+        count_removed("size", pruned.removed);
+        match pruned.next {
+            Some(next) => self.size_resume = Some(next),
+            None => {
+                self.size_phase += 1;
+                self.size_resume = None;
+            }
+        }
+        if pruned.removed > 0 {
+            metrics::histogram!(m::RETENTION_STEP_SECONDS).record(started.elapsed().as_secs_f64());
+        }
+        let used = store.used_bytes()?;
+        metrics::gauge!(m::STORE_USED_BYTES).set(used as f64);
+        self.urgent = used as f64 > plan.target_bytes as f64 * URGENT_OVER;
+        if used < plan.low_bytes {
+            self.size_active = false;
+            self.next_size_check = Instant::now() + SIZE_CHECK_EVERY;
+        }
+        Ok(out)
     }
 
     fn size_step(&mut self, store: &Store) -> Result<bool, StoreError> {
@@ -514,11 +607,12 @@ impl Retainer {
             after: self.size_resume,
             replaceable: false,
             exempt: &plan.retention().exempt,
-            max_pick: plan.step_events,
+            max_pick: self.pick,
             max_examine: plan.step_events.saturating_mul(8),
             max_time: plan.step_time,
         };
         let pruned = store.prune_oldest(&scan, true)?;
+        self.removed += pruned.removed;
         count_removed("size", pruned.removed);
         match pruned.next {
             Some(next) => self.size_resume = Some(next),
@@ -569,11 +663,12 @@ impl Retainer {
                 after: self.age_resume,
                 replaceable: !rule.kinds.is_empty(),
                 exempt: &plan.retention().exempt,
-                max_pick: plan.step_events,
+                max_pick: self.pick,
                 max_examine: plan.step_events.saturating_mul(8),
                 max_time: plan.step_time,
             };
             let pruned = store.prune_oldest(&scan, false)?;
+            self.removed += pruned.removed;
             count_removed(&self.age_rule.to_string(), pruned.removed);
             match pruned.next {
                 Some(next) => self.age_resume = Some(next),
@@ -595,7 +690,7 @@ impl Retainer {
         };
         self.marked.remove(&author);
         let plan = self.plan.clone();
-        let mut budget = plan.step_events;
+        let mut budget = self.pick;
         for (i, rule) in plan.retention().rules.iter().enumerate() {
             let Some(keep) = rule.keep_per_author else {
                 continue;
@@ -607,6 +702,7 @@ impl Retainer {
             let (removed, more) =
                 store.prune_author_excess(&author, &rule.kinds, keep, budget, plan.step_time)?;
             count_removed(&i.to_string(), removed);
+            self.removed += removed;
             budget = budget.saturating_sub(removed as usize);
             if more {
                 self.marked.insert(author);

@@ -663,9 +663,15 @@ impl Writer {
             .max_wait_ns
             .fetch_max(max_wait.as_nanos() as u64, Ordering::Relaxed);
         metrics::histogram!(m::WRITER_BATCH_EVENTS).record(batch.len() as f64);
-        let result =
+        // While size eviction runs, it rides on the batch's transaction.
+        let result = if self.retainer.rides() {
+            let n = batch.len();
+            self.retainer
+                .write_evicting(&self.store, batch.iter().map(|r| &*r.event), n, unix_now())
+        } else {
             self.store
-                .write_batch_ruled(batch.iter().map(|r| &*r.event), unix_now(), &plan.rules);
+                .write_batch_ruled(batch.iter().map(|r| &*r.event), unix_now(), &plan.rules)
+        };
         let commit = started.elapsed();
         metrics::histogram!(m::WRITER_COMMIT_SECONDS).record(commit.as_secs_f64());
         self.signals

@@ -20,7 +20,7 @@ use std::collections::HashSet;
 use std::ops::Bound;
 use std::time::{Duration, Instant};
 
-use heed::RoTxn;
+use heed::{RoTxn, RwTxn};
 use sluice_proto::{Event, KindClass};
 
 use crate::codec::{
@@ -214,35 +214,7 @@ impl Store {
     /// raised to the newest `created_at` removed.
     pub fn prune_oldest(&self, scan: &Scan, horizon: bool) -> Result<Pruned, StoreError> {
         let started = Instant::now();
-        self.write_txn(|t, wtxn| {
-            let picked = pick_oldest(t, wtxn, scan)?;
-            let mut done = Pruned {
-                examined: picked.examined,
-                next: picked.next,
-                ..Pruned::default()
-            };
-            let mut newest = 0;
-            for (i, (&serial, &key)) in picked.serials.iter().zip(&picked.keys).enumerate() {
-                if i % 8 == 7 && started.elapsed() >= scan.max_time {
-                    // Out of time: the next step resumes after the last
-                    // one removed.
-                    done.next = Some(key_before(key));
-                    break;
-                }
-                delete_serial(t, wtxn, serial)?;
-                done.removed += 1;
-                newest = newest.max(key.0);
-            }
-            done.bytes = picked.bytes;
-            if horizon && done.removed > 0 {
-                let key = scan.scope.horizon_key();
-                let prev = t.meta.get(wtxn, &key)?.unwrap_or(0);
-                if newest > prev {
-                    t.meta.put(wtxn, &key, &Be64::new(newest))?;
-                }
-            }
-            Ok(done)
-        })
+        self.write_txn(|t, wtxn| prune_in(t, wtxn, scan, horizon, started))
     }
 
     /// The size horizons: per scope, the newest `created_at` size eviction
@@ -340,6 +312,44 @@ impl Store {
         }
         Ok(out)
     }
+}
+
+/// Removes what `scan` picks inside `wtxn`, stopping once `scan.max_time`
+/// has passed since `started`; with `horizon`, raises the scope's size
+/// horizon to the newest `created_at` removed.
+pub(crate) fn prune_in(
+    t: &Tables,
+    wtxn: &mut RwTxn<'_>,
+    scan: &Scan,
+    horizon: bool,
+    started: Instant,
+) -> Result<Pruned, StoreError> {
+    let picked = pick_oldest(t, wtxn, scan)?;
+    let mut done = Pruned {
+        examined: picked.examined,
+        next: picked.next,
+        ..Pruned::default()
+    };
+    let mut newest = 0;
+    for (i, (&serial, &key)) in picked.serials.iter().zip(&picked.keys).enumerate() {
+        if i % 8 == 7 && started.elapsed() >= scan.max_time {
+            // Out of time: the next step resumes at the first one left.
+            done.next = Some(key_before(key));
+            break;
+        }
+        delete_serial(t, wtxn, serial)?;
+        done.removed += 1;
+        newest = newest.max(key.0);
+    }
+    done.bytes = picked.bytes;
+    if horizon && done.removed > 0 {
+        let key = scan.scope.horizon_key();
+        let prev = t.meta.get(wtxn, &key)?.unwrap_or(0);
+        if newest > prev {
+            t.meta.put(wtxn, &key, &Be64::new(newest))?;
+        }
+    }
+    Ok(done)
 }
 
 /// The index position just before `key`, so that a walk resuming after it

@@ -15,7 +15,7 @@ use crate::codec::{
     Address, Be64, Header, StoredEvent, author_kind_prefix, author_prefix, index_key, kind_prefix,
     tag_prefix, tombstone_key,
 };
-use crate::retention::{Retention, Scope, VANISH};
+use crate::retention::{Pruned, Retention, Scan, Scope, VANISH};
 use crate::tables::{Index, META_NEXT_SERIAL, Tables};
 
 /// Kind of NIP-59 gift wraps.
@@ -85,7 +85,7 @@ impl Store {
         events: impl IntoIterator<Item = &'a Event>,
         now: u64,
     ) -> Result<Vec<WriteOutcome>, StoreError> {
-        write_events(self, events, now, &WriteRules::default())
+        write_events(self, events, now, &WriteRules::default(), None).map(|(out, _)| out)
     }
 
     /// [`Store::write_batch`] with retention and NIP-62 rules.
@@ -95,7 +95,20 @@ impl Store {
         now: u64,
         rules: &WriteRules,
     ) -> Result<Vec<WriteOutcome>, StoreError> {
-        write_events(self, events, now, rules)
+        write_events(self, events, now, rules, None).map(|(out, _)| out)
+    }
+
+    /// [`Store::write_batch_ruled`], then, in the same transaction (one
+    /// commit, one sync), the removal `evict` picks (retention's size
+    /// eviction riding on a client batch), raising its scope's horizon.
+    pub fn write_batch_evicting<'a>(
+        &self,
+        events: impl IntoIterator<Item = &'a Event>,
+        now: u64,
+        rules: &WriteRules,
+        evict: &Scan,
+    ) -> Result<(Vec<WriteOutcome>, Pruned), StoreError> {
+        write_events(self, events, now, rules, Some(evict))
     }
 
     /// Removes up to `max` events whose expiration is at or before `now`.
@@ -133,7 +146,8 @@ fn write_events<'a>(
     events: impl IntoIterator<Item = &'a Event>,
     now: u64,
     rules: &WriteRules,
-) -> Result<Vec<WriteOutcome>, StoreError> {
+    evict: Option<&Scan>,
+) -> Result<(Vec<WriteOutcome>, Pruned), StoreError> {
     let horizons = if rules.retention.size_target {
         store.size_horizons()?
     } else {
@@ -156,7 +170,13 @@ fn write_events<'a>(
         if next != start {
             t.meta.put(wtxn, META_NEXT_SERIAL, &Be64::new(next))?;
         }
-        Ok(out)
+        let pruned = match evict {
+            Some(scan) => {
+                crate::retention::prune_in(t, wtxn, scan, true, std::time::Instant::now())?
+            }
+            None => Pruned::default(),
+        };
+        Ok((out, pruned))
     })
 }
 
