@@ -705,7 +705,10 @@ async fn a_kill_during_size_eviction_leaves_a_consistent_store() {
     // Without retention: what is there is whole.
     let relay = Relay::start_in(&dir, &[]);
     let all = sorted(ids(&relay, json!({})).await);
-    assert!(all.len() < events.len() + acked.len(), "eviction removed nothing");
+    assert!(
+        all.len() < events.len() + acked.len(),
+        "eviction removed nothing"
+    );
     // Every index answers the same set: by author, by tag, by kind, by id.
     let authors: Vec<String> = (10..50u8).map(pubkey_hex).chain([pubkey_hex(1)]).collect();
     assert_eq!(sorted(ids(&relay, json!({"authors": authors})).await), all);
@@ -723,5 +726,8 @@ async fn a_kill_during_size_eviction_leaves_a_consistent_store() {
         id_set(&acked_refs)
     );
     let newest = &events[events.len() - 1];
-    assert_eq!(ids(&relay, json!({"ids": [newest.id_hex()]})).await.len(), 1);
+    assert_eq!(
+        ids(&relay, json!({"ids": [newest.id_hex()]})).await.len(),
+        1
+    );
 }

@@ -328,12 +328,15 @@ impl Engine {
     /// `received` is when the event was admitted: the writer wait the
     /// monitor sees runs from there, so time spent waiting for a CPU
     /// (signature checks of a flood) counts as load, not only the queue.
+    /// `lone`: the connection has no other EVENT awaiting its OK; such
+    /// events are committed ahead of a large batch of pipelined ones.
     pub fn submit(
         &self,
         event: Arc<Event>,
         received: Instant,
+        lone: bool,
     ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
-        self.writer.submit(event, received, true)
+        self.writer.submit(event, received, true, lone)
     }
 
     /// Queues an event another node stored (the cluster's consumer): the
@@ -343,7 +346,7 @@ impl Engine {
         &self,
         event: Arc<Event>,
     ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
-        self.writer.submit(event, Instant::now(), false)
+        self.writer.submit(event, Instant::now(), false, false)
     }
 
     /// Attaches the replication tap: from now on every event a client
@@ -601,7 +604,7 @@ mod tests {
         assert_eq!(got.event.event.raw(), note.raw());
         assert!(live.try_recv().is_none());
         // A single event after it sees it stored.
-        let rx = engine.submit(Arc::new(note), Instant::now()).unwrap();
+        let rx = engine.submit(Arc::new(note), Instant::now(), true).unwrap();
         assert_eq!(rx.blocking_recv().unwrap(), Ok(WriteOutcome::Duplicate));
         assert_eq!(engine.write_batch_blocking(Vec::new()).unwrap(), vec![]);
         engine.shutdown();

@@ -100,6 +100,9 @@ struct Request {
     /// Whether a stored event goes to the replication tap (a client's
     /// event does; one replicated from another node does not).
     replicate: bool,
+    /// Its connection had no other EVENT awaiting an OK (a person, not a
+    /// pipelining bulk writer): it is committed ahead of a large batch.
+    lone: bool,
 }
 
 /// What an operator asks the writer to do.
@@ -129,6 +132,9 @@ pub enum AdminDone {
     Set,
     Purged(usize),
 }
+
+/// A batch larger than this commits its lone events first, apart.
+const LONE_AHEAD_OF: usize = 8;
 
 /// Events removed per transaction by a purge (other writes interleave).
 const PURGE_CHUNK: usize = 1000;
@@ -274,6 +280,7 @@ impl WriterHandle {
         event: Arc<Event>,
         received: Instant,
         replicate: bool,
+        lone: bool,
     ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
         let (reply, rx) = oneshot::channel();
         let msg = Msg::Write(Request {
@@ -281,6 +288,7 @@ impl WriterHandle {
             enqueued: received,
             reply,
             replicate,
+            lone,
         });
         // Count before sending so the writer's decrement never underflows.
         self.queued.fetch_add(1, Ordering::Relaxed);
@@ -489,6 +497,21 @@ impl Writer {
             Msg::Write(first) => {
                 let mut batch = vec![first];
                 *held = self.fill(&mut batch);
+                // Lone events (a connection with nothing else awaiting an
+                // OK) in a large batch of pipelined ones are committed
+                // first, in a small transaction of their own: a person
+                // posting beside a bulk writer waits for one small commit,
+                // not for the bulk writer's batch.
+                if batch.len() > LONE_AHEAD_OF && batch.iter().any(|r| r.lone) {
+                    let (lone, rest): (Vec<Request>, Vec<Request>) =
+                        batch.into_iter().partition(|r| r.lone);
+                    if !rest.is_empty() {
+                        self.write(lone);
+                        batch = rest;
+                    } else {
+                        batch = lone;
+                    }
+                }
                 self.write(batch);
             }
             Msg::Bulk(bulk) => self.write_bulk(bulk),
@@ -666,8 +689,12 @@ impl Writer {
         // While size eviction runs, it rides on the batch's transaction.
         let result = if self.retainer.rides() {
             let n = batch.len();
-            self.retainer
-                .write_evicting(&self.store, batch.iter().map(|r| &*r.event), n, unix_now())
+            self.retainer.write_evicting(
+                &self.store,
+                batch.iter().map(|r| &*r.event),
+                n,
+                unix_now(),
+            )
         } else {
             self.store
                 .write_batch_ruled(batch.iter().map(|r| &*r.event), unix_now(), &plan.rules)

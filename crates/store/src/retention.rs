@@ -182,6 +182,8 @@ pub struct Picked {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Pruned {
     pub removed: u64,
+    /// Time spent picking and removing (not the commit).
+    pub took: Duration,
     pub bytes: u64,
     pub examined: usize,
     pub next: Option<(u64, u64)>,
@@ -342,6 +344,7 @@ pub(crate) fn prune_in(
         newest = newest.max(key.0);
     }
     done.bytes = picked.bytes;
+    done.took = started.elapsed();
     if horizon && done.removed > 0 {
         let key = scan.scope.horizon_key();
         let prev = t.meta.get(wtxn, &key)?.unwrap_or(0);

@@ -372,13 +372,7 @@ async fn polite_producer(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         meta.created_at = now;
-        let ev = Event::sign(
-            &spec.secret_key,
-            now,
-            spec.kind,
-            spec.tags,
-            &spec.content,
-        );
+        let ev = Event::sign(&spec.secret_key, now, spec.kind, spec.tags, &spec.content);
         meta.bytes = ev.raw().len() as u32;
         mix.remember(&ev);
         let p = prepared(&ev);

@@ -224,7 +224,8 @@ pub fn sample_stats(samples: &[SoakSample]) -> SampleStats {
         deletions_per_sec_median: median(&values(samples, |s| s.deletions_per_sec)),
         deletions_per_sec_median_second_half: median(&values(half, |s| s.deletions_per_sec)),
         deleted_during_run: deleted.map(|(a, b)| b.1 - a.1),
-        deletions_per_sec_mean: deleted.and_then(|(a, b)| counter_rate((a.0, Some(a.1)), (b.0, Some(b.1)))),
+        deletions_per_sec_mean: deleted
+            .and_then(|(a, b)| counter_rate((a.0, Some(a.1)), (b.0, Some(b.1)))),
         retention_share: in_retention
             .and_then(|(a, b)| counter_rate((a.0, Some(a.1)), (b.0, Some(b.1)))),
         retention_share_max_sample: values(samples, |s| s.retention_share)

@@ -181,6 +181,7 @@ impl Session {
             // The write policy answers first; the writer (or the live
             // fan-out) only after it accepted. The OK comes with the others.
             let engine = self.st.engine.clone();
+            let lone = self.writes.is_empty();
             let source = (self.ip, self.auth.pubkeys().first().copied());
             self.writes.push(Box::pin(async move {
                 let verdict = plugin
@@ -199,7 +200,7 @@ impl Session {
                         engine.publish_ephemeral(ev);
                         Answer::Taken("ephemeral")
                     }
-                    PluginVerdict::Accept => match engine.submit(ev, admitted) {
+                    PluginVerdict::Accept => match engine.submit(ev, admitted, lone) {
                         Ok(rx) => Answer::Written(rx.await.ok()),
                         Err(e) => Answer::Refused(e.into()),
                     },
@@ -216,7 +217,8 @@ impl Session {
             self.st.engine.publish_ephemeral(ev);
             return Ok(Queued::Ephemeral);
         }
-        let rx = self.st.engine.submit(ev, admitted)?;
+        let lone = self.writes.is_empty();
+        let rx = self.st.engine.submit(ev, admitted, lone)?;
         self.writes.push(Box::pin(async move {
             WriteDone {
                 started: received,
