@@ -269,6 +269,9 @@ pub async fn pull(
     Ok((summary.downloaded, summary.stored))
 }
 
+/// A negentropy item: `(created_at, id)`.
+type Item = (u64, [u8; 32]);
+
 /// What a repair reconciles: events since `since`, and, with a size target,
 /// not older than what size eviction removed here (its horizon over every
 /// kind): those were removed on purpose and are not downloaded again. (Age
@@ -279,7 +282,7 @@ fn repair_items(
     store: &sluice_engine::Store,
     since: u64,
     sized: bool,
-) -> anyhow::Result<(Value, Vec<(u64, [u8; 32])>)> {
+) -> anyhow::Result<(Value, Vec<Item>)> {
     let horizon = if sized {
         store
             .size_horizons()?

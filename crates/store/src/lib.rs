@@ -439,6 +439,9 @@ impl Store {
 }
 
 /// `(available, total)` bytes of the filesystem holding `path`.
+// statvfs's field types differ between platforms: the casts are needed
+// where they are not u64.
+#[allow(clippy::unnecessary_cast)]
 fn statvfs(path: &Path) -> std::io::Result<(u64, u64)> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())

@@ -601,15 +601,13 @@ fn pick_author_excess(
                 index_key(&prefix, u64::MAX, u64::MAX),
             );
             let range = (Bound::Included(&from[..]), Bound::Included(&to[..]));
-            let mut taken = 0;
-            for item in t.by_author_kind.rev_range(txn, &range)? {
+            for (taken, item) in t.by_author_kind.rev_range(txn, &range)?.enumerate() {
                 let (key, ()) = item.map_err(|e| t.by_author_kind.error(e))?;
                 if taken == want {
                     more = true;
                     break;
                 }
                 entries.push(key);
-                taken += 1;
             }
         }
     }
