@@ -30,7 +30,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use sluice_proto::{Event, hex32};
-use sluice_store::{Retention, Rule, Scan, Scope, Store, StoreError, WriteOutcome, WriteRules};
+use sluice_store::{
+    Pruned, Retention, Rule, Scan, Scope, Store, StoreError, WriteOutcome, WriteRules,
+};
 
 pub use sluice_store::VANISH;
 
@@ -519,55 +521,27 @@ impl Retainer {
         now_unix: u64,
     ) -> Result<Vec<WriteOutcome>, StoreError> {
         let plan = self.plan.clone();
-        let Some(scope) = self.phases.get(self.size_phase) else {
-            return store
-                .write_batch_evicting(
-                    events,
-                    now_unix,
-                    &plan.rules,
-                    &Scan {
-                        scope: &Scope::All,
-                        before: 0,
-                        after: None,
-                        replaceable: false,
-                        exempt: &plan.retention().exempt,
-                        max_pick: 0,
-                        max_examine: 0,
-                        max_time: Duration::ZERO,
-                    },
-                )
-                .map(|(out, _)| out);
+        // `rides` said a phase is left; past the last one, nothing is picked.
+        let (scope, max_pick) = match self.phases.get(self.size_phase) {
+            Some(scope) => (scope.clone(), n.saturating_mul(2).clamp(16, 2048)),
+            None => (Scope::All, 0),
         };
         let scan = Scan {
-            scope,
+            scope: &scope,
             before: u64::MAX,
             after: self.size_resume,
             replaceable: false,
             exempt: &plan.retention().exempt,
-            max_pick: n.saturating_mul(2).clamp(16, 2048),
+            max_pick,
             max_examine: plan.step_events.saturating_mul(8),
             max_time: plan.step_time,
         };
         let (out, pruned) = store.write_batch_evicting(events, now_unix, &plan.rules, &scan)?;
-        count_removed("size", pruned.removed);
-        match pruned.next {
-            Some(next) => self.size_resume = Some(next),
-            None => {
-                self.size_phase += 1;
-                self.size_resume = None;
-            }
-        }
         if pruned.removed > 0 {
             // The removals' own time: the commit is the batch's anyway.
             metrics::histogram!(m::RETENTION_STEP_SECONDS).record(pruned.took.as_secs_f64());
         }
-        let used = store.used_bytes()?;
-        metrics::gauge!(m::STORE_USED_BYTES).set(used as f64);
-        self.urgent = used as f64 > plan.target_bytes as f64 * URGENT_OVER;
-        if used < plan.low_bytes {
-            self.size_active = false;
-            self.next_size_check = Instant::now() + SIZE_CHECK_EVERY;
-        }
+        self.size_removed(store, &pruned)?;
         Ok(out)
     }
 
@@ -619,6 +593,14 @@ impl Retainer {
         };
         let pruned = store.prune_oldest(&scan, true)?;
         self.removed += pruned.removed;
+        self.size_removed(store, &pruned)?;
+        Ok(true)
+    }
+
+    /// After a size removal (a step, or one riding on a batch): counts it,
+    /// moves to the next phase when this one is exhausted, and stops at the
+    /// low mark.
+    fn size_removed(&mut self, store: &Store, pruned: &Pruned) -> Result<(), StoreError> {
         count_removed("size", pruned.removed);
         match pruned.next {
             Some(next) => self.size_resume = Some(next),
@@ -627,14 +609,15 @@ impl Retainer {
                 self.size_resume = None;
             }
         }
+        let plan = &self.plan;
         let used = store.used_bytes()?;
         metrics::gauge!(m::STORE_USED_BYTES).set(used as f64);
         self.urgent = used as f64 > plan.target_bytes as f64 * URGENT_OVER;
         if used < plan.low_bytes {
             self.size_active = false;
-            self.next_size_check = now + SIZE_CHECK_EVERY;
+            self.next_size_check = Instant::now() + SIZE_CHECK_EVERY;
         }
-        Ok(true)
+        Ok(())
     }
 
     fn age_step(&mut self, store: &Store, now_unix: u64) -> Result<bool, StoreError> {
