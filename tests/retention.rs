@@ -328,7 +328,10 @@ async fn a_rule_added_by_sighup_is_applied() {
         ids(&relay, json!({})).await.is_empty()
     })
     .await;
-    assert!(relay.log_text().contains("retention settings reloaded"));
+    eventually("the reload is logged", || async {
+        relay.log_text().contains("retention settings reloaded")
+    })
+    .await;
     relay.stop();
 }
 
