@@ -88,6 +88,9 @@ impl Relay {
             .env("SLUICE_SERVER__LISTEN", "127.0.0.1:0")
             .env("SLUICE_STORE__PATH", dir)
             .env("SLUICE_STORE__MAP_SIZE_MB", "512")
+            // A floor a nearly full CI disk still clears (the default is
+            // 1 GiB); the disk tests set their own.
+            .env("SLUICE_STORE__MIN_FREE_DISK_MB", "64")
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -501,6 +504,7 @@ pub fn import_events(store: &Path, events: &[Event]) {
         .env_clear()
         .env("SLUICE_STORE__PATH", store)
         .env("SLUICE_STORE__MAP_SIZE_MB", "512")
+        .env("SLUICE_STORE__MIN_FREE_DISK_MB", "64")
         .env("RUST_LOG", "info")
         .output()
         .unwrap();
