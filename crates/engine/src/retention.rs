@@ -533,7 +533,9 @@ impl Retainer {
             replaceable: false,
             exempt: &plan.retention().exempt,
             max_pick,
-            max_examine: plan.step_events.saturating_mul(8),
+            // Read on every client batch while eviction runs: in
+            // proportion to what it may pick, not the step's bound.
+            max_examine: max_pick.saturating_mul(8).max(64),
             max_time: plan.step_time,
         };
         let (out, pruned) = store.write_batch_evicting(events, now_unix, &plan.rules, &scan)?;
