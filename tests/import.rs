@@ -559,12 +559,23 @@ fn the_import_limiter_pauses_under_memory_pressure_but_drops_nothing() {
 
 #[test]
 fn kill_9_during_import_then_rerun_finishes_without_duplicates() {
+    // Alone: the import writes in the map.
+    kill_9_during_import(false);
+}
+
+#[test]
+fn kill_9_during_import_beside_another_process_then_rerun_finishes() {
+    // Another process holds the store open: the import writes as usual.
+    kill_9_during_import(true);
+}
+
+fn kill_9_during_import(beside_another: bool) {
     let place = Place::new();
     let base = now() - 100_000;
     // Notes plus replaceable updates and deletions, so the re-run also
     // meets superseded and deleted events.
     let mut events = Vec::new();
-    for i in 0..6000u64 {
+    for i in 0..16_000u64 {
         let author = 1 + (i % 7) as u8;
         let e = match i % 50 {
             10 => ev(author, base + i, 0, &[], &format!("profile {i}")),
@@ -589,48 +600,125 @@ fn kill_9_during_import_then_rerun_finishes_without_duplicates() {
     let reference = place.tmp.path().join("reference");
     let clean = import(&reference, &[path.to_str().unwrap()], None, &[]);
     assert_ok(&clean);
+    assert_eq!(clean.summary["written_in_map"], true, "{}", clean.summary);
+    assert_trimmed(&reference);
 
-    // Killed while busy: the first part is fed and committed, then the
-    // rest is being fed (standard input stays open, so the import cannot
-    // have finished) when SIGKILL arrives.
+    // Killed while busy: the first part is fed, then the rest is being fed
+    // (standard input stays open, so the import cannot have finished) when
+    // SIGKILL arrives.
     let store = place.store();
+    let other = beside_another.then(|| open_store(&store));
     let mut child = command(&store, "import", &[])
-        .args(["--batch-events", "100"])
+        .args(["--batch-events", "100", "--threads", "2"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    let (head, tail) = events.split_at(events.len() / 2);
+    let (head, tail) = events.split_at(12_000);
+    // The import reads at most (4 x 2 threads + 5) chunks of 512 lines
+    // ahead of its writer, so once this write returns (all but a pipe's
+    // buffer read) thousands of events are committed.
     stdin
         .write_all(&jsonl(&head.iter().collect::<Vec<_>>()))
         .unwrap();
-    let deadline = Instant::now() + ANSWER_TIMEOUT;
-    while !(store.join("data.mdb").exists() && store_events(&store) >= 300) {
-        assert!(child.try_wait().unwrap().is_none(), "import ended early");
-        assert!(Instant::now() < deadline, "no commit seen in time");
-        std::thread::sleep(Duration::from_millis(2));
+    if let Some(other) = &other {
+        // Commits are visible to the other process as they happen.
+        let deadline = Instant::now() + ANSWER_TIMEOUT;
+        while other.stats().unwrap().events < 1000 {
+            assert!(child.try_wait().unwrap().is_none(), "import ended early");
+            assert!(Instant::now() < deadline, "no commit seen in time");
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
     let tail = jsonl(&tail.iter().collect::<Vec<_>>());
     let feeder = std::thread::spawn(move || {
         // Fails with EPIPE once the import is killed.
         let _ = stdin.write_all(&tail);
     });
+    assert!(child.try_wait().unwrap().is_none(), "import ended early");
     child.kill().unwrap(); // SIGKILL
     let status = child.wait().unwrap();
     feeder.join().unwrap();
     assert!(!status.success());
+    drop(other);
     let partial = store_events(&store);
-    assert!(partial >= 300, "{partial}");
+    assert!((1000..16_000).contains(&partial), "{partial}");
 
     let rerun = import(&store, &[path.to_str().unwrap()], None, &[]);
     assert_ok(&rerun);
-    assert!(rerun.n("duplicate") >= 300, "{}", rerun.summary);
+    assert_eq!(rerun.summary["written_in_map"], true, "{}", rerun.summary);
+    assert!(rerun.n("duplicate") >= 1000, "{}", rerun.summary);
     assert_eq!(rerun.n("refused"), 0);
     // Same store as the clean import, byte for byte and in the same order.
     assert_eq!(export(&store, &[]), export(&reference, &[]));
     assert_eq!(rerun.n("store_events"), clean.n("store_events"));
+    assert_trimmed(&store);
+}
+
+/// After an import alone (written in the map, which sizes `data.mdb` to
+/// the whole 512 MiB map), the file is cut back to its last page.
+fn assert_trimmed(dir: &Path) {
+    let len = std::fs::metadata(dir.join("data.mdb")).unwrap().len();
+    assert!(len < 64 << 20, "data.mdb is {len} bytes");
+}
+
+#[test]
+fn a_relay_cannot_open_a_store_an_import_has_alone_and_can_after() {
+    let place = Place::new();
+    let store = place.store();
+    let mut child = command(&store, "import", &[])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let events = notes(50, now() - 1000);
+    stdin
+        .write_all(&jsonl(&events.iter().collect::<Vec<_>>()))
+        .unwrap();
+    // The import says when it has the store to itself.
+    let stderr = child.stderr.take().unwrap();
+    let (said, log) = std::sync::mpsc::sync_channel(1024);
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = said.send(line);
+        }
+    });
+    loop {
+        let line = log
+            .recv_timeout(ANSWER_TIMEOUT)
+            .expect("no word from the import");
+        if line.contains("writing in the map") {
+            break;
+        }
+    }
+    // A relay started now is refused the store, with the reason.
+    let serve = Command::new(BIN)
+        .arg("serve")
+        .env_clear()
+        .env("SLUICE_SERVER__LISTEN", "127.0.0.1:0")
+        .env("SLUICE_STORE__PATH", &store)
+        .env("SLUICE_STORE__MAP_SIZE_MB", "512")
+        .output()
+        .unwrap();
+    assert!(!serve.status.success());
+    let text = String::from_utf8_lossy(&serve.stderr);
+    assert!(text.contains("held alone by another process"), "{text}");
+    // So is an export.
+    let out = command(&store, "export", &[]).output().unwrap();
+    assert!(!out.status.success());
+    // The import finishes, and the store is an ordinary one again.
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    assert_trimmed(&store);
+    assert_eq!(export_lines(&store).len(), 50);
 }
 
 fn target_author(e: &Event) -> u8 {
@@ -641,19 +729,25 @@ fn target_author(e: &Event) -> u8 {
 
 /// Events in the store, read directly (LMDB allows another process).
 fn store_events(dir: &Path) -> u64 {
-    let store = sluice_engine::Store::open(
+    let store = open_store(dir);
+    let n = store.stats().unwrap().events;
+    store.close();
+    n
+}
+
+/// The store opened in this process, as an ordinary process would.
+fn open_store(dir: &Path) -> sluice_engine::Store {
+    sluice_engine::Store::open(
         dir,
         &sluice_engine::StoreOptions {
             map_size_bytes: 512 << 20,
             max_readers: 126,
             write_map: false,
+            write_map_when_alone: false,
             min_free_disk_bytes: 0,
         },
     )
-    .unwrap();
-    let n = store.stats().unwrap().events;
-    store.close();
-    n
+    .unwrap()
 }
 
 #[test]
@@ -750,6 +844,8 @@ async fn import_beside_a_running_relay_is_served_by_it() {
     let run = importing.await.unwrap();
     assert_ok(&run);
     assert_eq!(run.n("stored"), 2000);
+    // The relay has the store open: the import wrote as usual.
+    assert_eq!(run.summary["written_in_map"], false, "{}", run.summary);
     let after = ev(8, now() - 1, 1, &[], "published after the import");
     assert!(c.publish(&after).await.0);
     published.push(after);
@@ -770,4 +866,54 @@ async fn import_beside_a_running_relay_is_served_by_it() {
     let all = export_lines(&relay.dir);
     assert_eq!(all.len(), 2000 + published.len());
     assert_eq!(all.iter().collect::<BTreeSet<_>>().len(), all.len());
+}
+
+#[test]
+fn an_import_alone_that_fills_the_disk_stops_with_an_error_and_keeps_the_store() {
+    let place = Place::new();
+    let fs = place.tmp.path().join("fs");
+    let Some(_mount) = tmpfs(&fs, 48) else {
+        assert!(
+            std::env::var_os("DISK_TESTS_REQUIRE").is_none(),
+            "cannot mount a tmpfs, and DISK_TESTS_REQUIRE is set"
+        );
+        eprintln!("SKIPPED: mounting a tmpfs is not allowed here");
+        return;
+    };
+    let store = fs.join("store");
+    // About 90 MB of events for a 48 MiB filesystem.
+    let big = "z".repeat(30_000);
+    let events: Vec<Event> = (0..3000u64)
+        .map(|i| {
+            ev(
+                1 + (i % 5) as u8,
+                now() - 5000 + i,
+                1,
+                &[],
+                &format!("{i} {big}"),
+            )
+        })
+        .collect();
+    let path = place.file("big.jsonl", &jsonl(&events.iter().collect::<Vec<_>>()));
+    let run = import(
+        &store,
+        &[path.to_str().unwrap()],
+        None,
+        &[("SLUICE_STORE__MIN_FREE_DISK_MB", "0")],
+    );
+    // An error naming the disk and where to resume, not a signal.
+    assert_eq!(run.out.status.code(), Some(1), "{}", run.stderr());
+    let text = run.stderr();
+    assert!(text.contains("No space left"), "{text}");
+    assert!(text.contains("re-run the same import"), "{text}");
+    // What was committed is intact and readable.
+    let kept = export_lines(&store);
+    assert!(
+        !kept.is_empty() && kept.len() < events.len(),
+        "{}",
+        kept.len()
+    );
+    let all: BTreeSet<String> = events.iter().map(|e| e.raw().to_string()).collect();
+    assert!(kept.iter().all(|l| all.contains(l)));
+    assert_trimmed(&store);
 }

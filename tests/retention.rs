@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use sluice_proto::Event;
-use support::{Relay, ev, import_events, now, pubkey_hex};
+use support::{Relay, ev, import_events, now, pubkey_hex, tmpfs};
 
 const DAY: u64 = 86_400;
 
@@ -384,29 +384,6 @@ async fn nip62_removes_the_authors_events_and_gift_wraps_and_refuses_them_again(
     let (ok, msg) = c.publish(&ev(1, t, 1, &[], "back")).await;
     assert!(ok, "{msg}");
     assert!(relay.metric("sluice_events_vanished_total", &[]).await >= 6.0);
-}
-
-/// Mounts a tmpfs of `mb` MiB at `dir` (root in a sandbox can); `None`
-/// where mounting is not allowed.
-fn tmpfs(dir: &Path, mb: u64) -> Option<Mount> {
-    std::fs::create_dir_all(dir).unwrap();
-    let ok = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", &format!("size={mb}m"), "tmpfs"])
-        .arg(dir)
-        .status()
-        .is_ok_and(|s| s.success());
-    ok.then(|| Mount(dir.to_path_buf()))
-}
-
-struct Mount(std::path::PathBuf);
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
-            .status();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

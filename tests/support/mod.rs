@@ -612,3 +612,26 @@ pub async fn reconcile(
     };
     (hexes(have), hexes(need), rounds)
 }
+
+/// Mounts a tmpfs of `mb` MiB at `dir` (root in a sandbox can); `None`
+/// where mounting is not allowed.
+pub fn tmpfs(dir: &Path, mb: u64) -> Option<Mount> {
+    std::fs::create_dir_all(dir).unwrap();
+    let ok = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={mb}m"), "tmpfs"])
+        .arg(dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    ok.then(|| Mount(dir.to_path_buf()))
+}
+
+pub struct Mount(std::path::PathBuf);
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}

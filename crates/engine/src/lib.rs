@@ -538,6 +538,7 @@ mod tests {
                 map_size_bytes: 64 << 20,
                 max_readers: 126,
                 write_map: false,
+                write_map_when_alone: false,
                 min_free_disk_bytes: 0,
             },
         )

@@ -178,10 +178,21 @@ impl Config {
 impl StoreConfig {
     /// Opens (creating if missing) the LMDB store this section describes.
     pub fn open(&self) -> anyhow::Result<sluice_engine::Store> {
+        self.open_with(false)
+    }
+
+    /// Opens the store for a bulk import: written in the map when no other
+    /// process has it open (the store crate's `alone.rs`), else as `open`.
+    pub fn open_for_import(&self) -> anyhow::Result<sluice_engine::Store> {
+        self.open_with(true)
+    }
+
+    fn open_with(&self, write_map_when_alone: bool) -> anyhow::Result<sluice_engine::Store> {
         let opts = sluice_engine::StoreOptions {
             map_size_bytes: self.map_size_mb * 1024 * 1024,
             max_readers: self.max_readers,
             write_map: self.write_map,
+            write_map_when_alone,
             min_free_disk_bytes: self.min_free_disk_mb.saturating_mul(1 << 20),
         };
         sluice_engine::Store::open(&self.path, &opts)

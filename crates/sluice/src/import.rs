@@ -138,8 +138,14 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
         .threads
         .map(|n| n as usize)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    // Alone (no relay has the store open), the import writes in the map:
+    // the store crate's `alone.rs`.
+    let store = cfg.store.open_for_import()?;
+    if store.is_alone() {
+        tracing::info!("the store is not open elsewhere: writing in the map");
+    }
     let batch_events = args.batch_events.map_or(
-        if cfg.store.write_map {
+        if store.writes_in_map() {
             BATCH_EVENTS_WRITE_MAP
         } else {
             BATCH_EVENTS
@@ -159,7 +165,11 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
         max_in_flight: 4 * workers + 4 + batch_events.div_ceil(2 * CHUNK_LINES),
         base_in_flight: 4 * workers + 4,
         batch_events,
-        batch_bytes: (args.batch_mb as usize) << 20,
+        // Alone in the map, a batch fits the blocks reserved ahead of it.
+        batch_bytes: store
+            .alone_batch_bytes()
+            .map_or(args.batch_mb << 20, |cap| cap.min(args.batch_mb << 20))
+            as usize,
         strict: args.strict,
         sources,
     };
@@ -172,7 +182,6 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
         .validate()
         .map_err(|e| anyhow::anyhow!("import throttle configuration: {e}"))?;
     let target_memory_mb = cfg.throttle.target_memory_mb;
-    let store = cfg.store.open()?;
     let total_bytes = plan
         .sources
         .iter()
@@ -194,6 +203,7 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     let (mut summary, outcome) = result;
     summary.sources = plan.sources.iter().map(Source::name).collect();
     summary.verified = plan.checks.verify;
+    summary.written_in_map = store.writes_in_map();
     summary.elapsed_secs = elapsed.as_secs_f64();
     summary.lines_per_sec = summary.lines as f64 / summary.elapsed_secs.max(1e-9);
     summary.target_memory_mb = target_memory_mb;

@@ -27,6 +27,7 @@
 //! [`Store::forbid_transactions_where`] lets the binary check that every
 //! transaction opens on a thread allowed to block.
 
+mod alone;
 mod codec;
 mod policy;
 mod query;
@@ -81,6 +82,12 @@ pub enum StoreError {
     Lmdb(#[from] heed::Error),
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// Another process has the store to itself (`sluice import` writing in
+    /// the map); ordinary processes wait until it ends.
+    #[error(
+        "the store at {path} is held alone by another process (a `sluice import` writing in the map): open it when that ends"
+    )]
+    Busy { path: String },
 }
 
 impl StoreError {
@@ -126,6 +133,11 @@ pub struct StoreOptions {
     /// store must agree (the relay and an import beside it read the same
     /// config).
     pub write_map: bool,
+    /// Write in the map when no other process has the store open (an
+    /// exclusive lock on `sluice.lock`), else open it as `write_map` says.
+    /// `sluice import` asks for this: alone, it is as fast as `write_map`
+    /// without its risk to a relay (see `alone.rs`).
+    pub write_map_when_alone: bool,
     /// Free space on the store's filesystem below which writes are
     /// refused (checked by the engine's monitor).
     pub min_free_disk_bytes: u64,
@@ -137,6 +149,7 @@ impl Default for StoreOptions {
             map_size_bytes: DEFAULT_MAP_SIZE_BYTES,
             max_readers: 126,
             write_map: false,
+            write_map_when_alone: false,
             min_free_disk_bytes: 1 << 30,
         }
     }
@@ -146,6 +159,53 @@ impl Default for StoreOptions {
 /// file grows as data is written (without `write_map`), so the disk, not
 /// the map, is the limit.
 pub const DEFAULT_MAP_SIZE_BYTES: u64 = 8 << 40;
+
+/// Opens the LMDB environment of a store.
+fn open_env(path: &Path, opts: &StoreOptions, write_map: bool) -> heed::Result<Env<WithoutTls>> {
+    let mut eo = EnvOpenOptions::new().read_txn_without_tls();
+    eo.map_size(opts.map_size_bytes as usize)
+        .max_readers(opts.max_readers)
+        .max_dbs(TABLE_COUNT);
+    if write_map {
+        // SAFETY: WRITE_MAP is not one of the flags that weaken durability
+        // (NO_SYNC, NO_META_SYNC, NO_LOCK); nested write transactions,
+        // which it forbids, are never used. Processes never mix it with
+        // ordinary opens: `store.write_map` is one config for all, and a
+        // process alone in the map holds the exclusive lock (`alone.rs`).
+        unsafe {
+            eo.flags(heed::EnvFlags::WRITE_MAP);
+        }
+    }
+    // SAFETY: the environment is opened once per process for this path and
+    // never mapped with conflicting flags; other processes (import beside
+    // serve) use the same flags, which LMDB supports.
+    unsafe { eo.open(path) }
+}
+
+/// Opens the environment written in the map, holding the exclusive lock,
+/// with the first reserve allocated (blocks for the tables' first pages
+/// too). On failure the lock is released and the file cut back to its
+/// last page.
+fn open_alone(
+    path: &Path,
+    opts: &StoreOptions,
+    lock: std::fs::File,
+) -> Result<(Env<WithoutTls>, alone::Reserve), StoreError> {
+    let env = open_env(path, opts, true)?;
+    let end =
+        (env.info().last_page_number as u64 + 1) * env.unnamed_database_stat().page_size as u64;
+    let reserve = alone::Reserve::new(lock, path)?;
+    reserve.committed_at(end);
+    match reserve.ensure(end, 0) {
+        Ok(()) => Ok((env, reserve)),
+        Err(e) => {
+            // The environment closes first, then the reserve cuts the file.
+            drop(env);
+            drop(reserve);
+            Err(e.into())
+        }
+    }
+}
 
 /// Space on the filesystem that holds the store.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -191,6 +251,11 @@ pub struct Store {
     map_size_bytes: u64,
     min_free_disk_bytes: u64,
     path: std::path::PathBuf,
+    page_size: u64,
+    /// The lock on `sluice.lock`, and the reserve when writing in the map
+    /// alone. Declared last: dropped after `env`, so the last clone's drop
+    /// closes the environment before the reserve trims the file.
+    hold: std::sync::Arc<alone::Hold>,
 }
 
 impl Store {
@@ -201,22 +266,31 @@ impl Store {
             source,
         };
         std::fs::create_dir_all(path)?;
-        let mut eo = EnvOpenOptions::new().read_txn_without_tls();
-        eo.map_size(opts.map_size_bytes as usize)
-            .max_readers(opts.max_readers)
-            .max_dbs(TABLE_COUNT);
-        if opts.write_map {
-            // SAFETY: WRITE_MAP is not one of the flags that weaken
-            // durability (NO_SYNC, NO_META_SYNC, NO_LOCK); nested write
-            // transactions, which it forbids, are never used.
-            unsafe {
-                eo.flags(heed::EnvFlags::WRITE_MAP);
+        let busy = || StoreError::Busy {
+            path: path.display().to_string(),
+        };
+        // Alone in the map only where the file may be as large as the map.
+        let may_map = opts.write_map_when_alone
+            && !opts.write_map
+            && alone::file_size_limit().is_none_or(|limit| limit >= opts.map_size_bytes);
+        let (lock, alone) = alone::lock(path, may_map)?.ok_or_else(busy)?;
+        let (env, hold) = if alone {
+            match open_alone(path, opts, lock) {
+                Ok((env, reserve)) => (env, alone::Hold::Alone(reserve)),
+                Err(e) => {
+                    // A filesystem that will not hold a file the map's size,
+                    // or not the reserve: open as everyone else does.
+                    tracing::warn!(error = %e, "cannot write in the map here; opening the store as usual");
+                    let (lock, _) = alone::lock(path, false)?.ok_or_else(busy)?;
+                    let env = open_env(path, opts, opts.write_map).map_err(open_err)?;
+                    (env, alone::Hold::Shared(lock))
+                }
             }
-        }
-        // SAFETY: the environment is opened once per process for this path
-        // and never mapped with conflicting flags; other processes (import
-        // beside serve) use the same flags, which LMDB supports.
-        let env = unsafe { eo.open(path) }.map_err(open_err)?;
+        } else {
+            let env = open_env(path, opts, opts.write_map).map_err(open_err)?;
+            (env, alone::Hold::Shared(lock))
+        };
+        let page_size = env.unnamed_database_stat().page_size as u64;
         let t = Tables::open(&env).map_err(open_err)?;
         let store = Store {
             env,
@@ -224,13 +298,15 @@ impl Store {
             map_size_bytes: opts.map_size_bytes,
             min_free_disk_bytes: opts.min_free_disk_bytes,
             path: path.to_path_buf(),
+            page_size,
+            hold: std::sync::Arc::new(hold),
         };
         store.check_schema(path)?;
         Ok(store)
     }
 
     fn check_schema(&self, path: &Path) -> Result<(), StoreError> {
-        let mut wtxn = self.wtxn()?;
+        let mut wtxn = self.wtxn(0)?;
         match self.t.meta.get(&wtxn, META_VERSION)? {
             Some(found) if found != SCHEMA_VERSION => {
                 return Err(StoreError::SchemaMismatch {
@@ -247,7 +323,42 @@ impl Store {
             }
         }
         wtxn.commit()?;
+        self.committed();
         Ok(())
+    }
+
+    /// Whether this process writes in the map (`store.write_map`, or alone).
+    pub fn writes_in_map(&self) -> bool {
+        self.env
+            .get_flags()
+            .is_ok_and(|f| f & heed::EnvFlags::WRITE_MAP.bits() != 0)
+    }
+
+    /// Whether this process has the store to itself, writing in the map.
+    pub fn is_alone(&self) -> bool {
+        matches!(*self.hold, alone::Hold::Alone(_))
+    }
+
+    /// The most event bytes one transaction should add when the store is
+    /// written alone in the map (a quarter of the least reserve), so that
+    /// a batch stays inside the blocks reserved for it.
+    pub fn alone_batch_bytes(&self) -> Option<u64> {
+        match &*self.hold {
+            alone::Hold::Alone(r) => Some(r.min_ahead() / alone::BATCH_SHARE),
+            alone::Hold::Shared(_) => None,
+        }
+    }
+
+    /// Bytes of `data.mdb` up to its last committed page.
+    fn end_bytes(&self) -> u64 {
+        (self.env.info().last_page_number as u64 + 1) * self.page_size
+    }
+
+    /// After every commit: where a store written alone is cut back to.
+    fn committed(&self) {
+        if let alone::Hold::Alone(r) = &*self.hold {
+            r.committed_at(self.end_bytes());
+        }
     }
 
     /// Installs the check run before every transaction: `forbidden()`
@@ -281,8 +392,13 @@ impl Store {
         Ok(self.env.read_txn()?)
     }
 
-    fn wtxn(&self) -> Result<RwTxn<'_>, StoreError> {
+    /// A write transaction that adds about `adding` bytes of events.
+    fn wtxn(&self, adding: u64) -> Result<RwTxn<'_>, StoreError> {
         Self::check_thread();
+        if let alone::Hold::Alone(r) = &*self.hold {
+            // Blocks for this transaction's pages, or ENOSPC before it.
+            r.ensure(self.end_bytes(), adding)?;
+        }
         Ok(self.env.write_txn()?)
     }
 

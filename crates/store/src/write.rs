@@ -130,10 +130,21 @@ impl Store {
         &self,
         f: impl FnOnce(&Tables<'static>, &mut RwTxn<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        self.write_txn_adding(0, f)
+    }
+
+    /// [`Store::write_txn`] for a transaction that adds about `bytes` of
+    /// events (a store written in the map reserves blocks for them first).
+    pub(crate) fn write_txn_adding<T>(
+        &self,
+        bytes: u64,
+        f: impl FnOnce(&Tables<'static>, &mut RwTxn<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let run = || {
-            let mut wtxn = self.wtxn()?;
+            let mut wtxn = self.wtxn(bytes)?;
             let out = f(&self.t, &mut wtxn)?;
             wtxn.commit()?;
+            self.committed();
             Ok(out)
         };
         run().map_err(|e: StoreError| e.in_write(self.map_size_bytes))
@@ -158,7 +169,9 @@ fn write_events<'a>(
         horizons: &horizons,
         now,
     };
-    store.write_txn(|t, wtxn| {
+    let events: Vec<&Event> = events.into_iter().collect();
+    let bytes = events.iter().map(|e| e.raw().len() as u64).sum();
+    store.write_txn_adding(bytes, |t, wtxn| {
         let mut next = t.meta.get(wtxn, META_NEXT_SERIAL)?.unwrap_or(1);
         let start = next;
         let mut out = Vec::new();

@@ -11,6 +11,7 @@ fn opts() -> StoreOptions {
         map_size_bytes: 64 << 20,
         max_readers: 16,
         write_map: false,
+        write_map_when_alone: false,
         min_free_disk_bytes: 0,
     }
 }

@@ -30,6 +30,7 @@ fn open(dir: &Path) -> Store {
         map_size_bytes: MAP_SIZE_BYTES,
         max_readers: 16,
         write_map: false,
+        write_map_when_alone: false,
         min_free_disk_bytes: 0,
     };
     Store::open(dir, &opts).unwrap()
@@ -445,6 +446,7 @@ fn schema_version_of_the_wrong_length_refuses_to_open() {
         map_size_bytes: MAP_SIZE_BYTES,
         max_readers: 16,
         write_map: false,
+        write_map_when_alone: false,
         min_free_disk_bytes: 0,
     };
     let opened = Store::open(fx.dir.path(), &opts).map(|_| ());

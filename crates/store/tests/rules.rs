@@ -13,6 +13,7 @@ fn open() -> (tempfile::TempDir, Store) {
         map_size_bytes: 64 << 20,
         max_readers: 16,
         write_map: false,
+        write_map_when_alone: false,
         min_free_disk_bytes: 0,
     };
     let store = Store::open(dir.path(), &opts).unwrap();
@@ -375,6 +376,7 @@ fn data_survives_reopen_and_serials_are_not_reused() {
         map_size_bytes: 64 << 20,
         max_readers: 16,
         write_map: false,
+        write_map_when_alone: false,
         min_free_disk_bytes: 0,
     };
     let e1 = ev(1, NOW - 30, 1, &[], "one");
@@ -404,6 +406,7 @@ fn full_map_is_an_error_not_a_panic() {
         map_size_bytes: 256 << 10,
         max_readers: 16,
         write_map: false,
+        write_map_when_alone: false,
         min_free_disk_bytes: 0,
     };
     let s = Store::open(dir.path(), &opts).unwrap();
@@ -485,12 +488,15 @@ fn contains_ids_answers_for_each_id_in_order() {
 /// and without MDB_WRITEMAP, across a reopen.
 #[test]
 fn rules_hold_inside_one_batch_with_and_without_write_map() {
-    for write_map in [false, true] {
+    // Ordinary, `write_map`, and written in the map alone (then reopened
+    // as an ordinary process: the file was cut back to its last page).
+    for (write_map, write_map_when_alone) in [(false, false), (true, false), (false, true)] {
         let dir = tempfile::tempdir().unwrap();
         let opts = StoreOptions {
             map_size_bytes: 64 << 20,
             max_readers: 16,
             write_map,
+            write_map_when_alone,
             min_free_disk_bytes: 0,
         };
         let note = ev(1, NOW - 50, 1, &[&["t", "x"]], "note");
@@ -510,9 +516,24 @@ fn rules_hold_inside_one_batch_with_and_without_write_map() {
                 WriteOutcome::Stored { replaced: true, .. }
             ));
             assert!(matches!(out[5], WriteOutcome::Stored { deleted: 1, .. }));
+            assert_eq!(store.writes_in_map(), write_map || write_map_when_alone);
+            assert_eq!(store.is_alone(), write_map_when_alone);
             store.close();
         }
-        let store = Store::open(dir.path(), &opts).unwrap();
+        if write_map_when_alone {
+            let len = std::fs::metadata(dir.path().join("data.mdb"))
+                .unwrap()
+                .len();
+            assert!(len < 1 << 20, "data.mdb left at {len} bytes");
+        }
+        let store = Store::open(
+            dir.path(),
+            &StoreOptions {
+                write_map_when_alone: false,
+                ..opts.clone()
+            },
+        )
+        .unwrap();
         let author = hex32::encode(&ev(1, 0, 1, &[], "").pubkey);
         let mut want = vec![note.id_hex(), new_meta.id_hex(), delete.id_hex()];
         want.sort();

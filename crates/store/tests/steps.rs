@@ -17,6 +17,7 @@ fn open() -> (tempfile::TempDir, Store) {
         map_size_bytes: 64 << 20,
         max_readers: 16,
         write_map: false,
+        write_map_when_alone: false,
         min_free_disk_bytes: 0,
     };
     let store = Store::open(dir.path(), &opts).unwrap();

@@ -20,6 +20,7 @@ fn a_transaction_on_a_forbidden_thread_is_caught() {
         map_size_bytes: 16 << 20,
         max_readers: 8,
         write_map: false,
+        write_map_when_alone: false,
         min_free_disk_bytes: 0,
     };
     let store = Store::open(dir.path(), &opts).unwrap();

@@ -40,6 +40,8 @@ pub struct Sample {
 pub struct Summary {
     pub sources: Vec<String>,
     pub verified: bool,
+    /// The store was written in the map: the import had it to itself.
+    pub written_in_map: bool,
     /// Non-blank lines read.
     pub lines: u64,
     pub blank_lines: u64,
@@ -132,7 +134,7 @@ impl Summary {
             row(&format!("  {reason}"), *n, "");
         }
         let mut out = format!(
-            "import: {} ({})\n",
+            "import: {} ({}{})\n",
             if self.stopped_at.is_some() {
                 "stopped"
             } else {
@@ -142,6 +144,11 @@ impl Summary {
                 "signatures verified"
             } else {
                 "--no-verify"
+            },
+            if self.written_in_map {
+                ", written in the map"
+            } else {
+                ""
             }
         );
         out.push_str(&s);
