@@ -159,6 +159,25 @@ async fn management_changes_apply_at_once_and_survive_a_restart() {
     assert!(!ok && msg.starts_with("blocked:"), "{msg}");
     let (ok, _, err) = admin(&relay, 4, &["banpubkey", &pubkey_hex(6)]);
     assert!(!ok && err.contains("401"), "{err}");
+    // A key that is not a secp256k1 secret key is an error, not a panic.
+    for bad in ["0".repeat(64), "f".repeat(64)] {
+        let out = std::process::Command::new(BIN)
+            .args([
+                "admin",
+                "--url",
+                &relay.http("/"),
+                "banpubkey",
+                &pubkey_hex(6),
+            ])
+            .env_clear()
+            .env("SLUICE_ADMIN_KEY", &bad)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("not a secp256k1 secret key"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
     let (ok, out, _) = admin(&relay, ADMIN, &["changerelayname", "renamed"]);
     assert!(ok, "{out}");
     let (_, _, body) = http_get(&relay.addr, "/", Some("application/nostr+json")).await;

@@ -441,8 +441,12 @@ impl Event {
             > (other_created_at, std::cmp::Reverse(*other_id))
     }
 
-    /// Builds and signs an event. For tests, benchmarks and tools; the relay
-    /// never signs anything.
+    /// Builds and signs an event. For tests and benchmarks, whose keys are
+    /// constants; a key read from outside goes through [`Event::try_sign`].
+    ///
+    /// # Panics
+    /// When `secret_key` is not a valid secp256k1 secret key.
+    #[allow(clippy::expect_used)] // test and benchmark keys are constants
     pub fn sign(
         secret_key: &[u8; 32],
         created_at: u64,
@@ -450,8 +454,22 @@ impl Event {
         tags: Vec<Vec<String>>,
         content: &str,
     ) -> Event {
-        let keypair = secp256k1::Keypair::from_secret_bytes(*secret_key)
-            .expect("secret key must be a valid secp256k1 scalar");
+        Event::try_sign(secret_key, created_at, kind, tags, content)
+            .expect("secret key must be a valid secp256k1 scalar")
+    }
+
+    /// Builds and signs an event; `None` when `secret_key` is not a valid
+    /// secp256k1 secret key (zero, or not below the curve order). The
+    /// relay never signs anything; its tools (`sluice admin`, `sluice
+    /// sync`) do.
+    pub fn try_sign(
+        secret_key: &[u8; 32],
+        created_at: u64,
+        kind: u16,
+        tags: Vec<Vec<String>>,
+        content: &str,
+    ) -> Option<Event> {
+        let keypair = secp256k1::Keypair::from_secret_bytes(*secret_key).ok()?;
         let (xonly, _) = keypair.x_only_public_key();
         let pubkey = xonly.to_byte_array();
         let canonical = canonical_json(&pubkey, created_at, kind, &tags, content);
@@ -467,7 +485,7 @@ impl Event {
             "sig": hex32::encode(&sig),
         })
         .to_string();
-        Event {
+        Some(Event {
             id,
             pubkey,
             created_at,
@@ -476,7 +494,7 @@ impl Event {
             content: content.to_owned(),
             sig,
             raw: raw.into(),
-        }
+        })
     }
 }
 

@@ -112,6 +112,11 @@ fn call(target: &Target, method: &str, params: &[Value]) -> anyhow::Result<Value
         };
     let secret: [u8; 32] = hex32::decode(key.trim())
         .context("the admin key must be 64 lowercase hex characters (a secret key)")?;
+    if sluice_proto::event::try_public_key_of(&secret).is_none() {
+        bail!(
+            "the admin key is not a secp256k1 secret key (it is zero or not below the curve order)"
+        );
+    }
     let body = json!({ "method": method, "params": params }).to_string();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -184,7 +189,7 @@ async fn post(
     body: &str,
 ) -> anyhow::Result<(u16, String)> {
     let (authority, path) = target(url)?;
-    let auth = Event::sign(
+    let auth = Event::try_sign(
         secret,
         sluice_engine::unix_now(),
         27235,
@@ -194,7 +199,8 @@ async fn post(
             vec!["payload".into(), hex32::encode(&Sha256::digest(body))],
         ],
         "",
-    );
+    )
+    .context("the admin key is not a secp256k1 secret key")?;
     let header = base64::engine::general_purpose::STANDARD.encode(auth.raw());
     let host = authority.trim_end_matches(":80");
     let request = format!(

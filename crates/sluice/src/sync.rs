@@ -325,7 +325,8 @@ async fn authenticate(ws: &mut Ws, url: &str, key: &[u8; 32]) -> anyhow::Result<
         vec!["relay".to_string(), url.to_string()],
         vec!["challenge".to_string(), challenge],
     ];
-    let ev = Event::sign(key, sluice_engine::unix_now(), 22242, tags, "");
+    let ev = Event::try_sign(key, sluice_engine::unix_now(), 22242, tags, "")
+        .context("the repair key is not a secp256k1 secret key")?;
     ws.send(Message::Text(format!("[\"AUTH\",{}]", ev.raw()).into()))
         .await?;
     loop {
