@@ -18,8 +18,9 @@
 # audience = scripts/audience.sh at NS idle subscribed connections),
 # READFLOOD_SECS ("before flood after", default "10 30 10"), NRR_BULKLOADER
 # (default: nostr-rs-relay-bulkloader beside $NRR), SLUICE_IMPORT_FLAGS (more
-# `sluice import` flags for `scale`; Sluice's `scale` store runs with
-# store.write_map = true, so 65,536-event batches, unless SLUICE_WRITE_MAP=false).
+# `sluice import` flags for `scale`), SLUICE_WRITE_MAP (store.write_map for
+# Sluice's `scale` relay and import, default false: an import alone writes in
+# the map anyway, with 65,536-event batches).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 SLUICE=${SLUICE:-$ROOT/target/release/sluice}
@@ -40,7 +41,7 @@ if [[ " $STEPS " == *" scale "* ]] && [ ! -s "$BIG" ]; then
   "$B" gen --count 1000000 --seed 7 --authors 10000 --out "$BIG"
 fi
 SLUICE_IMPORT_FLAGS=${SLUICE_IMPORT_FLAGS:-}
-SLUICE_WRITE_MAP=${SLUICE_WRITE_MAP:-true}
+SLUICE_WRITE_MAP=${SLUICE_WRITE_MAP:-false}
 RNOSTR=${RNOSTR:-}
 
 PID=
