@@ -212,6 +212,23 @@ async fn count(relay: &Relay, filter: Value) -> u64 {
     m[2]["count"].as_u64().unwrap()
 }
 
+/// [`count`], or `None` when the relay asks to retry (the test's reader
+/// shares the repair key, and so its read budget, with the nodes' repairs).
+async fn try_count(relay: &Relay, filter: Value) -> Option<u64> {
+    let mut c = full_reader(relay).await;
+    c.send(json!(["COUNT", "n", filter])).await;
+    let m = c.recv().await;
+    if m[0] == "CLOSED"
+        && m[2]
+            .as_str()
+            .is_some_and(|s| s.starts_with("rate-limited:"))
+    {
+        return None;
+    }
+    assert_eq!(m[0], "COUNT", "{m}");
+    m[2]["count"].as_u64()
+}
+
 /// Reconciles the test's own set against the relay's events matching
 /// `filter` by NIP-77: `(ids the relay lacks, ids the relay has beyond)`.
 async fn difference(relay: &Relay, filter: Value, mine: &[Event]) -> (usize, usize) {
@@ -625,4 +642,68 @@ async fn a_request_to_vanish_reaches_every_node_and_no_sync_undoes_it() {
     );
     assert_eq!(count(&b, by_author.clone()).await, 0);
     assert_eq!(count(&a, by_author).await, 0);
+}
+
+/// Rounds of the Redis-back-empty test (`SLUICE_CLUSTER_TEST_ROUNDS`,
+/// default 2; the figure is 50 of 50).
+fn rounds() -> usize {
+    std::env::var("SLUICE_CLUSTER_TEST_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2)
+}
+
+#[tokio::test]
+async fn redis_back_empty_loses_nothing_on_any_node_round_after_round() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let a = node(&redis, "a", &[]);
+    let b = node(&redis, "b", &[]);
+    let c = node(&redis, "c", &[]);
+    let mut published: Vec<Event> = Vec::new();
+    for round in 0..rounds() {
+        // Every node has been up on Redis (each has joined the stream).
+        for n in [&a, &b, &c] {
+            wait_until(
+                Duration::from_secs(30),
+                "Redis up on every node",
+                || async { n.metric("sluice_cluster_redis_up", &[]).await == 1.0 },
+            )
+            .await;
+        }
+        redis.stop();
+        // 300 events on A while Redis is away: A stores them and holds
+        // them for the stream.
+        let during: Vec<Event> = (0..300)
+            .map(|i| note(47, round * 1000 + i, "outage"))
+            .collect();
+        publish_all(&a.url(), &during, 2, 32).await;
+        published.extend(during);
+        // Every node has seen the outage (its reads and heartbeats failed).
+        for n in [&a, &b, &c] {
+            wait_until(
+                Duration::from_secs(30),
+                "Redis down on every node",
+                || async { n.metric("sluice_cluster_redis_up", &[]).await == 0.0 },
+            )
+            .await;
+        }
+        // Redis comes back with nothing: no stream, no groups, no registry.
+        redis.spawn();
+        // Only this test writes as author 47: its count is the set.
+        let filter = json!({"authors": [pubkey_hex(47)]});
+        for n in [&b, &c] {
+            let (filter, want) = (filter.clone(), published.len() as u64);
+            wait_until(
+                Duration::from_secs(90),
+                &format!("round {round}: every event of the outage on every node"),
+                || {
+                    let f = filter.clone();
+                    async move { try_count(n, f).await == Some(want) }
+                },
+            )
+            .await;
+        }
+    }
 }

@@ -6,6 +6,11 @@
 //! (`cluster.repair_peers`, else the other nodes whose heartbeat is
 //! fresh): each peer holds at least its own clients' events, so the union
 //! is complete whatever gaps the peers have themselves.
+//!
+//! A repair's peer list is the registry as it stands; after Redis comes
+//! back empty the peers register again one heartbeat at a time, so for
+//! [`SETTLE`] after a repair, a peer that appears in the registry and was
+//! not repaired from is repaired from too.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -25,12 +30,24 @@ const PEER_FRESH_MS: u64 = 10_000;
 /// long (after Redis comes back empty, the peers register again within a
 /// heartbeat); then this node is taken to be alone.
 const WAIT_FOR_PEERS: Duration = Duration::from_secs(30);
+/// After a repair, peers that register within this long are repaired
+/// from as they appear (more than a peer's heartbeat plus its reconnect
+/// backoff after a Redis outage).
+const SETTLE: Duration = Duration::from_secs(30);
+
+/// The peers repaired from since the last repair began, while the
+/// registry settles.
+struct Settling {
+    since: Instant,
+    done: std::collections::HashSet<String>,
+}
 
 pub(crate) async fn run(sh: Arc<Shared>) {
     let mut conn: Option<MultiplexedConnection> = None;
     // Since when a repair has waited for a peer.
     let mut waiting: Option<Instant> = None;
     let mut last_repair = Instant::now();
+    let mut settling: Option<Settling> = None;
     let every_repair = Duration::from_secs(sh.cfg.repair_every_secs);
     let mut every = tokio::time::interval(HEARTBEAT);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -65,7 +82,21 @@ pub(crate) async fn run(sh: Arc<Shared>) {
             }
             waiting = None;
             last_repair = Instant::now();
-            repair(&sh, peers).await;
+            let done = repair(&sh, peers).await;
+            settling = Some(Settling {
+                since: last_repair,
+                done,
+            });
+        } else if let Some(s) = settling.as_mut() {
+            if s.since.elapsed() > SETTLE || !sh.cfg.repair_peers.is_empty() {
+                settling = None;
+            } else {
+                let late: Vec<String> = peers.into_iter().filter(|p| !s.done.contains(p)).collect();
+                if !late.is_empty() {
+                    tracing::info!(peers = ?late, "cluster: peers registered after the repair; repairing from them too");
+                    s.done.extend(repair(&sh, late).await);
+                }
+            }
         }
     }
     // Leaving cleanly: drop out of the registry (best effort).
@@ -131,7 +162,9 @@ async fn beat(
     Ok(peers)
 }
 
-async fn repair(sh: &Shared, registered: Vec<String>) {
+/// Repairs from every peer; returns the peers repaired from.
+async fn repair(sh: &Shared, registered: Vec<String>) -> std::collections::HashSet<String> {
+    let mut done = std::collections::HashSet::new();
     let peers = if sh.cfg.repair_peers.is_empty() {
         registered
     } else {
@@ -140,7 +173,7 @@ async fn repair(sh: &Shared, registered: Vec<String>) {
     if peers.is_empty() {
         tracing::info!("cluster: no peer to repair from (this node is alone)");
         metrics::counter!(m::CLUSTER_REPAIRS_TOTAL, "result" => "no_peer").increment(1);
-        return;
+        return done;
     }
     let since = match sh.cfg.repair_window_secs {
         0 => 0,
@@ -163,6 +196,7 @@ async fn repair(sh: &Shared, registered: Vec<String>) {
                 );
                 metrics::counter!(m::CLUSTER_REPAIRS_TOTAL, "result" => "ok").increment(1);
                 metrics::counter!(m::CLUSTER_REPAIR_EVENTS_TOTAL).increment(stored as u64);
+                done.insert(url);
             }
             Err(e) => {
                 tracing::warn!(peer = %url, error = %e, "cluster: repair failed");
@@ -175,4 +209,5 @@ async fn repair(sh: &Shared, registered: Vec<String>) {
         // Try again at the next heartbeat.
         sh.repair_wanted.store(true, Ordering::Relaxed);
     }
+    done
 }

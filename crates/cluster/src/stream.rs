@@ -287,14 +287,18 @@ async fn pause(sh: &Shared, backoff: &mut Duration) {
 /// Creates this node's consumer group if it does not exist, and asks for
 /// a repair when its position is gone: the group is new while the stream
 /// already holds entries (a new node, or Redis lost its data), or the
-/// stream was trimmed past the group's last read entry.
+/// stream was trimmed past the group's last read entry. A new group starts
+/// at the stream's first entry, not its end: after Redis comes back empty,
+/// the events other nodes held through the outage may reach the stream
+/// before this group exists, and must not be skipped (what this node
+/// already has is a duplicate, at the cost of one id lookup).
 async fn join_group(sh: &Shared, conn: &mut MultiplexedConnection) -> redis::RedisResult<()> {
     let stream = sh.stream_key();
     let created: redis::RedisResult<()> = redis::cmd("XGROUP")
         .arg("CREATE")
         .arg(&stream)
         .arg(&sh.node_id)
-        .arg("$")
+        .arg("0")
         .arg("MKSTREAM")
         .query_async(conn)
         .await;
