@@ -361,3 +361,189 @@ async fn sluice_admin_store_changes_a_stopped_relays_policy() {
             .is_empty()
     );
 }
+
+/// A NIP-86 call signed by `signer` (or unsigned): (HTTP status, answer).
+async fn rpc(relay: &Relay, signer: Option<u8>, method: &str, params: Value) -> (u16, Value) {
+    let body = json!({"method": method, "params": params}).to_string();
+    let auth = signer.map(|n| nip98(n, &relay.http("/"), "POST", &body));
+    rpc_raw(&relay.addr, &body, auth).await
+}
+
+/// An admin's call that must succeed; its `result`.
+async fn admin_ok(relay: &Relay, method: &str, params: Value) -> Value {
+    let (status, v) = rpc(relay, Some(ADMIN), method, params).await;
+    assert_eq!(status, 200, "{method}: {v}");
+    assert!(v["error"].is_null(), "{method}: {v}");
+    v["result"].clone()
+}
+
+#[tokio::test]
+async fn every_nip86_method_has_its_effect_for_an_admin_and_none_for_anyone_else() {
+    let (k, v) = admin_env();
+    let relay = Relay::start_with(&[(k.as_str(), v.as_str())]);
+    let methods: std::collections::BTreeSet<String> =
+        serde_json::from_value(admin_ok(&relay, "supportedmethods", json!([])).await).unwrap();
+    let mut tested = std::collections::BTreeSet::new();
+    let mut done = |m: &str| {
+        assert!(methods.contains(m), "{m} is not in supportedmethods");
+        tested.insert(m.to_string());
+    };
+    done("supportedmethods");
+    // Nobody else may call any method: unsigned, or signed by a non-admin.
+    for m in &methods {
+        for signer in [None, Some(4)] {
+            let (status, v) = rpc(&relay, signer, m, json!([])).await;
+            assert_eq!(status, 401, "{m} by {signer:?}: {v}");
+        }
+    }
+    let mut c = relay.client().await;
+    let t = now();
+
+    // banpubkey, listbannedpubkeys, unbanpubkey.
+    admin_ok(&relay, "banpubkey", json!([pubkey_hex(5), "spam"])).await;
+    let (ok, msg) = c.publish(&ev(5, t, 1, &[], "banned")).await;
+    assert!(!ok && msg.starts_with("blocked:"), "{msg}");
+    let list = admin_ok(&relay, "listbannedpubkeys", json!([])).await;
+    assert_eq!(list, json!([{"pubkey": pubkey_hex(5), "reason": "spam"}]));
+    admin_ok(&relay, "unbanpubkey", json!([pubkey_hex(5)])).await;
+    assert!(c.publish(&ev(5, t, 1, &[], "unbanned")).await.0);
+    assert_eq!(
+        admin_ok(&relay, "listbannedpubkeys", json!([])).await,
+        json!([])
+    );
+    ["banpubkey", "listbannedpubkeys", "unbanpubkey"].map(&mut done);
+
+    // banevent removes the stored event and refuses it; allowevent takes it back.
+    let e = ev(8, t, 1, &[], "to be banned");
+    assert!(c.publish(&e).await.0);
+    admin_ok(&relay, "banevent", json!([e.id_hex(), "illegal"])).await;
+    assert!(
+        c.req_ids("b", &[json!({"ids": [e.id_hex()]})])
+            .await
+            .is_empty()
+    );
+    let (ok, msg) = c.publish(&e).await;
+    assert!(!ok && msg.starts_with("blocked:"), "{msg}");
+    let list = admin_ok(&relay, "listbannedevents", json!([])).await;
+    assert_eq!(list, json!([{"id": e.id_hex(), "reason": "illegal"}]));
+    admin_ok(&relay, "allowevent", json!([e.id_hex()])).await;
+    assert_eq!(
+        admin_ok(&relay, "listbannedevents", json!([])).await,
+        json!([])
+    );
+    assert!(c.publish(&e).await.0);
+    assert_eq!(
+        c.req_ids("b2", &[json!({"ids": [e.id_hex()]})]).await.len(),
+        1
+    );
+    ["banevent", "listbannedevents", "allowevent"].map(&mut done);
+
+    // blockip refuses the address's upgrades; unblockip lets it in again.
+    admin_ok(&relay, "blockip", json!(["127.0.0.3", "abuse"])).await;
+    let refused = Client::try_connect_with(&relay.url(), Some("127.0.0.3"), &[]).await;
+    assert_eq!(refused.err(), Some(403));
+    let list = admin_ok(&relay, "listblockedips", json!([])).await;
+    assert_eq!(list, json!([{"ip": "127.0.0.3", "reason": "abuse"}]));
+    admin_ok(&relay, "unblockip", json!(["127.0.0.3"])).await;
+    assert_eq!(
+        admin_ok(&relay, "listblockedips", json!([])).await,
+        json!([])
+    );
+    let mut c3 = Client::connect_from(&relay.url(), "127.0.0.3").await;
+    assert!(c3.publish(&ev(3, t, 1, &[], "let in again")).await.0);
+    ["blockip", "listblockedips", "unblockip"].map(&mut done);
+
+    // changerelayname, changerelaydescription: NIP-11 shows them.
+    admin_ok(&relay, "changerelayname", json!(["a new name"])).await;
+    admin_ok(
+        &relay,
+        "changerelaydescription",
+        json!(["a new description"]),
+    )
+    .await;
+    let (_, _, body) = http_get(&relay.addr, "/", Some("application/nostr+json")).await;
+    let doc: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(doc["name"], "a new name");
+    assert_eq!(doc["description"], "a new description");
+    ["changerelayname", "changerelaydescription"].map(&mut done);
+
+    // purgepubkey removes every stored event of a pubkey.
+    for i in 0..3 {
+        assert!(
+            c.publish(&ev(10, t - i, 1, &[], &format!("purge {i}")))
+                .await
+                .0
+        );
+    }
+    assert_eq!(
+        admin_ok(&relay, "purgepubkey", json!([pubkey_hex(10)])).await,
+        3
+    );
+    let authors = json!({"authors": [pubkey_hex(10)]});
+    assert!(
+        c.req_ids("p", std::slice::from_ref(&authors))
+            .await
+            .is_empty()
+    );
+    done("purgepubkey");
+
+    // deletefilter: a dry run counts, the real one removes.
+    for i in 0..2 {
+        assert!(
+            c.publish(&ev(11, t - i, 1, &[], &format!("filtered {i}")))
+                .await
+                .0
+        );
+    }
+    let f = json!({"authors": [pubkey_hex(11)]});
+    assert_eq!(
+        admin_ok(&relay, "deletefilter", json!([f, "dry-run"])).await,
+        2
+    );
+    assert_eq!(c.req_ids("d1", std::slice::from_ref(&f)).await.len(), 2);
+    assert_eq!(admin_ok(&relay, "deletefilter", json!([f])).await, 2);
+    assert!(c.req_ids("d2", std::slice::from_ref(&f)).await.is_empty());
+    done("deletefilter");
+
+    // disallowkind, allowkind, listallowedkinds (last: an allow list
+    // refuses every other kind).
+    admin_ok(&relay, "disallowkind", json!([7])).await;
+    let (ok, msg) = c.publish(&ev(1, t, 7, &[], "+")).await;
+    assert!(!ok && msg.starts_with("blocked:"), "{msg}");
+    assert!(c.publish(&ev(1, t, 1, &[], "kind 1 still")).await.0);
+    admin_ok(&relay, "allowkind", json!([7])).await;
+    assert_eq!(
+        admin_ok(&relay, "listallowedkinds", json!([])).await,
+        json!([7])
+    );
+    assert!(c.publish(&ev(1, t + 1, 7, &[], "+")).await.0);
+    let (ok, msg) = c.publish(&ev(1, t + 1, 1, &[], "not on the list")).await;
+    assert!(!ok && msg.starts_with("blocked:"), "{msg}");
+    ["disallowkind", "allowkind", "listallowedkinds"].map(&mut done);
+
+    // allowpubkey, listallowedpubkeys, disallowpubkey: on a members-only
+    // relay, a listed pubkey may publish.
+    let toml = format!(
+        "[policy]\nmembers_only = true\nadmin_pubkeys = [\"{}\"]\n",
+        pubkey_hex(ADMIN)
+    );
+    let members = Relay::start_with_toml(&toml, &[]);
+    let mut m = members.client().await;
+    let (ok, msg) = m.publish(&ev(6, t, 1, &[], "not yet a member")).await;
+    assert!(!ok && msg.starts_with("auth-required:"), "{msg}");
+    admin_ok(&members, "allowpubkey", json!([pubkey_hex(6), "friend"])).await;
+    assert!(m.publish(&ev(6, t, 1, &[], "a member now")).await.0);
+    let list = admin_ok(&members, "listallowedpubkeys", json!([])).await;
+    assert_eq!(list, json!([{"pubkey": pubkey_hex(6), "reason": "friend"}]));
+    admin_ok(&members, "disallowpubkey", json!([pubkey_hex(6)])).await;
+    let (ok, msg) = m.publish(&ev(6, t + 1, 1, &[], "no longer")).await;
+    assert!(!ok && msg.starts_with("auth-required:"), "{msg}");
+    assert_eq!(
+        admin_ok(&members, "listallowedpubkeys", json!([])).await,
+        json!([])
+    );
+    ["allowpubkey", "listallowedpubkeys", "disallowpubkey"].map(&mut done);
+
+    // Every method the relay offers was exercised above.
+    assert_eq!(tested, methods);
+}
