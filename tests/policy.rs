@@ -559,3 +559,88 @@ async fn every_nip86_method_has_its_effect_for_an_admin_and_none_for_anyone_else
     // Every method the relay offers was exercised above.
     assert_eq!(tested, methods);
 }
+
+#[tokio::test]
+async fn a_plugin_that_dies_fails_closed_or_open_as_configured_and_decides_again_once_restarted() {
+    const DOWN: &str = "blocked: the write policy did not answer";
+    let t = now();
+    for fail_open in [false, true] {
+        // A backoff far longer than the test: while it runs the program is
+        // down, whatever the machine's speed.
+        let relay = start_with_plugin(&plugin_env(
+            "dies_on_die.py",
+            &[
+                (
+                    "SLUICE_POLICY__PLUGIN__FAIL_OPEN",
+                    if fail_open { "true" } else { "false" },
+                ),
+                ("SLUICE_POLICY__PLUGIN__RESTART_BACKOFF_MS", "600000"),
+            ],
+        ));
+        let mut c = relay.client().await;
+        let hello = ev(1, t, 1, &[], "hello");
+        assert!(c.publish(&hello).await.0);
+        let (ok, msg) = c.publish(&ev(1, t, 1, &[], "spam")).await;
+        assert!(!ok && msg == "blocked: no spam here", "{msg}");
+        // The program exits on this one without an answer, then is down.
+        let die = ev(1, t + 1, 1, &[], "die");
+        let during = ev(1, t + 2, 1, &[], "spam while it is down");
+        let mut stored = vec![hello.id_hex()];
+        for e in [&die, &during] {
+            let (ok, msg) = c.publish(e).await;
+            if fail_open {
+                assert!(ok, "{msg}");
+                stored.push(e.id_hex());
+            } else {
+                assert!(!ok && msg == DOWN, "{msg}");
+            }
+        }
+        let mut got = c.req_ids("s", &[json!({"authors": [pubkey_hex(1)]})]).await;
+        got.sort();
+        stored.sort();
+        assert_eq!(got, stored, "fail_open {fail_open}");
+        assert_eq!(
+            relay
+                .metric("sluice_plugin_events_total", &["result=\"unavailable\""])
+                .await,
+            2.0
+        );
+        assert_eq!(
+            relay
+                .metric("sluice_plugin_events_total", &["result=\"accept\""])
+                .await,
+            1.0
+        );
+        assert_eq!(relay.metric("sluice_plugin_in_flight", &[]).await, 0.0);
+    }
+
+    // Restarted after a short backoff: the new program decides again (its
+    // own verdict, not the failure answer), which the restart counter
+    // alone would not show.
+    let relay = start_with_plugin(&plugin_env(
+        "dies_on_die.py",
+        &[("SLUICE_POLICY__PLUGIN__RESTART_BACKOFF_MS", "100")],
+    ));
+    let mut c = relay.client().await;
+    let (ok, msg) = c.publish(&ev(2, t, 1, &[], "die")).await;
+    assert!(!ok && msg == DOWN, "{msg}");
+    let deadline = std::time::Instant::now() + ANSWER_TIMEOUT;
+    let mut n = 0;
+    loop {
+        n += 1;
+        let (ok, msg) = c.publish(&ev(2, t, 1, &[], &format!("spam {n}"))).await;
+        assert!(!ok, "{msg}");
+        if msg == "blocked: no spam here" {
+            break;
+        }
+        assert_eq!(msg, DOWN);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the plugin never came back"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(c.publish(&ev(2, t, 1, &[], "welcome back")).await.0);
+    assert!(relay.metric("sluice_plugin_restarts_total", &[]).await >= 1.0);
+    assert_eq!(relay.metric("sluice_plugin_in_flight", &[]).await, 0.0);
+}
