@@ -44,8 +44,9 @@ async fn delaying_relay(delay_ms: &str) -> Relay {
 /// the EVENT starts waiting).
 async fn wait_for_a_delayed_event(relay: &Relay) {
     for _ in 0..500 {
+        // Polled before the first delay: absent until then.
         let delays = relay
-            .metric(
+            .metric_or_zero(
                 "sluice_throttle_decisions_total",
                 &["direction=\"write\"", "action=\"delay\""],
             )

@@ -188,17 +188,82 @@ impl Relay {
         serde_json::from_str(&body).unwrap()
     }
 
-    /// The value of one series in /metrics (the sum over label sets that
-    /// contain every `label="value"` given).
+    /// The value of one series in /metrics: the sum over the series of
+    /// `name` whose labels include every `label="value"` given. Fails the
+    /// test when /metrics does not answer 200 or no such series exists (a
+    /// renamed metric or label must not read as 0): where "never counted"
+    /// is the expected answer, use [`Relay::metric_or_zero`].
     pub async fn metric(&self, name: &str, labels: &[&str]) -> f64 {
-        let (_, _, body) = http_get(&self.addr, "/metrics", None).await;
-        body.lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter(|l| l.split(['{', ' ']).next() == Some(name))
-            .filter(|l| labels.iter().all(|lab| l.contains(lab)))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        let body = self.metrics_text().await;
+        match series_sum(&body, name, labels) {
+            Some(v) => v,
+            None => panic!(
+                "no series {name}{{{}}} on /metrics; series of that name: {:?}",
+                labels.join(","),
+                body.lines()
+                    .filter(|l| l.split(['{', ' ']).next() == Some(name))
+                    .collect::<Vec<_>>()
+            ),
+        }
     }
+
+    /// [`Relay::metric`], or 0 when no such series exists yet (a counter
+    /// never incremented, a gauge never set). The name must be one the
+    /// relay documents (docs/metrics.md), so a renamed metric still fails.
+    pub async fn metric_or_zero(&self, name: &str, labels: &[&str]) -> f64 {
+        assert!(
+            documented_metric(name),
+            "{name} is not a metric docs/metrics.md documents"
+        );
+        series_sum(&self.metrics_text().await, name, labels).unwrap_or(0.0)
+    }
+
+    async fn metrics_text(&self) -> String {
+        let (status, _, body) = http_get(&self.addr, "/metrics", None).await;
+        assert_eq!(status, 200, "/metrics: {body}");
+        body
+    }
+}
+
+/// The sum over the series of `name` having every `label="value"` given;
+/// `None` when there is none.
+pub fn series_sum(body: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    let mut found = None;
+    for line in body.lines().filter(|l| !l.starts_with('#')) {
+        let (head, value) = match line.rsplit_once(' ') {
+            Some(p) => p,
+            None => continue,
+        };
+        let (series, set) = match head.split_once('{') {
+            Some((n, rest)) => (n, rest.trim_end_matches('}')),
+            None => (head, ""),
+        };
+        if series != name {
+            continue;
+        }
+        let pairs: Vec<&str> = set.split("\",").map(|p| p.trim_end_matches('"')).collect();
+        let has = |want: &str| pairs.iter().any(|p| *p == want.trim_end_matches('"'));
+        if labels.iter().all(|l| has(l))
+            && let Ok(v) = value.parse::<f64>()
+        {
+            found = Some(found.unwrap_or(0.0) + v);
+        }
+    }
+    found
+}
+
+/// Whether docs/metrics.md documents a metric of this name.
+fn documented_metric(name: &str) -> bool {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/metrics.md"
+    ))
+    .unwrap_or_default();
+    let family = ["_sum", "_count", "_bucket"]
+        .iter()
+        .find_map(|s| name.strip_suffix(s))
+        .unwrap_or(name);
+    doc.contains(&format!("`{name}`")) || doc.contains(&format!("`{family}`"))
 }
 
 pub fn signal(child: &Child, sig: &str) {
