@@ -2,6 +2,7 @@
 //! real binary over real WebSockets (the static ones are in
 //! `architecture.rs`).
 
+mod source_scan;
 mod support;
 
 use std::collections::HashMap;
@@ -182,5 +183,162 @@ fn every_channel_is_bounded() {
     ] {
         let hits = files_containing(pattern);
         assert!(hits.is_empty(), "{pattern} in {hits:?}");
+    }
+}
+
+// ------------------------------------------------------- refusal vocabulary
+
+/// The modules that may spell a NIP-01 prefix: proto's definitions and the
+/// session's refusal vocabulary.
+const VOCABULARY: [&str; 2] = [
+    "crates/proto/src/reason.rs",
+    "crates/server/src/session/refusal.rs",
+];
+
+/// Every prefix a relay's answer may start with: each one proto's `Reason`
+/// spells (read from `Reason::as_str`), and `mute`, which NIP-01 defines
+/// and Sluice never sends.
+fn reason_prefixes() -> Vec<String> {
+    let text = std::fs::read_to_string(source_scan::root().join(VOCABULARY[0])).unwrap();
+    let tokens = source_scan::product_tokens(&text);
+    let ident = |i: usize, name: &str| {
+        tokens.get(i).map(|t| &t.tok) == Some(&source_scan::Tok::Ident(name.to_string()))
+    };
+    let start = (0..tokens.len())
+        .find(|&i| ident(i, "fn") && ident(i + 1, "as_str"))
+        .expect("Reason::as_str in reason.rs");
+    let open = start
+        + tokens[start..]
+            .iter()
+            .position(|t| t.tok == source_scan::Tok::Punct('{'))
+            .unwrap();
+    let mut depth = 0;
+    let mut prefixes = vec!["mute".to_string()];
+    for t in &tokens[open..] {
+        match &t.tok {
+            source_scan::Tok::Punct('{') => depth += 1,
+            source_scan::Tok::Punct('}') => {
+                depth -= 1;
+                if depth == 0 {
+                    break;
+                }
+            }
+            source_scan::Tok::Str(s) => prefixes.push(s.clone()),
+            _ => {}
+        }
+    }
+    for known in [
+        "blocked",
+        "rate-limited",
+        "invalid",
+        "pow",
+        "duplicate",
+        "error",
+    ] {
+        assert!(
+            prefixes.iter().any(|p| p == known),
+            "{known} in {prefixes:?}"
+        );
+    }
+    prefixes
+}
+
+/// The hits of the prefix scan in one file's product code.
+fn prefix_hits(path: &str, text: &str, prefixes: &[String]) -> Vec<String> {
+    let mut hits: Vec<String> = source_scan::literal_strings(&source_scan::product_tokens(text))
+        .into_iter()
+        .filter_map(|(s, line)| {
+            source_scan::prefix_in(&s, prefixes).map(|p| format!("{path}:{line}: `{p}:` in {s:?}"))
+        })
+        .collect();
+    // A format string is seen as written and with its holes filled.
+    hits.dedup_by(|b, a| a.split(" in ").next() == b.split(" in ").next());
+    hits
+}
+
+/// One refusal vocabulary: no product code outside it writes a NIP-01
+/// prefix (`blocked:`, `rate-limited:`, … and NIP-77's `closed:`) in a
+/// string, however the string is spelled or assembled (escapes, raw
+/// strings, `concat!`, format holes filled by literals or constants).
+/// Handlers name a case of `session::refusal`; its prefix, wording and
+/// metrics are chosen there. Comments and test code are not product code.
+#[test]
+fn only_the_refusal_vocabulary_writes_nip01_prefixes() {
+    let prefixes = reason_prefixes();
+    let mut hits = Vec::new();
+    for (path, text) in source_scan::product_files() {
+        if !VOCABULARY.contains(&path.as_str()) {
+            hits.extend(prefix_hits(&path, &text, &prefixes));
+        }
+    }
+    assert!(
+        hits.is_empty(),
+        "NIP-01 prefixes outside the refusal vocabulary (name a case of \
+         crates/server/src/session/refusal.rs instead):\n{}",
+        hits.join("\n")
+    );
+}
+
+/// The server names proto's `Reason` only in its refusal module: a handler
+/// that picked a prefix by its enum would dodge the literal scan above.
+#[test]
+fn only_the_refusal_module_names_reason_in_the_server() {
+    let hits: Vec<String> = source_scan::product_files()
+        .into_iter()
+        .filter(|(path, _)| path.starts_with("crates/server/src/") && path != VOCABULARY[1])
+        .filter(|(_, text)| {
+            source_scan::product_tokens(text)
+                .iter()
+                .any(|t| t.tok == source_scan::Tok::Ident("Reason".into()))
+        })
+        .map(|(path, _)| path)
+        .collect();
+    assert!(hits.is_empty(), "Reason named in {hits:?}");
+}
+
+/// The scan above can fail: it finds a prefix however the literal is
+/// written, and only in product code.
+#[test]
+fn the_prefix_scan_sees_through_spelling_and_skips_comments_and_tests() {
+    let prefixes = reason_prefixes();
+    let caught = [
+        r#"fn f() { send("blocked: no") }"#,
+        r#"fn f() { send("bl\x6fcked: no") }"#,
+        r#"fn f() { send("\u{72}ate-limited: slow down") }"#,
+        r##"fn f() { send(r#"invalid: x"#) }"##,
+        r#"fn f() { send(concat!("inva", "lid", ": x")) }"#,
+        r#"fn f() { send(format!("{}: {}", "pow", x)) }"#,
+        r#"fn f() { send(format!("{1}: {0}", x, "duplicate")) }"#,
+        r#"const P: &str = "restricted"; fn f() { send(format!("{P}: {x}")) }"#,
+        r#"fn f() { let p = "auth-required"; send(format!("{p}: x")) }"#,
+        r#"fn f() { send(format!("{p}: x", p = "error")) }"#,
+        r#"fn f() { write!(out, "{}: x", "mute") }"#,
+        r#"fn f() { send("[\"OK\",\"id\",false,\"duplicate: x\"]") }"#,
+        "fn f() { send(\"blo\\\n        cked: x\") }",
+        r#"fn f() { send("closed: no such session") }"#,
+        r#"#[cfg(not(test))] fn f() { send("blocked: x") }"#,
+    ];
+    for src in caught {
+        assert!(
+            !prefix_hits("x.rs", src, &prefixes).is_empty(),
+            "missed in {src}"
+        );
+    }
+    let clean = [
+        "// blocked: a comment\nfn f() {}",
+        "/* rate-limited: a /* nested */ comment */ fn f() {}",
+        "/// `invalid: x` in a doc\nfn f() {}",
+        r#"fn f() { err("store error: x") }"#,
+        r#"fn f() { eprintln!("sluice: error: {e:#}") }"#,
+        r#"fn f() { label("invalid") }"#,
+        r#"fn f() { format!("{prefix}: {x}") }"#,
+        r#"fn f() { let c = '"'; s("x") }"#,
+        r#"#[cfg(test)] mod tests { fn t() { s("blocked: x") } }"#,
+        r#"#[test] fn t() { s("blocked: x"); }"#,
+        r#"#[tokio::test] async fn t() { s("blocked: x"); }"#,
+        r#"#[cfg(test)] use x::{a, b}; fn f() {}"#,
+    ];
+    for src in clean {
+        assert_eq!(prefix_hits("x.rs", src, &prefixes), Vec::<String>::new());
     }
 }

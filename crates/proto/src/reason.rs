@@ -1,6 +1,6 @@
-//! The machine-readable prefixes of NIP-01 OK and CLOSED messages. Every
-//! refusal the relay sends is built from one of these, so clients can act on
-//! the prefix and metrics can count by it.
+//! The machine-readable prefixes of NIP-01 OK and CLOSED messages (and of
+//! NIP-77's NEG-ERR). Every refusal the relay sends is built from one of
+//! these, so clients can act on the prefix and metrics can count by it.
 
 /// A NIP-01 reason prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -14,6 +14,8 @@ pub enum Reason {
     AuthRequired,
     Unsupported,
     Error,
+    /// NIP-77: a NEG-ERR for a negentropy session the relay does not hold.
+    Closed,
 }
 
 impl Reason {
@@ -29,6 +31,7 @@ impl Reason {
             Reason::AuthRequired => "auth-required",
             Reason::Unsupported => "unsupported",
             Reason::Error => "error",
+            Reason::Closed => "closed",
         }
     }
 

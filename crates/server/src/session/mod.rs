@@ -44,7 +44,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use self::event::{Held, WriteFut};
 use self::out::{CloseReason, Out, Step};
-use self::refusal::Refusal;
+use self::refusal::{NegError, Refusal};
 use self::subs::Subs;
 use crate::AppState;
 use crate::metrics_names as m;
@@ -301,10 +301,7 @@ impl Session {
             }
             MessageError::UnknownType(t) => out.send(Refusal::UnknownType(t).notice()).await,
             MessageError::BadNeg { sub_id, error } => {
-                metrics::counter!(m::NEGENTROPY_ERRORS_TOTAL, "reason" => "invalid").increment(1);
-                let text = Refusal::Invalid(error).message();
-                out.send(sluice_proto::RelayMessage::neg_err(&sub_id, &text))
-                    .await
+                out.send(NegError::BadMessage(error).neg_err(&sub_id)).await
             }
             other => out.send(Refusal::Invalid(other.to_string()).notice()).await,
         }

@@ -9,7 +9,8 @@
 //! `limits.max_negentropy_items` items (more: `NEG-ERR blocked:`), the scan
 //! budget of a query (a filter that exhausts it: `NEG-ERR blocked:`), and
 //! outgoing frames of at most [`FRAME_SIZE_LIMIT`] bytes. A bad message is
-//! answered with `NEG-ERR`, never a panic.
+//! answered with `NEG-ERR`, never a panic; every `NEG-ERR` is a
+//! [`NegError`] case (`refusal.rs`: prefix, wording, metrics).
 
 use std::collections::HashMap;
 
@@ -21,7 +22,7 @@ use sluice_throttle::JobId;
 
 use super::Session;
 use super::out::{Out, Step};
-use super::refusal::Refusal;
+use super::refusal::{NegError, Refusal};
 use crate::metrics_names as m;
 
 /// Negentropy sessions one connection may hold open.
@@ -88,11 +89,6 @@ struct IdAndTime<'a> {
     created_at: u64,
 }
 
-fn neg_err(sub_id: &str, reason: &'static str, message: &str) -> String {
-    metrics::counter!(m::NEGENTROPY_ERRORS_TOTAL, "reason" => reason).increment(1);
-    RelayMessage::neg_err(sub_id, message)
-}
-
 impl Session {
     pub(super) async fn on_neg_open(
         &mut self,
@@ -105,21 +101,18 @@ impl Session {
         // A NEG-OPEN of an open id replaces it.
         self.neg.open.remove(&sub_id);
         if self.neg.len() >= MAX_SESSIONS {
-            let text = format!("rate-limited: too many negentropy sessions (max {MAX_SESSIONS})");
-            return out.send(neg_err(&sub_id, "sessions", &text)).await;
+            let error = NegError::TooManySessions { max: MAX_SESSIONS };
+            return out.send(error.neg_err(&sub_id)).await;
         }
         let Ok(first) = hex::decode(&message) else {
-            return out
-                .send(neg_err(&sub_id, "invalid", "invalid: message is not hex"))
-                .await;
+            return out.send(NegError::NotHex.neg_err(&sub_id)).await;
         };
         if let Err(refusal) = self.admit_req(&sub_id, std::slice::from_ref(&filter), false) {
-            if refusal.asks_auth() {
+            let error = NegError::Refused(refusal);
+            if error.asks_auth() {
                 self.send_challenge(out).await?;
             }
-            return out
-                .send(neg_err(&sub_id, "refused", &refusal.message()))
-                .await;
+            return out.send(error.neg_err(&sub_id)).await;
         }
         let max = self.st.limits.max_negentropy_items;
         // One more than allowed: its arrival says the set is too large.
@@ -148,9 +141,8 @@ impl Session {
                 Ok(())
             }
             Err(e) => {
-                let refusal = Refusal::from(e);
-                out.send(neg_err(&sub_id, "refused", &refusal.message()))
-                    .await
+                let error = NegError::Refused(Refusal::from(e));
+                out.send(error.neg_err(&sub_id)).await
             }
         }
     }
@@ -179,9 +171,8 @@ impl Session {
         }
         if items.len() > max {
             self.neg.open.remove(&sub_id);
-            let text =
-                format!("blocked: too many items to reconcile (max {max}); narrow the filter");
-            return out.send(neg_err(&sub_id, "too_many_items", &text)).await;
+            let error = NegError::TooManyItems { max };
+            return out.send(error.neg_err(&sub_id)).await;
         }
         match &msg.end {
             None => Ok(()),
@@ -189,15 +180,13 @@ impl Session {
                 truncated: true, ..
             }) => {
                 self.neg.open.remove(&sub_id);
-                let text = "blocked: the filter matches more than one query may scan; narrow it";
-                out.send(neg_err(&sub_id, "truncated", text)).await
+                out.send(NegError::Truncated.neg_err(&sub_id)).await
             }
             Some(ReadEnd::Eose { .. }) => self.neg_start(out, &sub_id).await,
             Some(end) => {
                 self.neg.open.remove(&sub_id);
-                let refusal = Refusal::of_query_end(end);
-                out.send(neg_err(&sub_id, "refused", &refusal.message()))
-                    .await
+                let error = NegError::Refused(Refusal::of_query_end(end));
+                out.send(error.neg_err(&sub_id)).await
             }
         }
     }
@@ -231,8 +220,8 @@ impl Session {
             }
             Err(e) => {
                 self.neg.open.remove(sub_id);
-                let text = format!("invalid: {e}");
-                out.send(neg_err(sub_id, "protocol", &text)).await
+                out.send(NegError::Protocol(e.to_string()).neg_err(sub_id))
+                    .await
             }
         }
     }
@@ -245,12 +234,10 @@ impl Session {
     ) -> Step {
         metrics::counter!(m::NEGENTROPY_MESSAGES_TOTAL, "type" => "msg").increment(1);
         let Some(session) = self.neg.open.get_mut(&sub_id) else {
-            let text = "closed: no such negentropy session";
-            return out.send(neg_err(&sub_id, "unknown", text)).await;
+            return out.send(NegError::Unknown.neg_err(&sub_id)).await;
         };
         let State::Ready(neg) = &mut session.state else {
-            let text = "invalid: the session is still reading its events";
-            return out.send(neg_err(&sub_id, "early", text)).await;
+            return out.send(NegError::Early.neg_err(&sub_id)).await;
         };
         let answer = hex::decode(&message)
             .map_err(|_| "message is not hex".to_string())
@@ -262,8 +249,7 @@ impl Session {
             }
             Err(e) => {
                 self.neg.open.remove(&sub_id);
-                out.send(neg_err(&sub_id, "protocol", &format!("invalid: {e}")))
-                    .await
+                out.send(NegError::Protocol(e).neg_err(&sub_id)).await
             }
         }
     }

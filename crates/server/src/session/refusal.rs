@@ -3,10 +3,15 @@
 //! command gets (OK false for an EVENT, CLOSED for a REQ or COUNT, NOTICE
 //! otherwise), and counts itself on /metrics as it renders.
 //!
+//! NIP-77's `NEG-ERR` answers are [`NegError`]s: a negentropy case, or a
+//! REQ's refusal, rendered and counted the same way.
+//!
 //! Invariant: the prefix of every refusal the session sends is chosen in
-//! [`Refusal::reason`], and its wording in [`Refusal::detail`]; handlers
-//! name the case, never a prefix. The one prefixed answer that is not a
-//! refusal, OK true `duplicate:`, is chosen in [`Refusal::of_write`].
+//! [`Refusal::reason`] (or [`NegError::reason`]), and its wording in
+//! [`Refusal::detail`] (or [`NegError::detail`]); handlers name the case,
+//! never a prefix. The one prefixed answer that is not a refusal, OK true
+//! `duplicate:`, is chosen in [`Refusal::of_write`]. No other product code
+//! writes a prefix (`tests/invariants.rs`).
 
 use std::borrow::Cow;
 
@@ -262,6 +267,91 @@ impl Refusal {
     }
 }
 
+/// Why a negentropy session (NIP-77) is answered `NEG-ERR`: a case of its
+/// own, or the refusal its query met on the REQ path.
+#[derive(Debug)]
+pub(super) enum NegError {
+    /// The connection holds [`super::neg::MAX_SESSIONS`] sessions.
+    TooManySessions { max: usize },
+    /// A NEG-OPEN whose first message is not hex.
+    NotHex,
+    /// The refusal of the REQ path (policy, buckets, scheduler, private
+    /// kinds) that the session's query met.
+    Refused(Refusal),
+    /// A message the parser refused (`["NEG-OPEN", …]` of the wrong shape).
+    BadMessage(String),
+    /// More than `limits.max_negentropy_items` events match.
+    TooManyItems { max: usize },
+    /// The filter's query ran out of its scan budget.
+    Truncated,
+    /// The negentropy protocol failed on the client's message.
+    Protocol(String),
+    /// A NEG-MSG for a session this connection does not hold.
+    Unknown,
+    /// A NEG-MSG while the session's query still runs.
+    Early,
+}
+
+impl NegError {
+    /// The NIP-01 (NIP-77) prefix of each case.
+    fn reason(&self) -> Reason {
+        use NegError as N;
+        match self {
+            N::TooManySessions { .. } => Reason::RateLimited,
+            N::Refused(r) => r.reason(),
+            N::TooManyItems { .. } | N::Truncated => Reason::Blocked,
+            N::NotHex | N::BadMessage(_) | N::Protocol(_) | N::Early => Reason::Invalid,
+            N::Unknown => Reason::Closed,
+        }
+    }
+
+    /// The human text after the prefix.
+    fn detail(&self) -> Cow<'static, str> {
+        use NegError as N;
+        match self {
+            N::TooManySessions { max } => {
+                format!("too many negentropy sessions (max {max})").into()
+            }
+            N::NotHex => "message is not hex".into(),
+            N::Refused(r) => r.detail(),
+            N::BadMessage(text) | N::Protocol(text) => text.clone().into(),
+            N::TooManyItems { max } => {
+                format!("too many items to reconcile (max {max}); narrow the filter").into()
+            }
+            N::Truncated => "the filter matches more than one query may scan; narrow it".into(),
+            N::Unknown => "no such negentropy session".into(),
+            N::Early => "the session is still reading its events".into(),
+        }
+    }
+
+    /// The label of `sluice_negentropy_errors_total`.
+    fn label(&self) -> &'static str {
+        use NegError as N;
+        match self {
+            N::TooManySessions { .. } => "sessions",
+            N::NotHex | N::BadMessage(_) => "invalid",
+            N::Refused(_) => "refused",
+            N::TooManyItems { .. } => "too_many_items",
+            N::Truncated => "truncated",
+            N::Protocol(_) => "protocol",
+            N::Unknown => "unknown",
+            N::Early => "early",
+        }
+    }
+
+    /// Whether the answer asks the client to authenticate.
+    pub(super) fn asks_auth(&self) -> bool {
+        self.reason() == Reason::AuthRequired
+    }
+
+    /// `["NEG-ERR", sub_id, ...]`, counted in
+    /// `sluice_negentropy_errors_total`.
+    pub(super) fn neg_err(&self, sub_id: &str) -> String {
+        metrics::counter!(m::NEGENTROPY_ERRORS_TOTAL, "reason" => self.label()).increment(1);
+        RelayMessage::neg_err(sub_id, &self.reason().message(&self.detail()))
+    }
+}
+
 /// A plugin's message may carry its own NIP-01 prefix (strfry's plugins
 /// write `"blocked: ..."`): it is kept, not doubled; without one, `blocked:`.
 fn plugin_prefix(msg: &str) -> (Reason, &str) {
@@ -310,5 +400,72 @@ impl From<sluice_engine::SubmitError> for Refusal {
             sluice_engine::SubmitError::QueueFull => Refusal::WriterBusy,
             sluice_engine::SubmitError::Closed => Refusal::ShuttingDown,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each NEG-ERR answer, word for word, and its metric label.
+    #[test]
+    fn neg_errors_keep_their_prefix_wording_and_label() {
+        let cases = [
+            (
+                NegError::TooManySessions { max: 4 },
+                "rate-limited: too many negentropy sessions (max 4)",
+                "sessions",
+            ),
+            (NegError::NotHex, "invalid: message is not hex", "invalid"),
+            (
+                NegError::Refused(Refusal::NoFilters),
+                "invalid: at least one filter is required",
+                "refused",
+            ),
+            (
+                NegError::Refused(Refusal::QueryFailed),
+                "error: could not run the query",
+                "refused",
+            ),
+            (
+                NegError::BadMessage("NEG-MSG takes one message".into()),
+                "invalid: NEG-MSG takes one message",
+                "invalid",
+            ),
+            (
+                NegError::TooManyItems { max: 10 },
+                "blocked: too many items to reconcile (max 10); narrow the filter",
+                "too_many_items",
+            ),
+            (
+                NegError::Truncated,
+                "blocked: the filter matches more than one query may scan; narrow it",
+                "truncated",
+            ),
+            (
+                NegError::Protocol("message is not hex".into()),
+                "invalid: message is not hex",
+                "protocol",
+            ),
+            (
+                NegError::Unknown,
+                "closed: no such negentropy session",
+                "unknown",
+            ),
+            (
+                NegError::Early,
+                "invalid: the session is still reading its events",
+                "early",
+            ),
+        ];
+        for (error, text, label) in cases {
+            assert_eq!(
+                error.neg_err("s"),
+                RelayMessage::neg_err("s", text),
+                "{error:?}"
+            );
+            assert_eq!(error.label(), label, "{error:?}");
+        }
+        assert!(NegError::Refused(Refusal::AuthRequired("x")).asks_auth());
     }
 }
