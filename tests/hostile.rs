@@ -444,3 +444,59 @@ async fn a_connection_with_nothing_open_is_closed_when_idle_and_others_are_not()
             >= 1.0
     );
 }
+
+/// A frame over the WebSocket layer's bound (twice
+/// `limits.max_message_bytes`) is told apart by its error's type, not its
+/// wording: the client is told why (NOTICE, then Close 1009) and the close
+/// is counted as `message_too_large`, not as a protocol error.
+#[tokio::test]
+async fn a_frame_over_the_hard_bound_is_answered_and_counted_as_too_large() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    let relay = Relay::start_with(&[("SLUICE_LIMITS__MAX_MESSAGE_BYTES", "4096")]);
+    let (mut ws, _) = tokio_tungstenite::connect_async(relay.url()).await.unwrap();
+    ws.send(Message::Text("x".repeat(20_000).into()))
+        .await
+        .unwrap();
+    let (mut notice, mut code) = (None, None);
+    loop {
+        match tokio::time::timeout(ANSWER_TIMEOUT, ws.next())
+            .await
+            .expect("an answer in time")
+        {
+            Some(Ok(Message::Text(t))) if t.starts_with("[\"AUTH\"") => {}
+            Some(Ok(Message::Text(t))) => notice = Some(t.to_string()),
+            Some(Ok(Message::Close(frame))) => {
+                code = frame.map(|f| f.code);
+                break;
+            }
+            Some(Ok(_)) => {}
+            // The relay never read the frame's payload, so its socket may
+            // be reset before the answer is read.
+            Some(Err(_)) | None => break,
+        }
+    }
+    if let Some(text) = notice {
+        let expected = json!(["NOTICE", "invalid: message too large, closing"]);
+        assert_eq!(text, expected.to_string());
+    }
+    if let Some(code) = code {
+        assert_eq!(code, CloseCode::Size);
+    }
+    let closed = |reason: &'static str| {
+        let relay = &relay;
+        async move {
+            let label = format!("reason=\"{reason}\"");
+            relay
+                .metric("sluice_connections_closed_total", &[label.as_str()])
+                .await
+        }
+    };
+    let deadline = std::time::Instant::now() + ANSWER_TIMEOUT;
+    while closed("message_too_large").await < 1.0 {
+        assert!(std::time::Instant::now() < deadline, "not counted in time");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(closed("protocol_error").await, 0.0);
+}

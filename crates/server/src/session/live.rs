@@ -14,7 +14,7 @@ use sluice_engine::{Lagged, LiveDelivery};
 use sluice_proto::RelayMessage;
 
 use super::Session;
-use super::out::{Out, Step};
+use super::out::{CloseReason, Out, Step};
 use super::refusal::Refusal;
 use crate::metrics_names as m;
 
@@ -25,7 +25,7 @@ impl Session {
         received: Result<LiveDelivery, Lagged>,
     ) -> Step {
         let Ok(delivery) = received else {
-            return Err("slow_consumer");
+            return Err(CloseReason::SlowConsumer);
         };
         let ev = delivery.event;
         let max_held = self.st.server.max_buffered_live_events;

@@ -104,7 +104,8 @@ pub(crate) async fn run(
     let mut out = Out::new(sink, cork, Duration::from_millis(st.server.send_timeout_ms));
     let mut s = Session::new(st.clone(), ip, host);
     if st.auth.challenge_on_connect && s.send_challenge(&mut out).await.is_err() {
-        metrics::counter!(m::CONNECTIONS_CLOSED_TOTAL, "reason" => "io_error").increment(1);
+        let reason = CloseReason::IoError.label();
+        metrics::counter!(m::CONNECTIONS_CLOSED_TOTAL, "reason" => reason).increment(1);
         return;
     }
     let idle_after =
@@ -145,7 +146,7 @@ pub(crate) async fn run(
             // holds a socket and a connection slot.
             () = idle.as_mut(), if idle_after.is_some() && s.is_idle() => {
                 out.close(close_code::NORMAL, "idle").await;
-                break "idle";
+                break CloseReason::Idle;
             }
         };
         if let Err(reason) = step {
@@ -154,9 +155,10 @@ pub(crate) async fn run(
     };
     // Subscriptions and queries are given back before the close is counted.
     drop(s);
-    if reason == "slow_consumer" {
+    if reason == CloseReason::SlowConsumer {
         metrics::counter!(m::SLOW_CONSUMER_DISCONNECTS_TOTAL).increment(1);
     }
+    let reason = reason.label();
     metrics::counter!(m::CONNECTIONS_CLOSED_TOTAL, "reason" => reason).increment(1);
     tracing::debug!(peer = %ip, reason, "connection closed");
 }
@@ -225,21 +227,21 @@ impl Session {
                 // The WebSocket layer has queued the echo of the client's
                 // Close; send it before the socket goes.
                 let _ = out.flush().await;
-                Err("client_closed")
+                Err(CloseReason::ClientClosed)
             }
-            None => Err("client_closed"),
+            None => Err(CloseReason::ClientClosed),
             Some(Ok(_)) => Ok(()),
-            Some(Err(e)) => {
-                let text = e.to_string();
-                if text.contains("too long") || text.contains("Space limit") {
+            Some(Err(e)) => match FrameError::of(&e) {
+                FrameError::TooLarge => {
                     let _ = out.send(Refusal::FrameTooLarge.notice()).await;
                     out.close(close_code::SIZE, "message too large").await;
-                    Err("message_too_large")
-                } else {
-                    tracing::debug!(peer = %self.ip, error = %text, "websocket error");
-                    Err("protocol_error")
+                    Err(CloseReason::MessageTooLarge)
                 }
-            }
+                FrameError::Other => {
+                    tracing::debug!(peer = %self.ip, error = %e, "websocket error");
+                    Err(CloseReason::ProtocolError)
+                }
+            },
         }
     }
 
@@ -339,6 +341,57 @@ impl Session {
             }
         })
         .await;
-        "shutdown"
+        CloseReason::Shutdown
+    }
+}
+
+/// A WebSocket read error, by what it means for the session.
+#[derive(Debug, PartialEq, Eq)]
+enum FrameError {
+    /// A frame (or message) over the WebSocket layer's bound
+    /// (`limits.max_message_bytes` × 2): answered, then closed with 1009.
+    TooLarge,
+    /// Anything else: a protocol or I/O error; the connection just ends.
+    Other,
+}
+
+impl FrameError {
+    /// axum wraps the WebSocket library's error; its variant says what
+    /// happened.
+    fn of(e: &axum::Error) -> FrameError {
+        use std::error::Error as _;
+        use tungstenite::error::{CapacityError, Error as WsError};
+        match e.source().and_then(|s| s.downcast_ref::<WsError>()) {
+            Some(WsError::Capacity(CapacityError::MessageTooLong { .. })) => FrameError::TooLarge,
+            _ => FrameError::Other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FrameError;
+    use tungstenite::error::{CapacityError, Error as WsError, ProtocolError};
+
+    #[test]
+    fn a_frame_over_the_bound_is_told_apart_by_its_type() {
+        let too_long = WsError::Capacity(CapacityError::MessageTooLong {
+            size: 10,
+            max_size: 5,
+        });
+        assert_eq!(
+            FrameError::of(&axum::Error::new(too_long)),
+            FrameError::TooLarge
+        );
+        for other in [
+            WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake),
+            WsError::Capacity(CapacityError::TooManyHeaders),
+            WsError::ConnectionClosed,
+        ] {
+            assert_eq!(FrameError::of(&axum::Error::new(other)), FrameError::Other);
+        }
+        // Words alone do not make a frame too large.
+        let words = std::io::Error::other("Space limit exceeded: Message too long");
+        assert_eq!(FrameError::of(&axum::Error::new(words)), FrameError::Other);
     }
 }

@@ -11,8 +11,40 @@ use futures_util::stream::SplitSink;
 
 use crate::cork::{CorkSwitch, Corked};
 
-/// Why a connection ended (a closed set, used as a metric label).
-pub(super) type CloseReason = &'static str;
+/// Why a connection ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CloseReason {
+    /// The client sent a Close, or its stream ended.
+    ClientClosed,
+    /// The relay is shutting down.
+    Shutdown,
+    /// Its live queue filled, or a send did not finish within
+    /// `server.send_timeout_ms`.
+    SlowConsumer,
+    /// A frame over the WebSocket layer's hard bound.
+    MessageTooLarge,
+    /// A WebSocket protocol error.
+    ProtocolError,
+    /// A send failed.
+    IoError,
+    /// Nothing open and nothing sent for `server.idle_timeout_ms`.
+    Idle,
+}
+
+impl CloseReason {
+    /// The `reason` label of `sluice_connections_closed_total`.
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            CloseReason::ClientClosed => "client_closed",
+            CloseReason::Shutdown => "shutdown",
+            CloseReason::SlowConsumer => "slow_consumer",
+            CloseReason::MessageTooLarge => "message_too_large",
+            CloseReason::ProtocolError => "protocol_error",
+            CloseReason::IoError => "io_error",
+            CloseReason::Idle => "idle",
+        }
+    }
+}
 
 /// What a handler returns: `Err` ends the connection.
 pub(super) type Step = Result<(), CloseReason>;
@@ -72,7 +104,7 @@ impl Out {
 fn outcome(r: Result<Result<(), axum::Error>, tokio::time::error::Elapsed>) -> Step {
     match r {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(_)) => Err("io_error"),
-        Err(_) => Err("slow_consumer"),
+        Ok(Err(_)) => Err(CloseReason::IoError),
+        Err(_) => Err(CloseReason::SlowConsumer),
     }
 }
