@@ -36,7 +36,7 @@
 //! it and not the other way round.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{RecvTimeoutError, Sender};
+use std::sync::mpsc::{RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -68,7 +68,7 @@ pub(crate) struct MonitorHealth {
 pub(crate) struct MonitorHandle {
     pub health: MonitorHealth,
     /// Dropped to stop the thread.
-    stop: Mutex<Option<Sender<()>>>,
+    stop: Mutex<Option<SyncSender<()>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -99,7 +99,7 @@ impl MonitorHandle {
         };
         metrics::gauge!(m::THROTTLE_TARGET_MEMORY_BYTES).set(cfg.target_memory_bytes() as f64);
         let handle = &engine.monitor;
-        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let (stop_tx, stop_rx) = std::sync::mpsc::sync_channel::<()>(1);
         let (first_tx, first_rx) = std::sync::mpsc::sync_channel::<()>(1);
         handle.health.running.store(true, Ordering::Release);
         let exit = ThreadExit::new("monitor", handle.health.running.clone());

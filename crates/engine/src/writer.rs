@@ -427,6 +427,10 @@ struct Writer {
     disk: Arc<DiskGate>,
 }
 
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the writer thread is the store's one writer (clippy.toml)"
+)]
 impl Writer {
     fn run(mut self) {
         let purge_every = Duration::from_millis(self.cfg.expiry_purge_interval_ms);

@@ -387,19 +387,37 @@ impl Store {
         }
     }
 
-    fn rtxn(&self) -> Result<RoTxn<'_, WithoutTls>, StoreError> {
+    /// Every read transaction opens here, after the thread check.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the one place a read transaction opens"
+    )]
+    pub(crate) fn begin_read(env: &Env<WithoutTls>) -> Result<RoTxn<'_, WithoutTls>, heed::Error> {
         Self::check_thread();
-        Ok(self.env.read_txn()?)
+        env.read_txn()
+    }
+
+    /// Every write transaction opens here, after the thread check.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the one place a write transaction opens"
+    )]
+    pub(crate) fn begin_write(env: &Env<WithoutTls>) -> Result<RwTxn<'_>, heed::Error> {
+        Self::check_thread();
+        env.write_txn()
+    }
+
+    fn rtxn(&self) -> Result<RoTxn<'_, WithoutTls>, StoreError> {
+        Ok(Self::begin_read(&self.env)?)
     }
 
     /// A write transaction that adds about `adding` bytes of events.
     fn wtxn(&self, adding: u64) -> Result<RwTxn<'_>, StoreError> {
-        Self::check_thread();
         if let alone::Hold::Alone(r) = &*self.hold {
             // Blocks for this transaction's pages, or ENOSPC before it.
             r.ensure(self.end_bytes(), adding)?;
         }
-        Ok(self.env.write_txn()?)
+        Ok(Self::begin_write(&self.env)?)
     }
 
     /// Current sizes; cheap (no scan).

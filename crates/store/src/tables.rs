@@ -81,9 +81,10 @@ pub(crate) enum Index {
 
 impl Tables<'static> {
     /// Creates the tables that are missing and opens them all, in one
-    /// committed transaction.
+    /// committed transaction (opened, like every other, by
+    /// [`crate::Store::begin_write`]).
     pub(crate) fn open(env: &Env<WithoutTls>) -> Result<Tables<'static>, heed::Error> {
-        let wtxn = env.write_txn()?;
+        let wtxn = crate::Store::begin_write(env)?;
         let opened =
             env.create_databases_and_commit(wtxn, |wdo, wtxn| -> Result<_, heed::Error> {
                 Ok(CommitOrAbort::<_, Infallible>::Commit(Tables {

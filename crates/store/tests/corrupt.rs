@@ -130,6 +130,10 @@ impl Fixture {
 
     /// Runs `edit` on the raw table `name` in one committed transaction,
     /// with the store closed.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "damages the closed store's file with heed itself, not through a Store"
+    )]
     fn damage(&self, name: &str, edit: impl FnOnce(&mut RwTxn<'_>, Database<Bytes, Bytes>)) {
         let mut eo = EnvOpenOptions::new();
         eo.map_size(MAP_SIZE_BYTES as usize).max_dbs(16);
