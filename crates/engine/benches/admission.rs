@@ -1,7 +1,7 @@
 //! The admission checks every EVENT and REQ passes, as the session calls
 //! them: the per-IP bucket (1,000 addresses in rotation), the controller's
 //! published verdict with the connection's rate meter, and the per-author
-//! bucket. DESIGN.md's target is under 1 µs at p99.
+//! bucket. The target is under 1 µs at p99 (docs/design.md#targets).
 //!
 //! Run: `cargo bench -p sluice-engine --bench admission`
 //!

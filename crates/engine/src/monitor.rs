@@ -291,7 +291,7 @@ impl Monitor {
         }
     }
 
-    /// Seed 000's relief: when the write delay is large or memory is in
+    /// Relief (docs/design.md#pid-control): when the write delay is large or memory is in
     /// emergency, flush LMDB (ForceFlush) and hand freed heap back to the OS.
     fn relieve(
         &mut self,

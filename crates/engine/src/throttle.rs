@@ -595,7 +595,7 @@ impl Throttle {
 
     /// Publishes a governor tick: verdicts for the hot path, bucket rates
     /// scaled down by the controllers' output (`rate = base × (1 − output)`,
-    /// seed 004), and the state for /metrics and /api/throttle.
+    /// docs/design.md#backpressure), and the state for /metrics and /api/throttle.
     pub(crate) fn publish(&self, state: &GovernorState) {
         self.verdicts[0].store(state.write.verdict.to_bits(), Ordering::Relaxed);
         self.verdicts[1].store(state.read.verdict.to_bits(), Ordering::Relaxed);

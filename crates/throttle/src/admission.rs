@@ -1,6 +1,7 @@
 //! Admission decisions: what the global controller says about the next
 //! write or read (a [`Verdict`]), and how a connection applies it (an
-//! [`Admission`] per connection and direction, with seed 000's batching).
+//! [`Admission`] per connection and direction, with batching of delays,
+//! docs/design.md#pid-control).
 //!
 //! Invariants:
 //! - A delay never exceeds the cap `output_max * max_delay`: when the
@@ -37,7 +38,7 @@ pub enum Mode {
     #[default]
     Enforce = 0,
     /// Compute and report every decision, apply none: observe before
-    /// switching (seed 004).
+    /// switching (docs/design.md#backpressure).
     Shadow = 1,
     /// No throttling decisions at all.
     Off = 2,
@@ -237,7 +238,7 @@ impl Decision {
     }
 }
 
-/// Seed 000's batching for one connection and direction: a delay is applied
+/// Batching (docs/design.md#pid-control) for one connection and direction: a delay is applied
 /// once every `every_ops` operations (so the per-operation cost of a delay
 /// `d` is `d / every_ops`); refusals apply to every operation. 8 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

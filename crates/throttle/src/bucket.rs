@@ -1,4 +1,5 @@
-//! Token bucket with burst, after seed 001 (nosqlbench's hybrid limiter):
+//! Token bucket with burst, after nosqlbench's hybrid limiter
+//! (docs/design.md#token-buckets):
 //! tokens are nanoseconds of schedule time, refilled lazily from the
 //! caller's clock on every call, so no filler task exists.
 //!
@@ -40,7 +41,7 @@ pub const MIN_RATE_PER_S: f64 = 0.001;
 /// Highest rate, in operations per second: one operation per nanosecond.
 pub const MAX_RATE_PER_S: f64 = 1e9;
 
-/// Smallest active pool: seed 001's 1 ms floor, so refills at a high rate
+/// Smallest active pool: nosqlbench's 1 ms floor, so refills at a high rate
 /// are never lost to rounding.
 const MIN_POOL_NS: u64 = 1_000_000;
 
@@ -105,7 +106,8 @@ impl BucketConfig {
     }
 }
 
-/// `rate = base * (1 - pressure)`, seed 004's backpressure mapping, with a
+/// `rate = base * (1 - pressure)`, the backpressure mapping
+/// (docs/design.md#backpressure), with a
 /// floor: the result is never below `base * floor_fraction` (nor below
 /// [`MIN_RATE_PER_S`]), so a client is slowed, never locked out for good.
 ///

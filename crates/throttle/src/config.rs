@@ -45,7 +45,8 @@ pub struct ThrottleConfig {
     /// `10..=10000`.
     pub tick_ms: u64,
     /// A controller delay is applied once every this many operations of a
-    /// connection (seed 000 batching); refusals apply to every operation.
+    /// connection (batching, docs/design.md#pid-control); refusals apply to
+    /// every operation.
     pub check_every_ops: u32,
     /// Anonymous memory the relay aims to stay under, MiB,
     /// `1..=16_777_216`.
@@ -74,8 +75,8 @@ pub struct ThrottleConfig {
 
 impl Default for ThrottleConfig {
     /// The relay defaults: 1024 MiB target, weights 0.7 / 0.3, default
-    /// signal targets and emergency thresholds, seed 000's write and read
-    /// tunings.
+    /// signal targets and emergency thresholds, the ORLY plan's write and
+    /// read tunings (docs/design.md#pid-control).
     fn default() -> Self {
         ThrottleConfig {
             mode: Mode::Enforce,
@@ -161,7 +162,7 @@ impl ThrottleConfig {
     }
 }
 
-/// Per-client limits (seeds 001, 003, 004): `[throttle.clients]`.
+/// Per-client limits (docs/design.md#token-buckets): `[throttle.clients]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClientsConfig {
@@ -260,7 +261,7 @@ impl ClientsConfig {
     }
 }
 
-/// The query scheduler and workers (seeds 002, 003, 004):
+/// The query scheduler and workers (docs/design.md#cost-based-fair-queuing):
 /// `[throttle.queries]`. The [`crate::FairQueue`] reads its bounds from
 /// here; the engine's read path reads the step and chunk sizes.
 ///
@@ -408,7 +409,8 @@ impl QueriesConfig {
     }
 }
 
-/// Relief actions taken when the write delay is large (seed 000):
+/// Relief actions taken when the write delay is large
+/// (docs/design.md#pid-control):
 /// `[throttle.relief]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -1,7 +1,8 @@
 //! One connection's side of admission, pure: the key a client is limited
 //! under ([`client_key`]) and what the global controller's published
 //! verdict means for one operation of one connection ([`ConnAdmission`]:
-//! politeness, seed 000's batching, reads never delayed).
+//! politeness, batching of delays (docs/design.md#pid-control), reads never
+//! delayed).
 //!
 //! Invariants: a connection below the polite rate is never delayed or
 //! refused by the controller, but an emergency refusal reaches everyone;
@@ -26,8 +27,8 @@ pub fn client_key(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// One connection's admission state for one direction: seed 000 batching
-/// of delays, and the connection's own rate. 24 bytes, no allocation.
+/// One connection's admission state for one direction: batching of delays
+/// (docs/design.md#pid-control), and the connection's own rate. 24 bytes, no allocation.
 #[derive(Debug, Clone, Copy)]
 pub struct ConnAdmission {
     batching: Admission,

@@ -1,4 +1,5 @@
-//! What a query costs, in *cost units* (seed 003's query cost estimation).
+//! What a query costs, in *cost units*
+//! (docs/design.md#cost-based-fair-queuing).
 //!
 //! One unit is one index row read (with the event it points at), and every
 //! `bytes_per_unit` bytes of answer sent is one more. Before a query runs,

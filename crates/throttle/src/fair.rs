@@ -1,4 +1,5 @@
-//! The fair query scheduler (seeds 002, 003, 004): which query runs its
+//! The fair query scheduler (docs/design.md#cost-based-fair-queuing): which
+//! query runs its
 //! next step on a free worker, which waits, and which is refused at once.
 //! Pure bookkeeping: the engine owns the workers, the clock and the guards
 //! that call [`FairQueue::cancel`] when a client goes away. Its bounds are
@@ -29,7 +30,8 @@
 //!   each) fit where a client's pile of scans (thousands each) does not;
 //! - when `max_queued_per_client` of its client's queries, or `max_queued`
 //!   in all, wait for a step: memory bounds only, generous;
-//! - when it would wait past the deadline for its first step (seed 002):
+//! - when it would wait past the deadline for its first step
+//!   (docs/design.md#adaptive-window):
 //!   the work ahead of it in units (the first steps of the new flows; for a
 //!   client with queries open, one step of each of its waiting queries and
 //!   the other waiting clients' turns meanwhile) times the measured time
@@ -914,7 +916,7 @@ mod tests {
         // Weight-1 clients fill the window to its bound; a weight-2 client
         // that already has a query open (no new-flow headroom of its own)
         // is still admitted, and a weight-1 client in the same position is
-        // not (seed 004 P77-7: no priority inversion).
+        // not (no priority inversion: docs/design.md#backpressure).
         let mut q = FairQueue::new(QueriesConfig {
             max_open_units: 10 * SCAN,
             max_open_units_per_client: 4 * SCAN,

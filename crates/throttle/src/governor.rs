@@ -8,7 +8,7 @@
 //! largest normalised signal; process variable = weighted sum of the two;
 //! emergency flag re-evaluated from memory pressure; the write and read PID
 //! controllers updated with the same process variable (they differ in
-//! tuning, seed 000); one verdict per direction.
+//! tuning, docs/design.md#pid-control); one verdict per direction.
 //!
 //! Invariants: the governor owns no clock and no thread; the state it
 //! reports is exactly what produced the verdicts; the controllers keep

@@ -1,7 +1,7 @@
-//! Sluice's throttling logic, pure and deterministic: the PID controller of
-//! seed 000 and the load signals it acts on, token buckets with burst per
-//! client (seeds 001, 003, 004), the fair query scheduler and its cost
-//! model (seeds 002, 003, 004),
+//! Sluice's throttling logic, pure and deterministic: the PID controller and
+//! the load signals it acts on, token buckets with burst per client, the
+//! fair query scheduler and its cost model (where each comes from:
+//! docs/design.md),
 //! emergency mode and the admission decisions that combine them.
 //!
 //! Architecture invariant: this crate reads no clock, spawns nothing, does

@@ -1,13 +1,13 @@
-//! The PID controller of seed 000: turns a process variable (memory pressure
+//! The PID controller (docs/design.md#pid-control): turns a process variable (memory pressure
 //! and store load, see [`crate::signals`]) into a normalised delay.
 //!
 //! Invariants:
 //! - The output is always within `[output_min, output_max]` and inside
 //!   `0..=1`; it is a fraction of [`PidConfig::max_delay_ms`], so gains do not
-//!   depend on the delay scale. (The seed expressed outputs in seconds. Its
+//!   depend on the delay scale. (The ORLY plan expressed outputs in seconds. Its
 //!   write tuning means the same here, the write scale being 1 s; its read
 //!   gains act here on fractions of 200 ms, so the read controller is five
-//!   times gentler than the seed's at the same gains.)
+//!   times gentler than the plan's at the same gains.)
 //! - The integral stays within `[integral_min, integral_max]`, and it grows
 //!   only up to the level at which the output reaches `output_max`
 //!   (conditional integration), so a long overload stores up no delay to
@@ -56,7 +56,7 @@ pub struct PidConfig {
     /// more; 1 disables the filter. Assumes the caller's fixed tick.
     pub derivative_alpha: f64,
     /// Lowest integral (error-seconds), `<= 0`. A little negative room lets
-    /// the controller recover faster after a long quiet spell (seed 000).
+    /// the controller recover faster after a long quiet spell (as in the ORLY plan).
     pub integral_min: f64,
     /// Highest integral (error-seconds), `>= 0`: the anti-windup clamp.
     pub integral_max: f64,
@@ -71,7 +71,7 @@ pub struct PidConfig {
 }
 
 impl PidConfig {
-    /// Relay writes (EVENT), seed 000: Kp 0.5, Ki 0.1, Kd 0.05, alpha 0.2,
+    /// Relay writes (EVENT), the ORLY plan's tuning: Kp 0.5, Ki 0.1, Kd 0.05, alpha 0.2,
     /// setpoint 0.85, integral in `[-0.5, 2.0]`, max delay 1 s.
     pub fn write_default() -> Self {
         Self {
@@ -88,7 +88,7 @@ impl PidConfig {
         }
     }
 
-    /// Relay reads (REQ, COUNT), seed 000: lighter and more responsive:
+    /// Relay reads (REQ, COUNT), the ORLY plan's tuning: lighter and more responsive:
     /// Kp 0.3, Ki 0.05, Kd 0.02, alpha 0.3, setpoint 0.85, integral in
     /// `[-0.2, 1.0]`, max delay 200 ms.
     pub fn read_default() -> Self {
@@ -106,7 +106,7 @@ impl PidConfig {
         }
     }
 
-    /// Bulk import writes, seed 000: the write tuning with a conservative
+    /// Bulk import writes, after the ORLY plan: the write tuning with a conservative
     /// setpoint of 0.70 (30% headroom for import bursts) and Ki 0.15 for the
     /// sustained load an import is.
     pub fn import_default() -> Self {

@@ -1,7 +1,7 @@
 //! Load signals: the raw figures the store monitor samples, how each is
 //! normalised to "0 is idle, 1 is at its limit", and how they combine into
 //! the load level, the memory pressure and the process variable the PID
-//! controllers act on (seed 000).
+//! controllers act on (docs/design.md#pid-control).
 //!
 //! Invariants: every normalised value is finite and within
 //! `0..=MAX_SIGNAL`, whatever the input (NaN and negatives count as 0, so a
@@ -62,7 +62,8 @@ pub struct SignalTargets {
 
 impl Default for SignalTargets {
     /// Writer wait 100 ms, commits 4x their baseline (floor 1 ms), map fill
-    /// from 80% to 95%, query latency 100 ms (seed 000's read threshold).
+    /// from 80% to 95%, query latency 100 ms (the ORLY plan's read threshold,
+    /// docs/design.md#pid-control).
     fn default() -> Self {
         Self {
             writer_wait_target_ms: 100,
@@ -167,8 +168,8 @@ impl NormalizedSignals {
     /// Why the maximum and not a weighted mean: the store is as loaded as its
     /// most loaded resource. A writer queue at its limit stalls writes
     /// however idle the readers are; a mean over six signals would report
-    /// that as 1/6 and the controller would not act. (Seed 000 combines its
-    /// Badger signals the same way.) The price is that the noisiest signal
+    /// that as 1/6 and the controller would not act. (The ORLY plan combines
+    /// its Badger signals the same way.) The price is that the noisiest signal
     /// sets the level; the derivative filter and the integral absorb that.
     pub fn load_level(&self) -> f64 {
         self.writer_wait
@@ -191,7 +192,7 @@ pub fn memory_pressure(anon_memory_bytes: u64, target_memory_bytes: u64) -> f64 
     clamp_signal(anon_memory_bytes as f64 / target_memory_bytes as f64)
 }
 
-/// Seed 000's process variable:
+/// The process variable (docs/design.md#pid-control):
 /// `memory_weight * memory_pressure + load_weight * load_level`.
 /// Memory weighs more by default (0.7 / 0.3) because it is the hard
 /// constraint: store load only costs latency, memory exhaustion kills the

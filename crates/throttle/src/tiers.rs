@@ -1,4 +1,5 @@
-//! Identity tiers (seed 004: weighted fair share, no priority inversion):
+//! Identity tiers (weighted fair share, no priority inversion:
+//! docs/design.md#backpressure):
 //! who a request is charged to ([`ClientKey`]) and what share it gets
 //! ([`Tier`]), from the pubkeys a connection has authenticated as (NIP-42).
 //!

@@ -6,7 +6,7 @@
 //! The plant, stepped once per 100 ms tick (the engine's default):
 //! - clients: `connections` open-loop writers offering `RATE_PER_CONN`
 //!   events per second each. A delay is applied once per `CHECK_EVERY_OPS`
-//!   events of a connection (seed 000 batching), so a connection delayed by
+//!   events of a connection (batching, docs/design.md#pid-control), so a connection delayed by
 //!   `d` passes at most `CHECK_EVERY_OPS / d` events per second; a refused
 //!   direction passes nothing.
 //! - store: commits `CAPACITY_PER_S` events per second; the rest wait in a

@@ -60,7 +60,8 @@ struct Session {
     st: Arc<AppState>,
     /// The client's address (after trusted-proxy headers).
     ip: IpAddr,
-    /// Seed 000 batching of controller delays, per direction.
+    /// Batching of controller delays (docs/design.md#pid-control), per
+    /// direction.
     write_adm: ConnAdmission,
     read_adm: ConnAdmission,
     /// Parsed author keys: a client mostly publishes as one or a few.

@@ -1,5 +1,5 @@
-//! How the import obeys the engine's write verdict (seed 000,
-//! "Integration with Import Loop"). The import runs the engine's one
+//! How the import obeys the engine's write verdict (docs/design.md#pid-control:
+//! the ORLY plan's "Integration with Import Loop"). The import runs the engine's one
 //! governor, ticked by the engine's monitor, with the import profile: the
 //! write controller's import tuning (setpoint 0.70, Ki 0.15) and the memory
 //! target of `throttle.target_memory_mb` or `--target-memory-mb` (see
