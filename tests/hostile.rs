@@ -488,8 +488,9 @@ async fn a_frame_over_the_hard_bound_is_answered_and_counted_as_too_large() {
         let relay = &relay;
         async move {
             let label = format!("reason=\"{reason}\"");
+            // Absent until the first such close.
             relay
-                .metric("sluice_connections_closed_total", &[label.as_str()])
+                .metric_or_zero("sluice_connections_closed_total", &[label.as_str()])
                 .await
         }
     };
