@@ -716,3 +716,47 @@ async fn redis_back_empty_loses_nothing_on_any_node_round_after_round() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_node_restarted_after_the_stream_was_trimmed_misses_nothing_round_after_round() {
+    let Some(redis) = Redis::start() else { return };
+    // A stream of about 1,000 entries: 1,500 events while B is down trim it
+    // past B's position, so B must repair from its peers.
+    let extra = [("SLUICE_CLUSTER__STREAM_MAXLEN", "1000")];
+    let a = node(&redis, "a", &extra);
+    let c = node(&redis, "c", &extra);
+    let mut b = node(&redis, "b", &extra);
+    let dir = b.dir.clone();
+    let _keep = b.keep_dir();
+    let filter = json!({"authors": [pubkey_hex(48)]});
+    let mut published: Vec<Event> = Vec::new();
+    for round in 0..rounds() {
+        b.signal("KILL");
+        b.wait_stopped();
+        let down: Vec<Event> = (0..1500)
+            .map(|i| note(48, round * 10_000 + i, "trimmed"))
+            .collect();
+        let (to_a, to_c) = down.split_at(750);
+        let (url_a, url_c) = (a.url(), c.url());
+        tokio::join!(
+            publish_all(&url_a, to_a, 4, 64),
+            publish_all(&url_c, to_c, 4, 64)
+        );
+        published.extend(down);
+        b = node_in(&dir, &redis, "b", &extra);
+        let want = published.len() as u64;
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let have = try_count(&b, filter.clone()).await;
+            if have == Some(want) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: B holds {have:?} of {want} after its restart; its log:\n{}",
+                b.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}

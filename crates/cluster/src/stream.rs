@@ -300,6 +300,11 @@ async fn join_group(sh: &Shared, conn: &mut MultiplexedConnection) -> redis::Red
         .arg(&sh.node_id)
         .arg("0")
         .arg("MKSTREAM")
+        // Read from the start, counted from zero: without a count Redis
+        // estimates the group's reads from the stream's length, and a
+        // later trim past this group would not show as lag (Redis 7).
+        .arg("ENTRIESREAD")
+        .arg(0)
         .query_async(conn)
         .await;
     match created {
