@@ -498,7 +498,13 @@ impl Event {
     }
 }
 
-/// The public key (x-only, 32 bytes) of a secret key.
+/// The public key (x-only, 32 bytes) of a secret key. For tests and
+/// benchmarks, whose keys are constants; a key read from outside goes
+/// through [`try_public_key_of`].
+///
+/// # Panics
+/// When `secret_key` is not a valid secp256k1 secret key.
+#[allow(clippy::expect_used)] // test and benchmark keys are constants
 pub fn public_key_of(secret_key: &[u8; 32]) -> [u8; 32] {
     let keypair = secp256k1::Keypair::from_secret_bytes(*secret_key)
         .expect("secret key must be a valid secp256k1 scalar");
@@ -542,9 +548,11 @@ fn canonical_json_as(
 ) -> Vec<u8> {
     let mut out = Vec::with_capacity(128 + content.len() + tags.len() * 80);
     out.extend_from_slice(b"[0,\"");
-    let mut hex_buf = [0u8; 64];
-    hex::encode_to_slice(pubkey, &mut hex_buf).expect("64 bytes fit");
-    out.extend_from_slice(&hex_buf);
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for b in pubkey {
+        out.push(HEX[usize::from(b >> 4)]);
+        out.push(HEX[usize::from(b & 0xf)]);
+    }
     out.extend_from_slice(b"\",");
     out.extend_from_slice(created_at.to_string().as_bytes());
     out.push(b',');

@@ -54,9 +54,8 @@ pub fn document(
     if limits.created_at_max_age_secs > 0 {
         doc["limitation"]["created_at_lower_limit"] = limits.created_at_max_age_secs.into();
     }
-    let obj = doc.as_object_mut().expect("document is an object");
     if !retention.is_empty() {
-        obj.insert("retention".into(), Value::Array(retention.to_vec()));
+        doc["retention"] = Value::Array(retention.to_vec());
     }
     for (key, value) in [
         ("pubkey", &info.pubkey),
@@ -64,7 +63,7 @@ pub fn document(
         ("icon", &info.icon),
     ] {
         if !value.is_empty() {
-            obj.insert(key.into(), Value::String(value.clone()));
+            doc[key] = Value::String(value.clone());
         }
     }
     doc.to_string()

@@ -301,15 +301,22 @@ fn pipeline(
                     limiter,
                     batcher_done,
                 )
-            })
-            .expect("spawn reader");
+            });
+        let reader = match reader {
+            Ok(r) => r,
+            Err(e) => return (Summary::default(), Err(spawn_failed("reader", e))),
+        };
         for i in 0..plan.workers {
             let work_rx = work_rx.clone();
             let results_tx = results_tx.clone();
-            std::thread::Builder::new()
+            // On failure the channels drop with this closure: the threads
+            // started so far see them closed and end.
+            if let Err(e) = std::thread::Builder::new()
                 .name(format!("import-parse-{i}"))
                 .spawn_scoped(s, move || work(plan, store, &work_rx, &results_tx))
-                .expect("spawn worker");
+            {
+                return (Summary::default(), Err(spawn_failed("parse", e)));
+            }
         }
         // Only the workers hold these now, so each side sees the other end.
         drop(work_rx);
@@ -332,8 +339,11 @@ fn pipeline(
                         _ => return peak,
                     }
                 }
-            })
-            .expect("spawn progress");
+            });
+        let progress = match progress {
+            Ok(p) => p,
+            Err(e) => return (Summary::default(), Err(spawn_failed("progress", e))),
+        };
         let mut batcher = Batcher::new(plan, engine, limiter, reporter, &live);
         let outcome = {
             // Set however run ends, a panic included.
@@ -349,6 +359,12 @@ fn pipeline(
         summary.peak_anon_memory_bytes = progress.join().unwrap_or(0);
         (summary, outcome.and(read_error))
     })
+}
+
+/// A thread the import needs could not start (out of memory or of the
+/// process's thread limit).
+fn spawn_failed(what: &str, e: std::io::Error) -> anyhow::Error {
+    anyhow::anyhow!("cannot start the import's {what} thread: {e}")
 }
 
 /// Sets its flag when dropped.
