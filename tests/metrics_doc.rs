@@ -226,3 +226,31 @@ fn alerts_and_dashboard_use_only_existing_metrics() {
         "names used in deploy/ that the code does not declare: {unknown:?}"
     );
 }
+
+/// Every `layer` and `reason` a throttle refusal is counted with is listed
+/// in the row of `sluice_throttle_refusals_total` (and `decisions_total`
+/// points to it).
+#[test]
+fn every_throttle_layer_and_reason_is_documented() {
+    let doc = read(&root().join("docs/metrics.md"));
+    let row = doc
+        .lines()
+        .find(|l| l.starts_with("| `sluice_throttle_refusals_total`"))
+        .expect("the refusals row");
+    let labels = row.split('|').nth(3).expect("its labels cell");
+    let listed = |name: &str| labels.contains(&format!("`{name}`"));
+    for layer in sluice_throttle::Layer::ALL {
+        assert!(
+            listed(layer.as_str()),
+            "layer {} undocumented",
+            layer.as_str()
+        );
+    }
+    for cause in sluice_throttle::Cause::ALL {
+        assert!(
+            listed(cause.as_str()),
+            "reason {} undocumented",
+            cause.as_str()
+        );
+    }
+}

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use criterion::{Criterion, Throughput};
 use sluice_engine::throttle::Principal;
-use sluice_engine::{Admit, Throttle, ThrottleConfig};
+use sluice_engine::{Op, Throttle, ThrottleConfig, Verdict};
 
 const ADDRESSES: u32 = 1_000;
 
@@ -47,7 +47,7 @@ fn throttle(admitting: bool) -> std::sync::Arc<Throttle> {
     Throttle::new(cfg)
 }
 
-fn percentiles(name: &str, mut f: impl FnMut(u32) -> Admit) {
+fn percentiles(name: &str, mut f: impl FnMut(u32) -> Verdict) {
     const N: usize = 1_000_000;
     let mut ns = Vec::with_capacity(N);
     for i in 0..N {
@@ -69,13 +69,13 @@ fn percentiles(name: &str, mut f: impl FnMut(u32) -> Admit) {
 fn main() {
     for (label, admitting) in [("admitted", true), ("refused", false)] {
         let t = throttle(admitting);
-        let mut conn = t.admission();
+        let mut conn = t.pacer();
         percentiles(&format!("admit_event {label}"), |i| {
-            t.admit_event(&Principal::anonymous(ip(i)), &mut conn)
+            t.admit(Op::Event, &Principal::anonymous(ip(i)), &mut conn)
         });
-        let mut conn = t.admission();
+        let mut conn = t.pacer();
         percentiles(&format!("admit_req {label}"), |i| {
-            t.admit_req(&Principal::anonymous(ip(i)), &mut conn)
+            t.admit(Op::Request, &Principal::anonymous(ip(i)), &mut conn)
         });
         percentiles(&format!("admit_author {label}"), |i| {
             t.admit_author(&author(i))
@@ -86,12 +86,12 @@ fn main() {
     // for the limits reconcile, drained every 10,000 calls as its tick does.
     let t = throttle(true);
     t.track_usage();
-    let mut conn = t.admission();
+    let mut conn = t.pacer();
     percentiles("admit_event admitted, cluster (use counted)", |i| {
         if i % 10_000 == 0 {
             black_box(t.drain_usage());
         }
-        t.admit_event(&Principal::anonymous(ip(i)), &mut conn)
+        t.admit(Op::Event, &Principal::anonymous(ip(i)), &mut conn)
     });
 
     let mut c = Criterion::default().configure_from_args();
@@ -99,19 +99,27 @@ fn main() {
     g.throughput(Throughput::Elements(1));
     for (label, admitting) in [("admitted", true), ("refused", false)] {
         let t = throttle(admitting);
-        let mut conn = t.admission();
+        let mut conn = t.pacer();
         let mut i = 0u32;
         g.bench_function(format!("admit_event {label}"), |b| {
             b.iter(|| {
                 i = i.wrapping_add(1);
-                t.admit_event(&Principal::anonymous(black_box(ip(i))), &mut conn)
+                t.admit(
+                    Op::Event,
+                    &Principal::anonymous(black_box(ip(i))),
+                    &mut conn,
+                )
             })
         });
-        let mut conn = t.admission();
+        let mut conn = t.pacer();
         g.bench_function(format!("admit_req {label}"), |b| {
             b.iter(|| {
                 i = i.wrapping_add(1);
-                t.admit_req(&Principal::anonymous(black_box(ip(i))), &mut conn)
+                t.admit(
+                    Op::Request,
+                    &Principal::anonymous(black_box(ip(i))),
+                    &mut conn,
+                )
             })
         });
         g.bench_function(format!("admit_author {label}"), |b| {

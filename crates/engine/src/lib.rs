@@ -55,7 +55,9 @@ pub use sluice_store::{
     DiskSpace, QueryOptions, QueryOutput, Scope, Store, StoreError, StoreOptions, StoreStats,
     WriteOutcome, WriteRules,
 };
-pub use throttle::{Admit, Refusal, Throttle, ThrottleConfig, Usage, UsageKey, UsageMap};
+pub use sluice_throttle::policy::Op;
+pub use sluice_throttle::{RateLimited, Verdict};
+pub use throttle::{Throttle, ThrottleConfig, Usage, UsageKey, UsageMap};
 pub use writer::{
     AdminDone, AdminOp, Backlog, BulkError, BulkTicket, SubmitError, WriteError, WriteResult,
     outcome_label,
@@ -84,7 +86,13 @@ pub enum QueryError {
     #[error("engine is shutting down")]
     Closed,
     #[error("query refused: {}", .0.detail())]
-    Refused(Refusal),
+    Refused(RateLimited),
+}
+
+impl From<RateLimited> for QueryError {
+    fn from(r: RateLimited) -> QueryError {
+        QueryError::Refused(r)
+    }
 }
 
 /// Why the engine is not ready for traffic ([`Engine::health`]).

@@ -41,12 +41,13 @@ use sluice_store::{
     CountCursor, PlanShape, QueryCursor, QueryOptions, StepLimits, Store, plan_shape,
 };
 use sluice_throttle::{
-    AfterStep, ClientKey, FairQueue, FairStats, FilterShape, JobId, Mode, Principal, StepFate,
+    AfterStep, ClientKey, FairQueue, FairStats, FilterShape, JobId, Principal, RateLimited,
+    StepFate,
 };
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::metrics_names as m;
-use crate::throttle::{ConnReadBudget, QueriesConfig, Refusal, Throttle};
+use crate::throttle::{ConnReadBudget, QueriesConfig, Throttle};
 use crate::{QueryError, unix_now};
 
 /// How often an idle worker wakes to drop queries past their deadline.
@@ -112,7 +113,7 @@ pub enum ReadEnd {
     /// A COUNT's answer.
     Count { count: u64, truncated: bool },
     /// Dropped before its first step (deadline passed): `rate-limited:`.
-    Refused(Refusal),
+    Refused(RateLimited),
     /// The store failed (or a step panicked); logged here.
     Failed,
 }
@@ -322,65 +323,17 @@ impl Reads {
         estimate: u64,
         budget: &mut ConnReadBudget,
     ) -> Result<ReadGuard, QueryError> {
+        // The read cost, then the scheduler under its lock; a refusal or a
+        // shutdown gives the cost back (`sluice_throttle::policy`).
         let throttle = &self.inner.throttle;
-        throttle
-            .admit_read_cost(&who, estimate)
-            .map_err(QueryError::Refused)?;
-        if let Err(r) = throttle.admit_connection_read_cost(budget, estimate) {
-            throttle.settle_read_cost(&who, -(estimate as i64));
-            return Err(QueryError::Refused(r));
-        }
-        let refund = |budget: &mut ConnReadBudget| {
-            throttle.settle_read_cost(&who, -(estimate as i64));
-            throttle.settle_connection_read_cost(budget, -(estimate as i64));
-        };
-        let mode = throttle.mode();
-        let mut st = self.inner.lock();
-        if st.stopping {
-            drop(st);
-            refund(budget);
-            return Err(QueryError::Closed);
-        }
-        let key = who.key;
-        let now_ns = throttle.now_ns();
-        let enforce = mode == Mode::Enforce;
-        if mode == Mode::Shadow
-            && st.sched.estimated_wait(&key) > Duration::from_millis(st.cfg.deadline_ms)
-        {
-            throttle.count_shadow_refusal(crate::throttle::Layer::QueryScheduler);
-        }
-        let id =
-            match st
-                .sched
-                .submit_weighted(key, sink.id, estimate, who.tier.weight, now_ns, enforce)
-            {
-                Ok(id) => id,
-                Err(r) => {
-                    drop(st);
-                    refund(budget);
-                    return Err(QueryError::Refused(
-                        throttle.scheduler_refusal(r.reason, r.retry_after),
-                    ));
-                }
-            };
-        let base = st.cfg.cost.base_units;
-        st.bodies.insert(
-            id,
-            Body {
-                work,
-                tx: sink.tx.clone(),
-                credits: sink.credits.clone(),
-                sink: sink.id,
-                who,
-                charged: estimate,
-                spent: base,
-                admitted: Instant::now(),
-                started: false,
-                work_ns: 0,
-                unsent_settle: 0,
-            },
-        );
-        drop(st);
+        let (id, base) = throttle.admit_query(&who, budget, estimate, |checks| {
+            let mut st = self.inner.lock();
+            if st.stopping {
+                return Err(QueryError::Closed);
+            }
+            let id = checks.schedule(&mut st.sched, &who, sink.id, estimate)?;
+            Ok((id, register(&mut st, id, sink, who, work, estimate)))
+        })?;
         metrics::counter!(m::QUERY_COST_UNITS_TOTAL, "stage" => "estimated").increment(estimate);
         metrics::counter!(m::QUERY_COST_UNITS_TOTAL, "stage" => "spent").increment(base);
         self.inner.work.notify_one();
@@ -422,6 +375,36 @@ impl Reads {
             let _ = w.join();
         }
     }
+}
+
+/// Keeps an admitted query's work until its steps run; returns the units
+/// it has spent so far (the base of its first step).
+fn register(
+    st: &mut State,
+    id: JobId,
+    sink: &ReadSink,
+    who: Principal,
+    work: Work,
+    estimate: u64,
+) -> u64 {
+    let base = st.cfg.cost.base_units;
+    st.bodies.insert(
+        id,
+        Body {
+            work,
+            tx: sink.tx.clone(),
+            credits: sink.credits.clone(),
+            sink: sink.id,
+            who,
+            charged: estimate,
+            spent: base,
+            admitted: Instant::now(),
+            started: false,
+            work_ns: 0,
+            unsent_settle: 0,
+        },
+    );
+    base
 }
 
 fn shapes(filters: &[Filter]) -> Vec<FilterShape> {
@@ -466,25 +449,20 @@ impl Inner {
             if st.stopping {
                 return;
             }
-            if self.throttle.mode() == Mode::Enforce {
-                let expired = st.sched.expire(self.throttle.now_ns());
-                for id in expired {
-                    if let Some(body) = st.bodies.remove(&id) {
-                        let retry = Duration::from_millis(st.cfg.deadline_ms);
-                        let refusal = self
-                            .throttle
-                            .scheduler_refusal(sluice_throttle::FairRefusal::Timeout, retry);
-                        let _ = body.tx.try_send(Box::new(ReadMsg {
-                            job: id,
-                            events: Vec::new(),
-                            end: Some(ReadEnd::Refused(refusal)),
-                            settle_units: 0,
-                            _credit: None,
-                        }));
-                        drop(st);
-                        self.finish(body, false);
-                        st = self.lock();
-                    }
+            let expired = self.throttle.checks(|c| c.expire(&mut st.sched));
+            for id in expired {
+                if let Some(body) = st.bodies.remove(&id) {
+                    let refusal = self.throttle.checks(|c| c.timed_out(&st.sched));
+                    let _ = body.tx.try_send(Box::new(ReadMsg {
+                        job: id,
+                        events: Vec::new(),
+                        end: Some(ReadEnd::Refused(refusal)),
+                        settle_units: 0,
+                        _credit: None,
+                    }));
+                    drop(st);
+                    self.finish(body, false);
+                    st = self.lock();
                 }
             }
             let Some(id) = st.sched.dispatch_next() else {

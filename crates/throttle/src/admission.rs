@@ -1,13 +1,17 @@
-//! Admission decisions: what the global controller says about the next
-//! write or read (a [`Verdict`]), and how a connection applies it (an
-//! [`Admission`] per connection and direction, with batching of delays,
+//! Verdicts: what the throttle says about an operation, [`Verdict`]: go,
+//! wait first, or refuse with a [`RateLimited`]. One type serves twice: the
+//! governor publishes one per direction every tick (its refusals are the
+//! controller's: emergency, over the cap), and admission answers one per
+//! operation ([`crate::policy`]: any layer's refusal). Also the mode, the
+//! direction, a [`Decision`] (a verdict and whether the mode applies it),
+//! and the per-connection [`DelayBatcher`] (batching of delays,
 //! docs/design.md#pid-control).
 //!
 //! Invariants:
 //! - A delay never exceeds the cap `output_max * max_delay`: when the
 //!   controller asks for more, or emergency mode is on, the verdict is a
 //!   refusal with a Retry-After hint, never a longer wait.
-//! - The hot path ([`Verdict::from_bits`] + [`Admission::check`]) reads one
+//! - The hot path ([`Verdict::from_bits`] + [`DelayBatcher::check`]) reads one
 //!   word and does a few integer operations: no allocation, no lock, no
 //!   floating point, far under a microsecond. The store monitor computes the
 //!   verdict once per tick ([`Verdict::from_controller`]) and publishes it as
@@ -24,6 +28,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::pid::{PidConfig, PidState};
+use crate::refusal::{Cause, RateLimited};
 
 /// Longest Retry-After hint given for an over-cap refusal: past a minute a
 /// number stops meaning anything to a client.
@@ -85,35 +90,9 @@ impl Direction {
     }
 }
 
-/// Why the global controller refuses (a closed set: metric labels).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RefuseReason {
-    /// Memory is past the emergency limit.
-    Emergency,
-    /// The controller asks for a delay above the cap.
-    OverCap,
-}
-
-impl RefuseReason {
-    /// `"emergency"` or `"over_cap"`: a metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Emergency => "emergency",
-            Self::OverCap => "over_cap",
-        }
-    }
-
-    /// Human wording for the `rate-limited:` message.
-    pub fn message(self) -> &'static str {
-        match self {
-            Self::Emergency => "relay memory is over its limit",
-            Self::OverCap => "relay is overloaded",
-        }
-    }
-}
-
-/// What the throttle says about an operation.
+/// What the throttle says about an operation: published per direction by
+/// the governor, and answered per operation by admission (see the module
+/// docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
@@ -122,14 +101,8 @@ pub enum Verdict {
     /// Wait this long first (at most the cap), then go ahead.
     #[serde(rename = "delay_ns", with = "duration_ns")]
     Delay(Duration),
-    /// Do not serve it: answer `rate-limited:` with this hint.
-    Refuse {
-        /// When a retry may succeed.
-        #[serde(rename = "retry_after_ns", with = "duration_ns")]
-        retry_after: Duration,
-        /// Why.
-        reason: RefuseReason,
-    },
+    /// Do not serve it: answer `rate-limited:` with this refusal.
+    Refuse(RateLimited),
 }
 
 /// Bit layout of a published verdict: two tag bits on top, a duration in
@@ -152,19 +125,13 @@ impl Verdict {
         emergency_retry_after: Option<Duration>,
     ) -> Self {
         if let Some(retry_after) = emergency_retry_after {
-            return Self::Refuse {
-                retry_after,
-                reason: RefuseReason::Emergency,
-            };
+            return Self::refuse(Cause::Emergency, retry_after);
         }
         if state.raw_output > config.output_max {
             let demand_ns = state.raw_output * config.max_delay_ns() as f64;
-            return Self::Refuse {
-                retry_after: Duration::from_nanos(
-                    (demand_ns as u64).clamp(1_000_000, MAX_RETRY_AFTER_NS),
-                ),
-                reason: RefuseReason::OverCap,
-            };
+            let retry_after =
+                Duration::from_nanos((demand_ns as u64).clamp(1_000_000, MAX_RETRY_AFTER_NS));
+            return Self::refuse(Cause::OverCap, retry_after);
         }
         let delay = config.delay_for(state.output);
         if delay.is_zero() {
@@ -174,20 +141,22 @@ impl Verdict {
         }
     }
 
+    /// A refusal of the controller or the scheduler for `cause` (see
+    /// [`RateLimited::of`]).
+    pub fn refuse(cause: Cause, retry_after: Duration) -> Self {
+        Self::Refuse(RateLimited::of(cause, retry_after))
+    }
+
     /// Packs the verdict into one word for an atomic. Durations longer
-    /// than 2^62 ns are clamped.
+    /// than 2^62 ns are clamped. Only the controller's verdicts are
+    /// published: a refusal is packed as an emergency, or else as over the
+    /// cap.
     pub fn to_bits(self) -> u64 {
         let (tag, d) = match self {
             Self::Allow => return 0,
             Self::Delay(d) => (TAG_DELAY, d),
-            Self::Refuse {
-                retry_after,
-                reason: RefuseReason::Emergency,
-            } => (TAG_EMERGENCY, retry_after),
-            Self::Refuse {
-                retry_after,
-                reason: RefuseReason::OverCap,
-            } => (TAG_OVER_CAP, retry_after),
+            Self::Refuse(r) if r.cause == Cause::Emergency => (TAG_EMERGENCY, r.retry_after),
+            Self::Refuse(r) => (TAG_OVER_CAP, r.retry_after),
         };
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).min(NS_MASK);
         (tag << TAG_SHIFT) | ns
@@ -199,20 +168,20 @@ impl Verdict {
         match bits >> TAG_SHIFT {
             0 => Self::Allow,
             TAG_DELAY => Self::Delay(d),
-            TAG_EMERGENCY => Self::Refuse {
-                retry_after: d,
-                reason: RefuseReason::Emergency,
-            },
-            _ => Self::Refuse {
-                retry_after: d,
-                reason: RefuseReason::OverCap,
-            },
+            TAG_EMERGENCY => Self::refuse(Cause::Emergency, d),
+            _ => Self::refuse(Cause::OverCap, d),
         }
     }
 
     /// True for `Refuse`.
     pub fn is_refuse(&self) -> bool {
-        matches!(self, Self::Refuse { .. })
+        matches!(self, Self::Refuse(_))
+    }
+
+    /// True for an emergency refusal: the one that reaches polite
+    /// connections too.
+    pub fn is_emergency(&self) -> bool {
+        matches!(self, Self::Refuse(r) if r.cause == Cause::Emergency)
     }
 }
 
@@ -238,16 +207,17 @@ impl Decision {
     }
 }
 
-/// Batching (docs/design.md#pid-control) for one connection and direction: a delay is applied
-/// once every `every_ops` operations (so the per-operation cost of a delay
-/// `d` is `d / every_ops`); refusals apply to every operation. 8 bytes.
+/// Batching of delays (docs/design.md#pid-control) for one connection and
+/// direction: a delay is applied once every `every_ops` operations (so the
+/// per-operation cost of a delay `d` is `d / every_ops`); refusals apply to
+/// every operation. 8 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Admission {
+pub struct DelayBatcher {
     every_ops: u32,
     since_last: u32,
 }
 
-impl Admission {
+impl DelayBatcher {
     /// Applies delays every `every_ops` operations (0 counts as 1). The
     /// first delay falls on the `every_ops`-th operation.
     pub fn new(every_ops: u32) -> Self {
@@ -332,17 +302,11 @@ mod tests {
         );
         assert_eq!(
             Verdict::from_controller(&state(1.5, &c), &c, None),
-            Verdict::Refuse {
-                retry_after: Duration::from_millis(1500),
-                reason: RefuseReason::OverCap
-            }
+            Verdict::refuse(Cause::OverCap, Duration::from_millis(1500))
         );
         assert_eq!(
             Verdict::from_controller(&state(0.0, &c), &c, Some(Duration::from_secs(5))),
-            Verdict::Refuse {
-                retry_after: Duration::from_secs(5),
-                reason: RefuseReason::Emergency
-            }
+            Verdict::refuse(Cause::Emergency, Duration::from_secs(5))
         );
     }
 
@@ -363,14 +327,8 @@ mod tests {
             Verdict::Allow,
             Verdict::Delay(Duration::from_nanos(1)),
             Verdict::Delay(Duration::from_millis(734)),
-            Verdict::Refuse {
-                retry_after: Duration::from_secs(5),
-                reason: RefuseReason::Emergency,
-            },
-            Verdict::Refuse {
-                retry_after: Duration::from_millis(1500),
-                reason: RefuseReason::OverCap,
-            },
+            Verdict::refuse(Cause::Emergency, Duration::from_secs(5)),
+            Verdict::refuse(Cause::OverCap, Duration::from_millis(1500)),
         ];
         for v in cases {
             assert_eq!(Verdict::from_bits(v.to_bits()), v);
@@ -385,15 +343,12 @@ mod tests {
     #[test]
     fn delays_are_batched_refusals_are_not() {
         let delay = Verdict::Delay(Duration::from_millis(100));
-        let mut a = Admission::new(10);
+        let mut a = DelayBatcher::new(10);
         let delayed = (0..100)
             .filter(|_| a.check(Mode::Enforce, delay).action() != Verdict::Allow)
             .count();
         assert_eq!(delayed, 10);
-        let refuse = Verdict::Refuse {
-            retry_after: Duration::from_secs(1),
-            reason: RefuseReason::OverCap,
-        };
+        let refuse = Verdict::refuse(Cause::OverCap, Duration::from_secs(1));
         let refused = (0..100)
             .filter(|_| a.check(Mode::Enforce, refuse).action().is_refuse())
             .count();
@@ -402,11 +357,8 @@ mod tests {
 
     #[test]
     fn shadow_reports_but_allows_and_off_reports_nothing() {
-        let refuse = Verdict::Refuse {
-            retry_after: Duration::from_secs(1),
-            reason: RefuseReason::Emergency,
-        };
-        let mut a = Admission::new(1);
+        let refuse = Verdict::refuse(Cause::Emergency, Duration::from_secs(1));
+        let mut a = DelayBatcher::new(1);
         let d = a.check(Mode::Shadow, refuse);
         assert_eq!(d.verdict, refuse);
         assert!(!d.enforced);

@@ -1,6 +1,6 @@
 //! One connection's side of admission, pure: the key a client is limited
 //! under ([`client_key`]) and what the global controller's published
-//! verdict means for one operation of one connection ([`ConnAdmission`]:
+//! verdict means for one operation of one connection ([`ConnPacer`]:
 //! politeness, batching of delays (docs/design.md#pid-control), reads never
 //! delayed).
 //!
@@ -11,7 +11,7 @@
 
 use std::net::IpAddr;
 
-use crate::admission::{Admission, Decision, Direction, Mode, RefuseReason, Verdict};
+use crate::admission::{Decision, DelayBatcher, Direction, Mode, Verdict};
 use crate::meter::RateMeter;
 
 /// The key a client is limited under: its IPv4 address (an IPv4-mapped
@@ -27,20 +27,21 @@ pub fn client_key(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// One connection's admission state for one direction: batching of delays
-/// (docs/design.md#pid-control), and the connection's own rate. 24 bytes, no allocation.
+/// One connection's pace in one direction: its own rate, and the batching
+/// of delays (docs/design.md#pid-control). Turns the published verdict into
+/// this operation's ([`ConnPacer::check`]). 24 bytes, no allocation.
 #[derive(Debug, Clone, Copy)]
-pub struct ConnAdmission {
-    batching: Admission,
+pub struct ConnPacer {
+    batching: DelayBatcher,
     meter: RateMeter,
 }
 
-impl ConnAdmission {
+impl ConnPacer {
     /// Applies controller delays once every `check_every_ops` operations
     /// (0 counts as 1).
     pub fn new(check_every_ops: u32) -> Self {
-        ConnAdmission {
-            batching: Admission::new(check_every_ops),
+        ConnPacer {
+            batching: DelayBatcher::new(check_every_ops),
             meter: RateMeter::default(),
         }
     }
@@ -51,7 +52,7 @@ impl ConnAdmission {
     /// The connection's rate is recorded; below `polite_ops_per_s` it
     /// passes unless the verdict is an emergency refusal (the controller
     /// is aimed at the connections causing the load). Delays are batched
-    /// ([`Admission`]), refusals are not. Reads are never delayed: the
+    /// ([`DelayBatcher`]), refusals are not. Reads are never delayed: the
     /// read controller acts through the read budgets' rates and its
     /// refusals, and the query scheduler orders what runs.
     pub fn check(
@@ -64,10 +65,7 @@ impl ConnAdmission {
     ) -> Decision {
         let rate = self.meter.record(now_ns);
         let verdict = match published {
-            Verdict::Refuse {
-                reason: RefuseReason::Emergency,
-                ..
-            } => published,
+            v if v.is_emergency() => v,
             _ if rate < polite_ops_per_s => Verdict::Allow,
             other => other,
         };
@@ -84,6 +82,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::refusal::Cause;
 
     const MS: u64 = 1_000_000;
 
@@ -91,16 +90,13 @@ mod tests {
         Verdict::Delay(Duration::from_millis(100))
     }
 
-    fn refuse(reason: RefuseReason) -> Verdict {
-        Verdict::Refuse {
-            retry_after: Duration::from_secs(1),
-            reason,
-        }
+    fn refuse(cause: Cause) -> Verdict {
+        Verdict::refuse(cause, Duration::from_secs(1))
     }
 
     /// Runs `n` operations one `gap_ns` apart; returns the decisions.
     fn run(
-        adm: &mut ConnAdmission,
+        adm: &mut ConnPacer,
         dir: Direction,
         mode: Mode,
         published: Verdict,
@@ -130,8 +126,8 @@ mod tests {
     fn a_polite_connection_passes_everything_but_emergency() {
         // One operation a second: under the polite rate of 5/s.
         let slow = 1000 * MS;
-        for published in [delay(), refuse(RefuseReason::OverCap)] {
-            let mut adm = ConnAdmission::new(1);
+        for published in [delay(), refuse(Cause::OverCap)] {
+            let mut adm = ConnPacer::new(1);
             let d = run(
                 &mut adm,
                 Direction::Write,
@@ -142,8 +138,8 @@ mod tests {
             );
             assert!(d.iter().all(|d| d.action() == Verdict::Allow), "{d:?}");
         }
-        let mut adm = ConnAdmission::new(1);
-        let emergency = refuse(RefuseReason::Emergency);
+        let mut adm = ConnPacer::new(1);
+        let emergency = refuse(Cause::Emergency);
         let d = run(
             &mut adm,
             Direction::Write,
@@ -159,7 +155,7 @@ mod tests {
     fn a_busy_connection_is_delayed_in_batches_and_refused_every_time() {
         // 1000 operations a second: far over the polite rate.
         let fast = MS;
-        let mut adm = ConnAdmission::new(4);
+        let mut adm = ConnPacer::new(4);
         let d = run(
             &mut adm,
             Direction::Write,
@@ -173,26 +169,26 @@ mod tests {
         // 12, 16, ..., 100.
         let delayed: Vec<usize> = (10..100).filter(|&i| d[i].action() == delay()).collect();
         assert_eq!(delayed, (11..100).step_by(4).collect::<Vec<_>>(), "{d:?}");
-        let over = refuse(RefuseReason::OverCap);
+        let over = refuse(Cause::OverCap);
         let d = run(&mut adm, Direction::Write, Mode::Enforce, over, 100, fast);
         assert!(d[10..].iter().all(|d| d.action() == over));
     }
 
     #[test]
     fn reads_are_refused_but_never_delayed() {
-        let mut adm = ConnAdmission::new(1);
+        let mut adm = ConnPacer::new(1);
         let d = run(&mut adm, Direction::Read, Mode::Enforce, delay(), 100, MS);
         assert!(d.iter().all(|d| d.verdict == Verdict::Allow));
-        let over = refuse(RefuseReason::OverCap);
+        let over = refuse(Cause::OverCap);
         let d = run(&mut adm, Direction::Read, Mode::Enforce, over, 100, MS);
         assert!(d[10..].iter().all(|d| d.action() == over));
     }
 
     #[test]
     fn shadow_decides_the_same_and_applies_nothing() {
-        let over = refuse(RefuseReason::OverCap);
-        let mut enforce = ConnAdmission::new(1);
-        let mut shadow = ConnAdmission::new(1);
+        let over = refuse(Cause::OverCap);
+        let mut enforce = ConnPacer::new(1);
+        let mut shadow = ConnPacer::new(1);
         let e = run(&mut enforce, Direction::Write, Mode::Enforce, over, 50, MS);
         let s = run(&mut shadow, Direction::Write, Mode::Shadow, over, 50, MS);
         for (e, s) in e.iter().zip(&s) {

@@ -63,53 +63,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::QueriesConfig;
 use crate::error::ConfigError;
+use crate::refusal::{Cause, RateLimited};
 
 /// A query's handle inside the scheduler.
 pub type JobId = u64;
-
-/// Why a query was refused or dropped (a closed set: metric label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FairRefusal {
-    /// The relay-wide bounds are reached: `max_open_units` of estimated
-    /// cost open, or `max_queued` queries waiting.
-    QueueFull,
-    /// This client's bounds are reached: `max_open_units_per_client` of
-    /// estimated cost open, or `max_queued_per_client` queries waiting.
-    ClientQueueFull,
-    /// It would wait past the deadline for its first step.
-    Deadline,
-    /// It waited past the deadline for its first step.
-    Timeout,
-}
-
-impl FairRefusal {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FairRefusal::QueueFull => "queue_full",
-            FairRefusal::ClientQueueFull => "client_queue_full",
-            FairRefusal::Deadline => "deadline",
-            FairRefusal::Timeout => "timeout",
-        }
-    }
-
-    /// Human text for the `rate-limited:` answer.
-    pub fn message(self) -> &'static str {
-        match self {
-            FairRefusal::QueueFull => "too much query work waiting",
-            FairRefusal::ClientQueueFull => "too much of your query work waiting",
-            FairRefusal::Deadline => "relay is busy, the query would wait too long",
-            FairRefusal::Timeout => "query waited too long for its turn",
-        }
-    }
-}
-
-/// A refusal with its retry hint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FairRefused {
-    pub reason: FairRefusal,
-    pub retry_after: Duration,
-}
 
 /// What became of a query after a step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -306,7 +263,7 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         sink: u64,
         units: u64,
         now_ns: u64,
-    ) -> Result<JobId, FairRefused> {
+    ) -> Result<JobId, RateLimited> {
         self.submit_weighted(client, sink, units, 1, now_ns, true)
     }
 
@@ -330,7 +287,7 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         weight: u32,
         now_ns: u64,
         check_deadline: bool,
-    ) -> Result<JobId, FairRefused> {
+    ) -> Result<JobId, RateLimited> {
         let units = units.max(1);
         let own = self.clients.get(&client);
         let is_new_flow = own.is_none_or(|c| c.open == 0);
@@ -351,22 +308,20 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         let refusal = if self.stats.open_units >= cfg.max_open_units.saturating_mul(reserve)
             || self.stats.queued >= cfg.max_queued.saturating_mul(reserve as u32)
         {
-            Some(FairRefusal::QueueFull)
+            Some(Cause::QueueFull)
         } else if own_units >= cfg.max_open_units_per_client
             || own_queued >= cfg.max_queued_per_client
         {
-            Some(FairRefusal::ClientQueueFull)
+            Some(Cause::ClientQueueFull)
         } else if check_deadline && wait_ns > deadline_ns {
-            Some(FairRefusal::Deadline)
+            Some(Cause::Deadline)
         } else {
             None
         };
-        if let Some(reason) = refusal {
+        if let Some(cause) = refusal {
             self.stats.refused_total += 1;
-            return Err(FairRefused {
-                reason,
-                retry_after: Duration::from_nanos(wait_ns.max(deadline_ns)),
-            });
+            let retry_after = Duration::from_nanos(wait_ns.max(deadline_ns));
+            return Err(RateLimited::of(cause, retry_after));
         }
         self.next_id += 1;
         let id = self.next_id;
@@ -936,7 +891,7 @@ mod tests {
         }
         assert!(burst >= 3, "the burst filled the window ({burst})");
         let anon = q.submit_weighted("anon-x", 1, SCAN, 1, 0, false);
-        assert_eq!(anon.unwrap_err().reason, FairRefusal::QueueFull);
+        assert_eq!(anon.unwrap_err().cause, Cause::QueueFull);
         q.submit_weighted("trusted", 1, SCAN, 2, 0, false)
             .expect("the heavier tier is admitted into the headroom");
         q.check_invariants();
@@ -1030,7 +985,7 @@ mod tests {
         q: &mut FairQueue<&'static str>,
         client: &'static str,
         units: u64,
-    ) -> (usize, FairRefused) {
+    ) -> (usize, RateLimited) {
         for i in 0..1_000_000 {
             if let Err(r) = q.submit(client, 1, units, 0) {
                 return (i, r);
@@ -1065,7 +1020,7 @@ mod tests {
         assert_eq!(q.stats().unit_ns, 1000, "{:?}", q.stats());
 
         let (cheap, r) = admitted_until_refused(&mut q, "a", CHEAP);
-        assert_eq!(r.reason, FairRefusal::Deadline);
+        assert_eq!(r.cause, Cause::Deadline);
         assert!(r.retry_after >= Duration::from_millis(100));
         let expect = (100 * MS / 1000 / CHEAP) as usize;
         assert!(
@@ -1076,7 +1031,7 @@ mod tests {
         // Beside a's queue, b's steps ahead are matched by as many of a's
         // (the rotation shares by cost): half as many scans fit.
         let (scans, r) = admitted_until_refused(&mut q, "b", SCAN);
-        assert_eq!(r.reason, FairRefusal::Deadline);
+        assert_eq!(r.cause, Cause::Deadline);
         let expect = (100 * MS / 1000 / (2 * full_step)) as usize;
         assert!(
             (expect - 1..=expect + 1).contains(&scans),
@@ -1125,13 +1080,13 @@ mod tests {
         }
         q.check_invariants();
         let (scans, r) = admitted_until_refused(&mut q, "scanner", SCAN);
-        assert_eq!(r.reason, FairRefusal::ClientQueueFull);
+        assert_eq!(r.cause, Cause::ClientQueueFull);
         assert_eq!(scans as u64, per_client.div_ceil(SCAN), "{scans} scans");
         assert!(q.stats().open_units >= 8000 * CHEAP + per_client);
         // Its cheap query is refused too: the bound is on what it has open.
         assert_eq!(
-            q.submit("scanner", 2, CHEAP, 0).unwrap_err().reason,
-            FairRefusal::ClientQueueFull
+            q.submit("scanner", 2, CHEAP, 0).unwrap_err().cause,
+            Cause::ClientQueueFull
         );
         q.check_invariants();
     }
@@ -1147,8 +1102,8 @@ mod tests {
         .unwrap();
         let big = q.submit("a", 1, 1_000_000, 0).unwrap();
         assert_eq!(
-            q.submit("a", 1, CHEAP, 0).unwrap_err().reason,
-            FairRefusal::ClientQueueFull
+            q.submit("a", 1, CHEAP, 0).unwrap_err().cause,
+            Cause::ClientQueueFull
         );
         assert!(q.cancel(big));
         assert!(q.submit("a", 1, CHEAP, 0).is_ok(), "its units came back");
@@ -1202,8 +1157,8 @@ mod tests {
             q.submit("a", 1, CHEAP, 0).unwrap();
         }
         assert_eq!(
-            q.submit("a", 1, CHEAP, 0).unwrap_err().reason,
-            FairRefusal::QueueFull
+            q.submit("a", 1, CHEAP, 0).unwrap_err().cause,
+            Cause::QueueFull
         );
         assert!(
             q.submit("b", 2, CHEAP, 0).is_ok(),
@@ -1228,8 +1183,8 @@ mod tests {
         }
         let running = q.dispatch_next().unwrap();
         assert_eq!(
-            q.submit("flood", 1, CHEAP, 0).unwrap_err().reason,
-            FairRefusal::QueueFull
+            q.submit("flood", 1, CHEAP, 0).unwrap_err().cause,
+            Cause::QueueFull
         );
         for polite in ["b", "c", "d"] {
             assert!(
@@ -1238,8 +1193,8 @@ mod tests {
             );
         }
         assert_eq!(
-            q.submit("e", 3, CHEAP, 0).unwrap_err().reason,
-            FairRefusal::QueueFull,
+            q.submit("e", 3, CHEAP, 0).unwrap_err().cause,
+            Cause::QueueFull,
             "the reserve is bounded too"
         );
         // The polite clients' first steps go before the flood's next.

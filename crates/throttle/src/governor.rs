@@ -193,7 +193,6 @@ fn direction_state(pid: &Pid, emergency_retry: Option<std::time::Duration>) -> D
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::RefuseReason;
 
     const TICK_NS: u64 = 100_000_000;
     const MIB: u64 = 1 << 20;
@@ -235,13 +234,7 @@ mod tests {
         let s = g.tick(1100 * MIB, &LoadSignals::default(), 0);
         assert!(s.emergency);
         for v in [s.write.verdict, s.read.verdict] {
-            assert!(matches!(
-                v,
-                Verdict::Refuse {
-                    reason: RefuseReason::Emergency,
-                    ..
-                }
-            ));
+            assert!(v.is_emergency(), "{v:?}");
         }
         let s = g.tick(950 * MIB, &LoadSignals::default(), TICK_NS);
         assert!(s.emergency, "hysteresis: 0.93 is above exit 0.9");

@@ -22,12 +22,19 @@
 //!   [`memory_pressure`], [`process_variable`].
 //! - [`emergency`]: [`Emergency`] with hysteresis.
 //! - [`governor`]: [`Governor::tick`], one tick of the global loop.
-//! - [`admission`]: [`Verdict`] (published per direction), [`Admission`]
-//!   (per connection, batching), [`Mode`], [`Decision`].
+//! - [`admission`]: [`Verdict`] (go, wait, refuse: published per direction
+//!   by the governor, answered per operation by admission), [`Mode`],
+//!   [`Decision`], [`DelayBatcher`] (batching of delays,
+//!   docs/design.md#pid-control).
 //! - [`connection`]: [`client_key`] (IPv4, or the IPv6 /64) and
-//!   [`ConnAdmission`], what a published verdict means for one operation
-//!   of one connection (politeness, batching, reads never delayed).
-//! - [`refusal`]: [`Admit`], [`Refusal`] and its [`Layer`].
+//!   [`ConnPacer`], what a published verdict means for one operation of
+//!   one connection (politeness, batching, reads never delayed).
+//! - [`policy`]: the admission of one operation, decided in one place
+//!   ([`policy::Checks`]): which buckets are charged by tier, the
+//!   controller's verdict through the connection's pacer, shadow mode,
+//!   delays scaled by weight, refunds, the layer that refused and its text.
+//! - [`refusal`]: [`RateLimited`], the one refusal: its [`Layer`] and its
+//!   [`Cause`] (both metric labels), retry hint and text.
 //! - [`bucket`]: [`TokenBucket`], [`scaled_rate`]; [`keyed`]:
 //!   [`KeyedBuckets`] per IP or pubkey, bounded.
 //! - [`fair`]: [`FairQueue`], the query scheduler: per-client queues, deficit
@@ -53,23 +60,24 @@ pub mod governor;
 pub mod keyed;
 pub mod meter;
 pub mod pid;
+pub mod policy;
 pub mod refusal;
 pub mod signals;
 pub mod tiers;
 
-pub use admission::{Admission, Decision, Direction, Mode, RefuseReason, Verdict};
+pub use admission::{Decision, DelayBatcher, Direction, Mode, Verdict};
 pub use bucket::{BucketConfig, TokenBucket, scaled_rate};
 pub use config::{ClientsConfig, QueriesConfig, ReliefConfig, ThrottleConfig};
-pub use connection::{ConnAdmission, client_key};
+pub use connection::{ConnPacer, client_key};
 pub use cost::{CostConfig, FilterShape};
 pub use emergency::{Emergency, EmergencyConfig};
 pub use error::ConfigError;
-pub use fair::{AfterStep, FairQueue, FairRefusal, FairRefused, FairStats, JobId, StepFate};
+pub use fair::{AfterStep, FairQueue, FairStats, JobId, StepFate};
 pub use governor::{DirectionState, Governor, GovernorState};
 pub use keyed::{KeyedBuckets, KeyedStats};
 pub use meter::RateMeter;
 pub use pid::{Pid, PidConfig, PidState};
-pub use refusal::{Admit, Layer, Refusal};
+pub use refusal::{Cause, Layer, RateLimited};
 pub use signals::{
     LoadSignals, NormalizedSignals, SignalTargets, memory_pressure, process_variable,
 };

@@ -8,7 +8,7 @@ use std::cell::Cell;
 use std::time::Duration;
 
 use sluice_throttle::{
-    Admission, AfterStep, BucketConfig, FairQueue, KeyedBuckets, Mode, QueriesConfig, RefuseReason,
+    AfterStep, BucketConfig, Cause, DelayBatcher, FairQueue, KeyedBuckets, Mode, QueriesConfig,
     TokenBucket, Verdict, scaled_rate,
 };
 
@@ -49,23 +49,19 @@ fn allocations_in(f: impl FnOnce()) -> u64 {
 }
 
 #[test]
-fn admission_check_does_not_allocate() {
+fn delay_batching_does_not_allocate() {
     let published = [
         Verdict::Allow.to_bits(),
         Verdict::Delay(Duration::from_millis(30)).to_bits(),
-        Verdict::Refuse {
-            retry_after: Duration::from_secs(1),
-            reason: RefuseReason::OverCap,
-        }
-        .to_bits(),
+        Verdict::refuse(Cause::OverCap, Duration::from_secs(1)).to_bits(),
     ];
-    let mut admission = Admission::new(10);
+    let mut batcher = DelayBatcher::new(10);
     let mut refused = 0u32;
     let n = allocations_in(|| {
         for k in 0..100_000usize {
             let v = Verdict::from_bits(published[k % 3]);
             let mode = Mode::from_u8((k % 2) as u8);
-            if admission.check(mode, v).action().is_refuse() {
+            if batcher.check(mode, v).action().is_refuse() {
                 refused += 1;
             }
         }
@@ -136,4 +132,86 @@ fn scheduler_decisions_do_not_allocate_once_warm() {
     });
     assert_eq!(n, 0, "the scheduler allocated {n} times");
     assert!(q.is_idle());
+}
+
+/// The policy over per-address and per-pubkey maps, as the engine runs it
+/// per EVENT and REQ (no metrics here): nothing allocated once the keys
+/// are known, whatever the verdict.
+#[test]
+fn admission_policy_does_not_allocate() {
+    use std::net::IpAddr;
+
+    use sluice_throttle::policy::{Action, Bucket, Buckets, Checks, Op, Tally};
+    use sluice_throttle::{
+        ConnPacer, Direction, Layer, Principal, RateLimited, ThrottleConfig, Tiers, TiersConfig,
+    };
+
+    struct Maps {
+        ips: KeyedBuckets<IpAddr>,
+        pubkeys: KeyedBuckets<[u8; 32]>,
+    }
+    impl Buckets for Maps {
+        fn take(&mut self, b: Bucket<'_>, cost: u32, now: u64) -> Result<(), Duration> {
+            match b {
+                Bucket::Address(_, ip) => self.ips.check(&ip, now, cost),
+                Bucket::Pubkey(_, _, p) | Bucket::Author(p) => self.pubkeys.check(p, now, cost),
+            }
+        }
+        fn settle(&mut self, _: Bucket<'_>, _: i64, _: u64) {}
+    }
+    struct Count(u64);
+    impl Tally for Count {
+        fn decision(&mut self, _: Direction, _: Layer, _: Action, _: bool) {
+            self.0 += 1;
+        }
+        fn refused(&mut self, _: Direction, _: &RateLimited) {}
+        fn delayed(&mut self, _: Direction, _: Duration) {}
+        fn connection_refused(&mut self) {}
+    }
+
+    let config = ThrottleConfig::default();
+    let tiers = Tiers::new(&TiersConfig::default());
+    let who: Vec<Principal> = (0..100u8)
+        .map(|i| {
+            let ip = IpAddr::from([192, 0, 2, i]);
+            if i.is_multiple_of(2) {
+                tiers.principal(ip, &[[i; 32]])
+            } else {
+                tiers.principal(ip, &[])
+            }
+        })
+        .collect();
+    let mut maps = Maps {
+        ips: KeyedBuckets::new(BucketConfig::default(), 1000).unwrap(),
+        pubkeys: KeyedBuckets::new(BucketConfig::default(), 1000).unwrap(),
+    };
+    let mut count = Count(0);
+    let published = [
+        Verdict::Allow,
+        Verdict::Delay(Duration::from_millis(30)),
+        Verdict::refuse(Cause::OverCap, Duration::from_secs(1)),
+    ];
+    let mut pacer = ConnPacer::new(10);
+    let mut run = |k: u64, maps: &mut Maps, count: &mut Count| {
+        let mut c = Checks {
+            config: &config,
+            buckets: maps,
+            tally: count,
+            now_ns: k * 100_000,
+        };
+        let op = if k.is_multiple_of(2) { Op::Event } else { Op::Request };
+        let who = &who[(k % 100) as usize];
+        c.operation(op, who, &mut pacer, published[(k % 3) as usize]);
+        c.author(&[(k % 100) as u8; 32]);
+    };
+    for k in 0..1000 {
+        run(k, &mut maps, &mut count);
+    }
+    let n = allocations_in(|| {
+        for k in 1000..101_000 {
+            run(k, &mut maps, &mut count);
+        }
+    });
+    assert_eq!(n, 0, "admission allocated {n} times");
+    assert!(count.0 > 0, "some decisions were made");
 }

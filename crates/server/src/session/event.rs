@@ -9,7 +9,7 @@
 //! author's bucket (only after the signature: an unsigned claim must not
 //! spend someone else's budget), then the writer's queue.
 //!
-//! A controller delay (`Admit::Delay`) parks the EVENT in [`Held`] (one at
+//! A controller delay (`Verdict::Delay`) parks the EVENT in [`Held`] (one at
 //! most: the session reads no client frame while it holds one) with a timer;
 //! OKs, query answers, live events and shutdown keep being served, and when
 //! the timer fires the EVENT goes on from the signature check. OK true is
@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_engine::plugin::{PluginVerdict, Source};
-use sluice_engine::{Admit, WriteResult, unix_now};
+use sluice_engine::{Op, Verdict, WriteResult, unix_now};
 use sluice_proto::{Event, KindClass, RelayMessage};
 use tokio::time::Sleep;
 
@@ -132,11 +132,11 @@ impl Session {
             .st
             .engine
             .throttle()
-            .admit_event(&self.principal, &mut self.write_adm)
+            .admit(Op::Event, &self.principal, &mut self.write_adm)
         {
-            Admit::Go => Ok(None),
-            Admit::Delay(d) => Ok(Some(d)),
-            Admit::Refuse(r) => Err(r.into()),
+            Verdict::Allow => Ok(None),
+            Verdict::Delay(d) => Ok(Some(d)),
+            Verdict::Refuse(r) => Err(r.into()),
         }
     }
 
@@ -172,7 +172,7 @@ impl Session {
         self.check_protected(&ev)?;
         self.check_vanish(&ev)?;
         let throttle = self.st.engine.throttle();
-        if let Admit::Refuse(r) = throttle.admit_author(&ev.pubkey) {
+        if let Verdict::Refuse(r) = throttle.admit_author(&ev.pubkey) {
             return Err(r.into());
         }
         let id = ev.id;

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use axum::extract::ws::{Message, WebSocket, close_code};
 use futures_util::stream::{FuturesUnordered, SplitStream, StreamExt};
 use sluice_engine::throttle::Principal;
-use sluice_engine::throttle::{ConnAdmission, ConnReadBudget, ConnectionGuard};
+use sluice_engine::throttle::{ConnPacer, ConnReadBudget, ConnectionGuard};
 use sluice_engine::{LiveConn, ReadSink};
 use sluice_proto::message::sniff_id;
 use sluice_proto::{ClientMessage, MessageError, PubkeyCache};
@@ -62,8 +62,8 @@ struct Session {
     ip: IpAddr,
     /// Batching of controller delays (docs/design.md#pid-control), per
     /// direction.
-    write_adm: ConnAdmission,
-    read_adm: ConnAdmission,
+    write_adm: ConnPacer,
+    read_adm: ConnPacer,
     /// Parsed author keys: a client mostly publishes as one or a few.
     keys: PubkeyCache,
     /// EVENTs handed to the writer, awaiting its answer.
@@ -189,8 +189,8 @@ impl Session {
         live.set_readers(auth.readers().clone());
         Session {
             ip,
-            write_adm: throttle.admission(),
-            read_adm: throttle.admission(),
+            write_adm: throttle.pacer(),
+            read_adm: throttle.pacer(),
             keys: PubkeyCache::new(SESSION_PUBKEY_CACHE),
             writes: FuturesUnordered::new(),
             held: None,

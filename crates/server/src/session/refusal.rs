@@ -40,7 +40,7 @@ pub(super) enum Refusal {
         max: usize,
     },
     /// A throttle layer (bucket, controller, read budget, query scheduler).
-    Throttled(sluice_engine::Refusal),
+    Throttled(sluice_engine::RateLimited),
     /// The writer's queue is full.
     WriterBusy,
     ShuttingDown,
@@ -374,8 +374,8 @@ fn plugin_prefix(msg: &str) -> (Reason, &str) {
     (Reason::Blocked, msg)
 }
 
-impl From<sluice_engine::Refusal> for Refusal {
-    fn from(r: sluice_engine::Refusal) -> Refusal {
+impl From<sluice_engine::RateLimited> for Refusal {
+    fn from(r: sluice_engine::RateLimited) -> Refusal {
         Refusal::Throttled(r)
     }
 }

@@ -8,7 +8,7 @@
 //! or above the snapshot are sent (the query sent the others, or cut them
 //! by its limit).
 
-use sluice_engine::{Admit, ReadEnd, ReadMsg};
+use sluice_engine::{Op, ReadEnd, ReadMsg, Verdict};
 use sluice_proto::{Filter, RelayMessage};
 
 use super::Session;
@@ -122,11 +122,11 @@ impl Session {
             .st
             .engine
             .throttle()
-            .admit_req(&self.principal, &mut self.read_adm)
+            .admit(Op::Request, &self.principal, &mut self.read_adm)
         {
-            // Reads are never delayed (see `Throttle::admit_req`).
-            Admit::Go | Admit::Delay(_) => Ok(()),
-            Admit::Refuse(r) => {
+            // Reads are never delayed (see `sluice_throttle::ConnPacer`).
+            Verdict::Allow | Verdict::Delay(_) => Ok(()),
+            Verdict::Refuse(r) => {
                 self.subs.close(sub_id);
                 Err(r.into())
             }

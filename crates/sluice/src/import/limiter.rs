@@ -111,7 +111,7 @@ impl Limiter {
                 // A delay is served once per batch.
                 Verdict::Delay(d) if !slept => d.mul_f64(fraction).min(left),
                 Verdict::Delay(_) => Duration::ZERO,
-                Verdict::Refuse { retry_after, .. } => retry_after.min(self.tick).min(left),
+                Verdict::Refuse(r) => r.retry_after.min(self.tick).min(left),
             };
             if wait.is_zero() {
                 break;
@@ -156,7 +156,7 @@ impl Limiter {
         let divisor = match self.verdict() {
             Verdict::Allow => 1,
             Verdict::Delay(_) => 2,
-            Verdict::Refuse { .. } => 16,
+            Verdict::Refuse(_) => 16,
         };
         (batch_events / divisor).max(1)
     }
@@ -213,10 +213,7 @@ mod tests {
         );
         assert_eq!(l.batch_limit(4096), 2048);
         assert_eq!(l.chunk_limit(40, 12), 12);
-        let refuse = Verdict::Refuse {
-            retry_after: Duration::from_millis(1),
-            reason: sluice_throttle::RefuseReason::Emergency,
-        };
+        let refuse = Verdict::refuse(sluice_throttle::Cause::Emergency, Duration::from_millis(1));
         set(&cell, refuse, 1.0);
         assert_eq!(l.batch_limit(4096), 256);
         assert_eq!(l.batch_limit(3), 1);

@@ -1,0 +1,1138 @@
+//! Admission of one operation, decided in one place: which limits an
+//! EVENT, a REQ/COUNT or a query's read cost is checked against, in what
+//! order, who is charged, what `shadow` mode does, how a tier's weight
+//! scales the controller, what is refunded on a refusal, and which
+//! [`Layer`] refused with which text. Pure: the config snapshot, the
+//! client ([`Principal`]), the bucket maps (behind [`Buckets`]), what is
+//! counted (behind [`Tally`]) and the time are arguments. The engine owns
+//! the clock, the locks around the maps, the atomics the verdicts are
+//! published through, and the metrics.
+//!
+//! Why an EVENT was refused, in order ([`Checks::operation`], then
+//! [`Checks::author`] after its signature):
+//! 1. its address's EVENT bucket, unless its tier is listed
+//!    ([`Layer::IpBucket`], "too many events from your address");
+//! 2. its pubkey's EVENT bucket of its tier, when authenticated
+//!    ([`Layer::PubkeyBucket`], "too many events from your pubkey"): an
+//!    unlisted authenticated pubkey is charged to both, a listed one to its
+//!    pubkey's only;
+//! 3. the write controller's published verdict as this connection's
+//!    [`ConnPacer`] applies it ([`Layer::Controller`]: an emergency
+//!    reaches every connection, over the cap only those above
+//!    `polite_ops_per_s × weight`); a delay is divided by the weight;
+//! 4. after the signature, its author's EVENT bucket
+//!    ([`Layer::PubkeyBucket`], "too many events from this author").
+//!
+//! A REQ or COUNT takes steps 1-3 with its request buckets and the read
+//! controller (reads are refused, never delayed). Its query is then
+//! charged its estimated cost ([`Checks::query`]): the address's read
+//! budget (unless listed, [`Layer::ReadBudgetIp`]), the pubkey's
+//! ([`Layer::ReadBudgetPubkey`]), the connection's
+//! ([`Layer::ReadBudgetConnection`]), then the scheduler's bounds and
+//! deadline ([`Layer::QueryScheduler`]). Whatever refuses after a budget
+//! was charged gives that charge back.
+//!
+//! Modes: `off` decides nothing (the scheduler's bounds still hold);
+//! `shadow` computes and counts every decision (`enforced = false`) and
+//! applies none; `enforce` applies them. Every refusal applied is counted
+//! once more as a refusal, with its layer and cause.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use crate::admission::{Direction, Mode, Verdict};
+use crate::bucket::{BucketConfig, TokenBucket, scaled_rate};
+use crate::config::{ClientsConfig, ThrottleConfig};
+use crate::connection::ConnPacer;
+use crate::fair::{FairQueue, JobId};
+use crate::refusal::{Cause, Layer, RateLimited};
+use crate::tiers::{ClientKey, Principal};
+
+/// What a per-client bucket meters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Quota {
+    /// EVENTs.
+    Events,
+    /// REQs, COUNTs and NEG-OPENs.
+    Requests,
+    /// Query cost units (the read budgets).
+    ReadCost,
+}
+
+/// One client's bucket in one of the maps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bucket<'a> {
+    /// The per-address map of a quota (the address is a client key: an
+    /// IPv4 address or an IPv6 /64).
+    Address(Quota, IpAddr),
+    /// The per-pubkey map of a quota in the tier of this index (1 =
+    /// authenticated, 2.. = listed).
+    Pubkey(Quota, u8, &'a [u8; 32]),
+    /// The per-author EVENT map.
+    Author(&'a [u8; 32]),
+}
+
+/// The bucket maps admission charges. The engine implements it over its
+/// locked maps; a map that does not exist (a tier gone with a reload) takes
+/// nothing and never refuses.
+pub trait Buckets {
+    /// Takes `cost` tokens from `bucket`, or says how long until they are
+    /// there.
+    fn take(&mut self, bucket: Bucket<'_>, cost: u32, now_ns: u64) -> Result<(), Duration>;
+    /// Charges a positive `delta_units` (debt beyond what the bucket
+    /// holds), refunds a negative one.
+    fn settle(&mut self, bucket: Bucket<'_>, delta_units: i64, now_ns: u64);
+}
+
+impl<B: Buckets + ?Sized> Buckets for &mut B {
+    fn take(&mut self, bucket: Bucket<'_>, cost: u32, now_ns: u64) -> Result<(), Duration> {
+        (**self).take(bucket, cost, now_ns)
+    }
+
+    fn settle(&mut self, bucket: Bucket<'_>, delta_units: i64, now_ns: u64) {
+        (**self).settle(bucket, delta_units, now_ns)
+    }
+}
+
+/// What a decision did (the `action` metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    Delay,
+    Refuse,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Delay => "delay",
+            Action::Refuse => "refuse",
+        }
+    }
+}
+
+/// What admission counts; the engine turns it into metrics.
+pub trait Tally {
+    /// A delay or refusal was decided, applied or not (`enforced`).
+    fn decision(&mut self, dir: Direction, layer: Layer, action: Action, enforced: bool);
+    /// A refusal was applied: the client is answered `rate-limited:`.
+    fn refused(&mut self, dir: Direction, refusal: &RateLimited);
+    /// A delay was applied.
+    fn delayed(&mut self, dir: Direction, delay: Duration);
+    /// A connection was refused at the per-address cap.
+    fn connection_refused(&mut self);
+}
+
+/// An operation checked against a client's request buckets and a
+/// controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// An EVENT, before its signature.
+    Event,
+    /// A REQ, COUNT or NEG-OPEN.
+    Request,
+}
+
+impl Op {
+    pub fn direction(self) -> Direction {
+        match self {
+            Op::Event => Direction::Write,
+            Op::Request => Direction::Read,
+        }
+    }
+
+    fn quota(self) -> Quota {
+        match self {
+            Op::Event => Quota::Events,
+            Op::Request => Quota::Requests,
+        }
+    }
+
+    /// The texts of its address's and its pubkey's bucket.
+    fn texts(self) -> [&'static str; 2] {
+        match self {
+            Op::Event => [
+                "too many events from your address",
+                "too many events from your pubkey",
+            ],
+            Op::Request => [
+                "too many requests from your address",
+                "too many requests from your pubkey",
+            ],
+        }
+    }
+}
+
+const AUTHOR_TEXT: &str = "too many events from this author";
+const READ_BUDGET_IP_TEXT: &str = "your address has read too much; slow down";
+const READ_BUDGET_PUBKEY_TEXT: &str = "your pubkey has read too much; slow down";
+const READ_BUDGET_CONNECTION_TEXT: &str = "this connection has read too much; slow down";
+
+impl<T: Tally + ?Sized> Tally for &mut T {
+    fn decision(&mut self, dir: Direction, layer: Layer, action: Action, enforced: bool) {
+        (**self).decision(dir, layer, action, enforced)
+    }
+
+    fn refused(&mut self, dir: Direction, refusal: &RateLimited) {
+        (**self).refused(dir, refusal)
+    }
+
+    fn delayed(&mut self, dir: Direction, delay: Duration) {
+        (**self).delayed(dir, delay)
+    }
+
+    fn connection_refused(&mut self) {
+        (**self).connection_refused()
+    }
+}
+
+/// The per-client bucket rates after a governor tick: each map follows the
+/// controller of its direction, `rate = base × (1 − output)`, never under
+/// `min_rate_fraction` of the base (EVENTs the write controller, requests
+/// and read budgets the read controller).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rates {
+    pub events_per_ip: f64,
+    pub events_per_pubkey: f64,
+    pub reqs_per_ip: f64,
+    pub read_cost_per_ip: f64,
+    pub read_cost_per_connection: f64,
+}
+
+impl Rates {
+    pub fn after(c: &ClientsConfig, write_output: f64, read_output: f64) -> Rates {
+        let scaled =
+            |b: &BucketConfig, output: f64| scaled_rate(b.rate_per_s, output, c.min_rate_fraction);
+        Rates {
+            events_per_ip: scaled(&c.events_per_ip, write_output),
+            events_per_pubkey: scaled(&c.events_per_pubkey, write_output),
+            reqs_per_ip: scaled(&c.reqs_per_ip, read_output),
+            read_cost_per_ip: scaled(&c.read_cost_per_ip, read_output),
+            read_cost_per_connection: scaled(&c.read_cost_per_connection, read_output),
+        }
+    }
+
+    /// The rate of a tier's per-pubkey map: the per-address rate of its
+    /// quota × the tier's rate multiplier.
+    pub fn tier(&self, quota: Quota, multiplier: f64) -> f64 {
+        let base = match quota {
+            Quota::Events => self.events_per_ip,
+            Quota::Requests => self.reqs_per_ip,
+            Quota::ReadCost => self.read_cost_per_ip,
+        };
+        base * multiplier
+    }
+}
+
+/// A tier's per-pubkey bucket of a quota: the per-address bucket's, its
+/// rate × the tier's multiplier (at most 10^9 a second).
+pub fn tier_bucket(c: &ClientsConfig, quota: Quota, multiplier: f64) -> BucketConfig {
+    let base = match quota {
+        Quota::Events => c.events_per_ip,
+        Quota::Requests => c.reqs_per_ip,
+        Quota::ReadCost => c.read_cost_per_ip,
+    };
+    BucketConfig {
+        rate_per_s: (base.rate_per_s * multiplier).min(1e9),
+        ..base
+    }
+}
+
+/// One admission: the config snapshot it reads, the maps it charges, what
+/// it counts and the time. Built per operation; holds no state of its own.
+pub struct Checks<'a, B, T> {
+    pub config: &'a ThrottleConfig,
+    pub buckets: B,
+    pub tally: T,
+    pub now_ns: u64,
+}
+
+impl<B: Buckets, T: Tally> Checks<'_, B, T> {
+    fn mode(&self) -> Mode {
+        self.config.mode
+    }
+
+    /// An EVENT (before its signature) or a request: the client's buckets
+    /// (cost 1), then the controller's verdict `published` for the
+    /// operation's direction, through the connection's pacer.
+    pub fn operation(
+        &mut self,
+        op: Op,
+        who: &Principal,
+        pacer: &mut ConnPacer,
+        published: Verdict,
+    ) -> Verdict {
+        if self.mode() == Mode::Off {
+            return Verdict::Allow;
+        }
+        let dir = op.direction();
+        let [address_text, pubkey_text] = op.texts();
+        let charged = self.client_buckets(
+            dir,
+            who,
+            op.quota(),
+            [
+                (Layer::IpBucket, address_text),
+                (Layer::PubkeyBucket, pubkey_text),
+            ],
+            1,
+        );
+        match charged {
+            Ok(()) => self.controller(dir, who, pacer, published),
+            Err(r) => Verdict::Refuse(r),
+        }
+    }
+
+    /// An EVENT after its signature: its author's bucket.
+    pub fn author(&mut self, pubkey: &[u8; 32]) -> Verdict {
+        if self.mode() == Mode::Off {
+            return Verdict::Allow;
+        }
+        let bucket = Bucket::Author(pubkey);
+        match self.take(
+            Direction::Write,
+            Layer::PubkeyBucket,
+            bucket,
+            1,
+            AUTHOR_TEXT,
+        ) {
+            Ok(()) => Verdict::Allow,
+            Err(r) => Verdict::Refuse(r),
+        }
+    }
+
+    /// A query estimated at `estimate` units: its read cost
+    /// ([`Checks::read_cost`]), then `schedule` (the scheduler's admission,
+    /// [`Checks::schedule`], under the caller's lock). Whatever `schedule`
+    /// refuses gets the read cost back.
+    pub fn query<J, E: From<RateLimited>>(
+        &mut self,
+        who: &Principal,
+        conn: &mut TokenBucket,
+        estimate: u64,
+        schedule: impl FnOnce(&mut Self) -> Result<J, E>,
+    ) -> Result<J, E> {
+        self.read_cost(who, conn, estimate)?;
+        let admitted = schedule(self);
+        if admitted.is_err() {
+            let back = negative(estimate);
+            self.settle_read_cost(who, back);
+            self.settle_connection(conn, back);
+        }
+        admitted
+    }
+
+    /// Charges a query's estimated cost to the read budgets: its address's
+    /// (unless the tier is listed), its pubkey's (when authenticated), its
+    /// connection's `conn`. A budget that is not empty pays any estimate
+    /// (the rest becomes debt when the query settles), so a large query is
+    /// slowed, never refused forever. A refusal gives back what the
+    /// budgets before it took.
+    pub fn read_cost(
+        &mut self,
+        who: &Principal,
+        conn: &mut TokenBucket,
+        estimate: u64,
+    ) -> Result<(), RateLimited> {
+        if self.mode() == Mode::Off {
+            return Ok(());
+        }
+        let cost = u32::try_from(estimate).unwrap_or(u32::MAX);
+        let back = negative(estimate);
+        let read = Direction::Read;
+        if who.tier.charges_address {
+            let bucket = Bucket::Address(Quota::ReadCost, who.ip);
+            self.take(read, Layer::ReadBudgetIp, bucket, cost, READ_BUDGET_IP_TEXT)?;
+        }
+        if let ClientKey::Pubkey(p) = &who.key {
+            let bucket = Bucket::Pubkey(Quota::ReadCost, who.tier.index, p);
+            let text = READ_BUDGET_PUBKEY_TEXT;
+            if let Err(r) = self.take(read, Layer::ReadBudgetPubkey, bucket, cost, text) {
+                if who.tier.charges_address {
+                    let address = Bucket::Address(Quota::ReadCost, who.ip);
+                    self.buckets.settle(address, back, self.now_ns);
+                }
+                return Err(r);
+            }
+        }
+        let taken = conn.try_take(self.now_ns, cost);
+        let layer = Layer::ReadBudgetConnection;
+        if let Err(r) = self.bucket_answer(read, layer, taken, READ_BUDGET_CONNECTION_TEXT) {
+            self.settle_read_cost(who, back);
+            return Err(r);
+        }
+        Ok(())
+    }
+
+    /// Settles a query's cost with its client's read budgets (not its
+    /// connection's): a positive `delta_units` is charged, a negative one
+    /// refunded.
+    pub fn settle_read_cost(&mut self, who: &Principal, delta_units: i64) {
+        if self.mode() == Mode::Off || delta_units == 0 {
+            return;
+        }
+        if who.tier.charges_address {
+            let bucket = Bucket::Address(Quota::ReadCost, who.ip);
+            self.buckets.settle(bucket, delta_units, self.now_ns);
+        }
+        if let ClientKey::Pubkey(p) = &who.key {
+            let bucket = Bucket::Pubkey(Quota::ReadCost, who.tier.index, p);
+            self.buckets.settle(bucket, delta_units, self.now_ns);
+        }
+    }
+
+    /// Settles a query's cost with its connection's read budget.
+    pub fn settle_connection(&mut self, conn: &mut TokenBucket, delta_units: i64) {
+        if self.mode() == Mode::Off || delta_units == 0 {
+            return;
+        }
+        if delta_units > 0 {
+            conn.charge(self.now_ns, delta_units.unsigned_abs());
+        } else {
+            conn.refund(self.now_ns, delta_units.unsigned_abs());
+        }
+    }
+
+    /// The scheduler's admission of a query (its client is `who.key`,
+    /// weighed by its tier): its bounds hold in every mode; its deadline
+    /// only when enforced (in `shadow` a query past it is counted, not
+    /// refused).
+    pub fn schedule(
+        &mut self,
+        sched: &mut FairQueue<ClientKey>,
+        who: &Principal,
+        sink: u64,
+        estimate: u64,
+    ) -> Result<JobId, RateLimited> {
+        let mode = self.mode();
+        let deadline = Duration::from_millis(sched.config().deadline_ms);
+        if mode == Mode::Shadow && sched.estimated_wait(&who.key) > deadline {
+            let layer = Layer::QueryScheduler;
+            self.tally
+                .decision(Direction::Read, layer, Action::Refuse, false);
+        }
+        let enforce = mode == Mode::Enforce;
+        let weight = who.tier.weight;
+        sched
+            .submit_weighted(who.key, sink, estimate, weight, self.now_ns, enforce)
+            .inspect_err(|r| self.tally.refused(Direction::Read, r))
+    }
+
+    /// Drops the queries that waited past the deadline for their first
+    /// step (only when enforced); each is then answered
+    /// [`Checks::timed_out`].
+    pub fn expire(&mut self, sched: &mut FairQueue<ClientKey>) -> Vec<JobId> {
+        if self.mode() != Mode::Enforce {
+            return Vec::new();
+        }
+        sched.expire(self.now_ns)
+    }
+
+    /// The refusal of a query [`Checks::expire`] dropped, counted.
+    pub fn timed_out(&mut self, sched: &FairQueue<ClientKey>) -> RateLimited {
+        let retry_after = Duration::from_millis(sched.config().deadline_ms);
+        let r = RateLimited::of(Cause::Timeout, retry_after);
+        self.tally.refused(Direction::Read, &r);
+        r
+    }
+
+    /// A new connection from an address that has `open` connections: false
+    /// when that is the cap (`clients.max_connections_per_ip`) and the mode
+    /// enforces.
+    pub fn connection(&mut self, open: u32) -> bool {
+        let mode = self.mode();
+        if mode == Mode::Off || open < self.config.clients.max_connections_per_ip {
+            return true;
+        }
+        let enforced = mode == Mode::Enforce;
+        let layer = Layer::ConnectionsPerIp;
+        self.tally
+            .decision(Direction::Read, layer, Action::Refuse, enforced);
+        if enforced {
+            self.tally.connection_refused();
+        }
+        !enforced
+    }
+
+    /// The per-client buckets of one operation: its address's (unless its
+    /// tier is listed), then its pubkey's in its tier (when authenticated).
+    fn client_buckets(
+        &mut self,
+        dir: Direction,
+        who: &Principal,
+        quota: Quota,
+        [(address_layer, address_text), (pubkey_layer, pubkey_text)]: [(Layer, &'static str); 2],
+        cost: u32,
+    ) -> Result<(), RateLimited> {
+        if who.tier.charges_address {
+            let bucket = Bucket::Address(quota, who.ip);
+            self.take(dir, address_layer, bucket, cost, address_text)?;
+        }
+        if let ClientKey::Pubkey(p) = &who.key {
+            let bucket = Bucket::Pubkey(quota, who.tier.index, p);
+            self.take(dir, pubkey_layer, bucket, cost, pubkey_text)?;
+        }
+        Ok(())
+    }
+
+    /// Takes `cost` from one bucket (see [`Checks::bucket_answer`]).
+    fn take(
+        &mut self,
+        dir: Direction,
+        layer: Layer,
+        bucket: Bucket<'_>,
+        cost: u32,
+        text: &'static str,
+    ) -> Result<(), RateLimited> {
+        let taken = self.buckets.take(bucket, cost, self.now_ns);
+        self.bucket_answer(dir, layer, taken, text)
+    }
+
+    /// A bucket's answer: an empty bucket is a refusal, counted in every
+    /// mode and returned only when the mode enforces.
+    fn bucket_answer(
+        &mut self,
+        dir: Direction,
+        layer: Layer,
+        taken: Result<(), Duration>,
+        text: &'static str,
+    ) -> Result<(), RateLimited> {
+        let Err(retry_after) = taken else {
+            return Ok(());
+        };
+        self.refusal(dir, RateLimited::bucket(layer, retry_after, text))
+    }
+
+    /// A refusal decided: counted; applied when the mode enforces.
+    fn refusal(&mut self, dir: Direction, r: RateLimited) -> Result<(), RateLimited> {
+        let enforced = self.mode() == Mode::Enforce;
+        self.tally.decision(dir, r.layer, Action::Refuse, enforced);
+        if !enforced {
+            return Ok(());
+        }
+        self.tally.refused(dir, &r);
+        Err(r)
+    }
+
+    /// The controller's say on one operation of a connection (see
+    /// [`ConnPacer::check`]), counted and, when enforced, applied. A tier
+    /// of weight `w` counts as polite up to `w` times the polite rate and
+    /// waits `1/w` of the delay.
+    fn controller(
+        &mut self,
+        dir: Direction,
+        who: &Principal,
+        pacer: &mut ConnPacer,
+        published: Verdict,
+    ) -> Verdict {
+        let w = who.tier.weight.max(1);
+        let polite = self.config.clients.polite_ops_per_s * f64::from(w);
+        let d = pacer.check(dir, self.mode(), published, polite, self.now_ns);
+        match d.verdict {
+            Verdict::Allow => Verdict::Allow,
+            Verdict::Delay(delay) => {
+                let delay = delay / w;
+                let layer = Layer::Controller;
+                self.tally.decision(dir, layer, Action::Delay, d.enforced);
+                if !d.enforced {
+                    return Verdict::Allow;
+                }
+                self.tally.delayed(dir, delay);
+                Verdict::Delay(delay)
+            }
+            Verdict::Refuse(r) => match self.refusal(dir, r) {
+                Ok(()) => Verdict::Allow,
+                Err(r) => Verdict::Refuse(r),
+            },
+        }
+    }
+}
+
+/// `-units`, saturating.
+fn negative(units: u64) -> i64 {
+    -i64::try_from(units).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Deterministic: the time is an argument, the maps are plain
+    //! [`KeyedBuckets`], and the tally records what it is told.
+
+    use std::collections::HashMap;
+    use std::hash::Hash;
+
+    use super::*;
+    use crate::keyed::KeyedBuckets;
+    use crate::tiers::{ListedTier, Tiers, TiersConfig};
+
+    const MS: u64 = 1_000_000;
+    const SECOND: u64 = 1_000 * MS;
+
+    /// Plain maps: per address by quota, per pubkey by (quota, tier), and
+    /// the authors'; every bucket taken from is logged.
+    struct Maps {
+        cfg: ClientsConfig,
+        address: HashMap<Quota, KeyedBuckets<IpAddr>>,
+        pubkey: HashMap<(Quota, u8), KeyedBuckets<[u8; 32]>>,
+        author: KeyedBuckets<[u8; 32]>,
+        log: Vec<String>,
+    }
+
+    fn settle_in<K: Hash + Eq + Clone>(m: &mut KeyedBuckets<K>, k: &K, now: u64, delta: i64) {
+        if delta > 0 {
+            m.charge(k, now, delta.unsigned_abs());
+        } else {
+            m.refund(k, now, delta.unsigned_abs());
+        }
+    }
+
+    impl Maps {
+        fn new(cfg: &ClientsConfig) -> Maps {
+            let keyed = |b| KeyedBuckets::new(b, 100).unwrap();
+            let address = [
+                (Quota::Events, keyed(cfg.events_per_ip)),
+                (Quota::Requests, keyed(cfg.reqs_per_ip)),
+                (Quota::ReadCost, keyed(cfg.read_cost_per_ip)),
+            ];
+            Maps {
+                cfg: cfg.clone(),
+                address: address.into_iter().collect(),
+                pubkey: HashMap::new(),
+                author: KeyedBuckets::new(cfg.events_per_pubkey, 100).unwrap(),
+                log: Vec::new(),
+            }
+        }
+
+        fn tier(&mut self, quota: Quota, tier: u8) -> &mut KeyedBuckets<[u8; 32]> {
+            let cfg = &self.cfg;
+            self.pubkey
+                .entry((quota, tier))
+                .or_insert_with(|| KeyedBuckets::new(tier_bucket(cfg, quota, 1.0), 100).unwrap())
+        }
+
+        /// Whether `cost` could be taken now (nothing is kept).
+        fn could_take(&mut self, bucket: Bucket<'_>, cost: u32, now_ns: u64) -> bool {
+            let ok = self.take(bucket, cost, now_ns).is_ok();
+            self.log.pop();
+            if ok {
+                self.settle(bucket, -i64::from(cost), now_ns);
+            }
+            ok
+        }
+    }
+
+    impl Buckets for Maps {
+        fn take(&mut self, bucket: Bucket<'_>, cost: u32, now_ns: u64) -> Result<(), Duration> {
+            let (name, r) = match bucket {
+                Bucket::Address(q, ip) => (
+                    format!("address {q:?}"),
+                    self.address.get_mut(&q).unwrap().check(&ip, now_ns, cost),
+                ),
+                Bucket::Pubkey(q, t, p) => (
+                    format!("tier {t} {q:?}"),
+                    self.tier(q, t).check(p, now_ns, cost),
+                ),
+                Bucket::Author(p) => ("author".into(), self.author.check(p, now_ns, cost)),
+            };
+            self.log.push(name);
+            r
+        }
+
+        fn settle(&mut self, bucket: Bucket<'_>, delta: i64, now_ns: u64) {
+            match bucket {
+                Bucket::Address(q, ip) => {
+                    settle_in(self.address.get_mut(&q).unwrap(), &ip, now_ns, delta)
+                }
+                Bucket::Pubkey(q, t, p) => settle_in(self.tier(q, t), p, now_ns, delta),
+                Bucket::Author(p) => settle_in(&mut self.author, p, now_ns, delta),
+            }
+        }
+    }
+
+    /// What was counted, as metric-like lines.
+    #[derive(Default)]
+    struct Counted(Vec<String>);
+
+    impl Counted {
+        fn has(&self, line: &str) -> bool {
+            self.0.iter().any(|l| l == line)
+        }
+    }
+
+    impl Tally for Counted {
+        fn decision(&mut self, dir: Direction, layer: Layer, action: Action, enforced: bool) {
+            let (d, l, a) = (dir.as_str(), layer.as_str(), action.as_str());
+            self.0.push(format!("decision {d} {l} {a} {enforced}"));
+        }
+
+        fn refused(&mut self, dir: Direction, r: &RateLimited) {
+            let (d, l, c) = (dir.as_str(), r.layer.as_str(), r.cause.as_str());
+            self.0.push(format!("refused {d} {l} {c}"));
+        }
+
+        fn delayed(&mut self, dir: Direction, delay: Duration) {
+            let d = dir.as_str();
+            self.0.push(format!("delayed {d} {}ms", delay.as_millis()));
+        }
+
+        fn connection_refused(&mut self) {
+            self.0.push("connection refused".into());
+        }
+    }
+
+    /// Request buckets of two operations back to back and one a second
+    /// (no catch-up); read budgets of 1,000 units, 100 a second.
+    fn config(mode: Mode) -> ThrottleConfig {
+        let mut cfg = ThrottleConfig {
+            mode,
+            ..ThrottleConfig::default()
+        };
+        let c = &mut cfg.clients;
+        let tight = BucketConfig {
+            rate_per_s: 1.0,
+            burst_ratio: 1.0,
+            window_ms: 2000,
+            catch_up_ms: 0,
+        };
+        let budget = BucketConfig {
+            rate_per_s: 100.0,
+            window_ms: 10_000,
+            ..tight
+        };
+        (c.events_per_ip, c.reqs_per_ip, c.events_per_pubkey) = (tight, tight, tight);
+        (c.read_cost_per_ip, c.read_cost_per_connection) = (budget, budget);
+        c.polite_ops_per_s = 5.0;
+        cfg
+    }
+
+    /// Buckets that never refuse: only the controller acts.
+    fn roomy(mode: Mode) -> ThrottleConfig {
+        let mut cfg = config(mode);
+        let c = &mut cfg.clients;
+        let roomy = BucketConfig {
+            rate_per_s: 1e6,
+            ..BucketConfig::default()
+        };
+        (c.events_per_ip, c.reqs_per_ip, c.events_per_pubkey) = (roomy, roomy, roomy);
+        cfg
+    }
+
+    const PUBKEY: [u8; 32] = [7; 32];
+    const LISTED: [u8; 32] = [9; 32];
+
+    fn ip() -> IpAddr {
+        "192.0.2.1".parse().unwrap()
+    }
+
+    /// Authenticated weighs 2 (the default), the listed `trusted` 4.
+    fn tiers() -> Tiers {
+        let mut cfg = TiersConfig::default();
+        cfg.listed.push(ListedTier {
+            name: "trusted".into(),
+            weight: 4,
+            rate_multiplier: 1.0,
+            pubkeys: vec![LISTED.iter().map(|b| format!("{b:02x}")).collect()],
+        });
+        Tiers::new(&cfg)
+    }
+
+    /// One test's world: a config, the maps, the tally.
+    struct World {
+        cfg: ThrottleConfig,
+        maps: Maps,
+        counted: Counted,
+    }
+
+    impl World {
+        fn new(cfg: ThrottleConfig) -> World {
+            World {
+                maps: Maps::new(&cfg.clients),
+                cfg,
+                counted: Counted::default(),
+            }
+        }
+
+        fn at<R>(
+            &mut self,
+            now_ns: u64,
+            f: impl FnOnce(&mut Checks<'_, &mut Maps, &mut Counted>) -> R,
+        ) -> R {
+            let mut c = Checks {
+                config: &self.cfg,
+                buckets: &mut self.maps,
+                tally: &mut self.counted,
+                now_ns,
+            };
+            f(&mut c)
+        }
+
+        /// One EVENT of a fresh connection (the controller allows).
+        fn event(&mut self, who: &Principal, now_ns: u64) -> Verdict {
+            let mut pacer = ConnPacer::new(1);
+            self.at(now_ns, |c| {
+                c.operation(Op::Event, who, &mut pacer, Verdict::Allow)
+            })
+        }
+    }
+
+    fn refusal(v: Verdict) -> RateLimited {
+        match v {
+            Verdict::Refuse(r) => r,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_unlisted_pubkey_is_charged_to_its_pubkey_and_its_address_a_listed_one_to_its_pubkey() {
+        let tiers = tiers();
+        for (pubkeys, charged) in [
+            (&[][..], &["address Events"][..]),
+            (&[PUBKEY][..], &["address Events", "tier 1 Events"][..]),
+            (&[LISTED][..], &["tier 2 Events"][..]),
+        ] {
+            let mut w = World::new(config(Mode::Enforce));
+            let who = tiers.principal(ip(), pubkeys);
+            assert_eq!(w.event(&who, 0), Verdict::Allow);
+            assert_eq!(w.maps.log, charged, "{}", who.tier.name);
+            assert!(w.counted.0.is_empty(), "{:?}", w.counted.0);
+        }
+    }
+
+    #[test]
+    fn the_layer_that_refused_an_event_and_its_text() {
+        let tiers = tiers();
+        let authed = tiers.principal(ip(), &[PUBKEY]);
+        let mut w = World::new(config(Mode::Enforce));
+        // Two back to back; the third is refused by the address's bucket.
+        assert_eq!(w.event(&authed, 0), Verdict::Allow);
+        assert_eq!(w.event(&authed, 0), Verdict::Allow);
+        let r = refusal(w.event(&authed, 0));
+        assert_eq!((r.layer, r.cause), (Layer::IpBucket, Cause::Rate));
+        assert_eq!(r.message, "too many events from your address");
+        let hint = r.retry_after;
+        assert!(hint > Duration::from_millis(900) && hint < Duration::from_millis(1100));
+        // The same pubkey from another address: its pubkey's bucket.
+        let elsewhere = tiers.principal("192.0.2.2".parse().unwrap(), &[PUBKEY]);
+        let r = refusal(w.event(&elsewhere, 0));
+        assert_eq!(r.layer, Layer::PubkeyBucket);
+        assert_eq!(r.message, "too many events from your pubkey");
+        // After its signature: the author's bucket.
+        for _ in 0..2 {
+            assert_eq!(w.at(0, |c| c.author(&LISTED)), Verdict::Allow);
+        }
+        let r = refusal(w.at(0, |c| c.author(&LISTED)));
+        assert_eq!(r.layer, Layer::PubkeyBucket);
+        assert_eq!(r.message, "too many events from this author");
+        assert_eq!(
+            w.counted.0,
+            [
+                "decision write ip_bucket refuse true",
+                "refused write ip_bucket rate",
+                "decision write pubkey_bucket refuse true",
+                "refused write pubkey_bucket rate",
+                "decision write pubkey_bucket refuse true",
+                "refused write pubkey_bucket rate",
+            ]
+        );
+        // A second later the address has a token again.
+        assert_eq!(w.event(&authed, SECOND + MS), Verdict::Allow);
+    }
+
+    #[test]
+    fn requests_take_the_same_path_with_their_own_buckets_and_texts() {
+        let who = Principal::anonymous(ip());
+        let mut w = World::new(config(Mode::Enforce));
+        let mut pacer = ConnPacer::new(1);
+        let mut req = |w: &mut World| {
+            w.at(0, |c| {
+                c.operation(Op::Request, &who, &mut pacer, Verdict::Allow)
+            })
+        };
+        assert_eq!(req(&mut w), Verdict::Allow);
+        assert_eq!(req(&mut w), Verdict::Allow);
+        let r = refusal(req(&mut w));
+        assert_eq!(r.message, "too many requests from your address");
+        assert_eq!(w.maps.log, ["address Requests"; 3]);
+        assert!(w.counted.has("refused read ip_bucket rate"));
+        // EVENTs are metered apart.
+        assert_eq!(w.event(&who, 0), Verdict::Allow);
+    }
+
+    #[test]
+    fn shadow_counts_every_decision_and_applies_none() {
+        let who = Principal::anonymous(ip());
+        let mut w = World::new(config(Mode::Shadow));
+        for _ in 0..5 {
+            assert_eq!(w.event(&who, 0), Verdict::Allow);
+        }
+        // Three would-be refusals, none applied (no `refused` line).
+        assert_eq!(w.counted.0, ["decision write ip_bucket refuse false"; 3]);
+        // The controller too: a published refusal is counted, not applied.
+        let mut w = World::new(roomy(Mode::Shadow));
+        let over = Verdict::refuse(Cause::OverCap, Duration::from_secs(1));
+        let mut pacer = ConnPacer::new(1);
+        for k in 1..=20 {
+            let v = w.at(k * MS, |c| c.operation(Op::Event, &who, &mut pacer, over));
+            assert_eq!(v, Verdict::Allow);
+        }
+        assert!(w.counted.has("decision write controller refuse false"));
+        assert!(w.counted.0.iter().all(|l| !l.starts_with("refused")));
+        // And the read budgets.
+        let mut w = World::new(config(Mode::Shadow));
+        let mut conn = TokenBucket::new(w.cfg.clients.read_cost_per_connection, 0).unwrap();
+        for _ in 0..3 {
+            assert_eq!(w.at(0, |c| c.read_cost(&who, &mut conn, 1000)), Ok(()));
+        }
+        assert!(w.counted.has("decision read read_budget_ip refuse false"));
+        assert!(
+            w.counted
+                .has("decision read read_budget_connection refuse false")
+        );
+    }
+
+    #[test]
+    fn off_decides_nothing() {
+        let who = Principal::anonymous(ip());
+        let mut w = World::new(config(Mode::Off));
+        for _ in 0..10 {
+            assert_eq!(w.event(&who, 0), Verdict::Allow);
+        }
+        assert_eq!(w.at(0, |c| c.author(&PUBKEY)), Verdict::Allow);
+        let mut conn = TokenBucket::new(w.cfg.clients.read_cost_per_connection, 0).unwrap();
+        for _ in 0..3 {
+            assert_eq!(w.at(0, |c| c.read_cost(&who, &mut conn, 1000)), Ok(()));
+        }
+        assert!(w.maps.log.is_empty() && w.counted.0.is_empty());
+    }
+
+    #[test]
+    fn delays_are_divided_by_the_weight_and_polite_connections_pass() {
+        let tiers = tiers();
+        let delay = Verdict::Delay(Duration::from_millis(400));
+        for (pubkeys, expect_ms) in [(&[][..], 400), (&[PUBKEY][..], 200), (&[LISTED][..], 100)] {
+            let who = tiers.principal(ip(), pubkeys);
+            let mut w = World::new(roomy(Mode::Enforce));
+            // 1,000 a second: far above the polite rate (5/s × weight).
+            let mut pacer = ConnPacer::new(1);
+            let last = (1..=50)
+                .map(|k| w.at(k * MS, |c| c.operation(Op::Event, &who, &mut pacer, delay)))
+                .last();
+            let expect = Duration::from_millis(expect_ms);
+            assert_eq!(last, Some(Verdict::Delay(expect)), "{}", who.tier.name);
+            assert!(w.counted.has(&format!("delayed write {expect_ms}ms")));
+            assert!(w.counted.has("decision write controller delay true"));
+            // One a second: polite, never delayed.
+            let mut pacer = ConnPacer::new(1);
+            for k in 1..=20 {
+                let v = w.at(100 * SECOND + k * SECOND, |c| {
+                    c.operation(Op::Event, &who, &mut pacer, delay)
+                });
+                assert_eq!(v, Verdict::Allow);
+            }
+        }
+        // Reads are never delayed.
+        let who = Principal::anonymous(ip());
+        let mut w = World::new(roomy(Mode::Enforce));
+        let mut pacer = ConnPacer::new(1);
+        for k in 1..=50 {
+            let v = w.at(k * MS, |c| {
+                c.operation(Op::Request, &who, &mut pacer, delay)
+            });
+            assert_eq!(v, Verdict::Allow);
+        }
+        assert!(w.counted.0.is_empty(), "{:?}", w.counted.0);
+    }
+
+    #[test]
+    fn an_emergency_refuses_even_a_polite_connection_with_the_controllers_text() {
+        let who = Principal::anonymous(ip());
+        let mut w = World::new(config(Mode::Enforce));
+        let emergency = Verdict::refuse(Cause::Emergency, Duration::from_secs(3));
+        let mut pacer = ConnPacer::new(1);
+        let v = w.at(SECOND, |c| {
+            c.operation(Op::Event, &who, &mut pacer, emergency)
+        });
+        let r = refusal(v);
+        assert_eq!((r.layer, r.cause), (Layer::Controller, Cause::Emergency));
+        assert_eq!(r.message, "relay memory is over its limit");
+        assert_eq!(r.retry_after, Duration::from_secs(3));
+        assert_eq!(
+            w.counted.0,
+            [
+                "decision write controller refuse true",
+                "refused write controller emergency"
+            ]
+        );
+    }
+
+    /// The read budgets, each refusing in turn, and what each refusal
+    /// gives back: a refused query leaves no charge behind.
+    #[test]
+    fn read_budgets_name_their_layer_and_refund_what_they_took() {
+        let tiers = tiers();
+        let authed = tiers.principal(ip(), &[PUBKEY]);
+        let address = Bucket::Address(Quota::ReadCost, ip());
+        let pubkey = Bucket::Pubkey(Quota::ReadCost, 1, &PUBKEY);
+        let conn_budget = config(Mode::Enforce).clients.read_cost_per_connection;
+        let fresh_conn = || TokenBucket::new(conn_budget, 0).unwrap();
+        // A whole budget (1,000 units) can be taken only from a full one.
+        let full = |w: &mut World, b| w.maps.could_take(b, 1000, 0);
+
+        // The pubkey's budget is spent (by the same pubkey elsewhere): the
+        // refusal names it, and the address gets its charge back.
+        let mut w = World::new(config(Mode::Enforce));
+        let elsewhere = tiers.principal("192.0.2.9".parse().unwrap(), &[PUBKEY]);
+        let mut conn = fresh_conn();
+        assert_eq!(
+            w.at(0, |c| c.read_cost(&elsewhere, &mut conn, 1000)),
+            Ok(())
+        );
+        let mut conn = fresh_conn();
+        let r = w
+            .at(0, |c| c.read_cost(&authed, &mut conn, 10))
+            .unwrap_err();
+        assert_eq!((r.layer, r.cause), (Layer::ReadBudgetPubkey, Cause::Rate));
+        assert_eq!(r.message, "your pubkey has read too much; slow down");
+        assert!(full(&mut w, address), "the address was refunded");
+        assert!(w.counted.has("refused read read_budget_pubkey rate"));
+
+        // The connection's budget is spent: address and pubkey refunded.
+        let mut w = World::new(config(Mode::Enforce));
+        let mut conn = fresh_conn();
+        conn.try_take(0, 1000).unwrap();
+        let r = w
+            .at(0, |c| c.read_cost(&authed, &mut conn, 10))
+            .unwrap_err();
+        assert_eq!(r.layer, Layer::ReadBudgetConnection);
+        assert_eq!(r.message, "this connection has read too much; slow down");
+        assert!(full(&mut w, address) && full(&mut w, pubkey));
+
+        // The address's budget is spent: nothing else is charged.
+        let mut w = World::new(config(Mode::Enforce));
+        w.maps.take(address, 1000, 0).unwrap();
+        let mut conn = fresh_conn();
+        let r = w
+            .at(0, |c| c.read_cost(&authed, &mut conn, 10))
+            .unwrap_err();
+        assert_eq!(r.layer, Layer::ReadBudgetIp);
+        assert_eq!(r.message, "your address has read too much; slow down");
+        assert!(full(&mut w, pubkey));
+        assert!(conn.try_take(0, 1000).is_ok(), "the connection untouched");
+
+        // A query the scheduler refuses gets every charge back.
+        let mut w = World::new(config(Mode::Enforce));
+        let mut conn = fresh_conn();
+        let refused: Result<(), RateLimited> = w.at(0, |c| {
+            c.query(&authed, &mut conn, 400, |_| {
+                Err(RateLimited::of(Cause::QueueFull, Duration::from_secs(1)))
+            })
+        });
+        assert_eq!(refused.unwrap_err().layer, Layer::QueryScheduler);
+        assert!(full(&mut w, address) && full(&mut w, pubkey));
+        assert!(conn.try_take(0, 1000).is_ok(), "the connection refunded");
+
+        // An admitted one keeps its charge until it settles.
+        let mut conn = fresh_conn();
+        let admitted: Result<u8, RateLimited> =
+            w.at(0, |c| c.query(&authed, &mut conn, 400, |_| Ok(1)));
+        assert_eq!(admitted, Ok(1));
+        assert!(!full(&mut w, address) && !full(&mut w, pubkey));
+        assert!(w.maps.could_take(address, 600, 0));
+        w.at(0, |c| c.settle_read_cost(&authed, -400));
+        assert!(full(&mut w, address) && full(&mut w, pubkey));
+        // The connection settles apart (its session does it).
+        assert!(conn.try_take(0, 1000).is_err());
+        w.at(0, |c| c.settle_connection(&mut conn, -400));
+        assert!(conn.try_take(0, 1000).is_ok());
+    }
+
+    /// A listed pubkey is not charged to its address's read budget.
+    #[test]
+    fn a_listed_pubkey_reads_on_its_own_budget() {
+        let who = tiers().principal(ip(), &[LISTED]);
+        let mut w = World::new(config(Mode::Enforce));
+        let mut conn = TokenBucket::new(w.cfg.clients.read_cost_per_connection, 0).unwrap();
+        assert_eq!(w.at(0, |c| c.read_cost(&who, &mut conn, 10)), Ok(()));
+        assert_eq!(w.maps.log, ["tier 2 ReadCost"]);
+    }
+
+    #[test]
+    fn the_scheduler_refuses_past_its_deadline_only_when_enforced() {
+        // Only the deadline bounds it: 10 ms, at the 1 us a unit assumed
+        // before any step ran.
+        let queries = crate::config::QueriesConfig {
+            slots: 1,
+            deadline_ms: 10,
+            max_open_units: 1_000_000_000_000,
+            max_open_units_per_client: 1_000_000_000_000,
+            max_queued: 100_000,
+            max_queued_per_client: 100_000,
+            ..crate::config::QueriesConfig::default()
+        };
+        let who = Principal::anonymous(ip());
+        for (mode, enforced, counted_as) in [
+            (Mode::Enforce, true, "refused read query_scheduler deadline"),
+            (
+                Mode::Shadow,
+                false,
+                "decision read query_scheduler refuse false",
+            ),
+        ] {
+            let mut w = World::new(config(mode));
+            let mut sched = FairQueue::new(queries.clone()).unwrap();
+            let refused = (0..20)
+                .filter(|_| w.at(0, |c| c.schedule(&mut sched, &who, 1, 5_000)).is_err())
+                .count();
+            assert_eq!(refused > 0, enforced, "{mode:?}");
+            assert!(w.counted.has(counted_as), "{:?}", w.counted.0);
+            // Expiry is enforcement too.
+            let expired = w.at(10 * SECOND, |c| c.expire(&mut sched));
+            assert_eq!(expired.is_empty(), !enforced, "{mode:?}");
+            if enforced {
+                let r = w.at(0, |c| c.timed_out(&sched));
+                assert_eq!((r.layer, r.cause), (Layer::QueryScheduler, Cause::Timeout));
+                assert_eq!(r.retry_after, Duration::from_millis(10));
+                assert!(w.counted.has("refused read query_scheduler timeout"));
+            }
+        }
+    }
+
+    #[test]
+    fn the_connection_cap_is_enforced_and_shadowed() {
+        let mut counted = Counted::default();
+        for (mode, allowed) in [
+            (Mode::Enforce, false),
+            (Mode::Shadow, true),
+            (Mode::Off, true),
+        ] {
+            let mut w = World::new(config(mode));
+            w.cfg.clients.max_connections_per_ip = 2;
+            assert!(w.at(0, |c| c.connection(1)));
+            assert_eq!(w.at(0, |c| c.connection(2)), allowed, "{mode:?}");
+            counted.0.append(&mut w.counted.0);
+        }
+        assert_eq!(
+            counted.0,
+            [
+                "decision read connections_per_ip refuse true",
+                "connection refused",
+                "decision read connections_per_ip refuse false",
+            ]
+        );
+    }
+
+    #[test]
+    fn rates_follow_their_directions_controller() {
+        let c = ClientsConfig::default();
+        let r = Rates::after(&c, 0.5, 0.0);
+        assert_eq!(r.events_per_ip, c.events_per_ip.rate_per_s * 0.5);
+        assert_eq!(r.reqs_per_ip, c.reqs_per_ip.rate_per_s);
+        assert_eq!(r.read_cost_per_ip, c.read_cost_per_ip.rate_per_s);
+        assert_eq!(
+            r.tier(Quota::Events, 3.0),
+            c.events_per_ip.rate_per_s * 0.5 * 3.0
+        );
+        let t = tier_bucket(&c, Quota::ReadCost, 2.0);
+        assert_eq!(t.rate_per_s, c.read_cost_per_ip.rate_per_s * 2.0);
+        assert_eq!(t.window_ms, c.read_cost_per_ip.window_ms);
+    }
+}
