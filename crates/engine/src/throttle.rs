@@ -4,11 +4,9 @@
 //! the publication of a governor tick, and the metrics of every decision.
 //! No decision is made here: what an operation is checked against, who is
 //! charged, shadow mode, delays, refunds and refusals are
-//! `sluice_throttle::policy`, which this module runs with its maps
-//! ([`Maps`], the policy's `Buckets`) and its metrics ([`Metrics`], the
-//! policy's `Tally`). The query scheduler runs in `reads.rs`; client
-//! addresses are resolved by the server; a cluster's sharing of bucket use
-//! is `usage.rs`.
+//! `sluice_throttle::policy`, run here over the maps ([`Maps`], its
+//! `Buckets`) and the metrics ([`Metrics`], its `Tally`). The scheduler
+//! runs in `reads.rs`; a cluster's sharing of bucket use is `usage.rs`.
 //!
 //! Hot path (per EVENT/REQ): one load of the config snapshot (`ArcSwap`,
 //! no lock), one atomic load for the direction's verdict, and one short
@@ -74,21 +72,18 @@ struct TierBuckets {
     buckets: Vec<PubkeyBuckets>,
 }
 
-/// One tier's per-pubkey buckets.
+/// One tier's per-pubkey buckets, one map per quota.
 struct PubkeyBuckets {
     multiplier: f64,
-    events: Mutex<KeyedBuckets<[u8; 32]>>,
-    reqs: Mutex<KeyedBuckets<[u8; 32]>>,
-    read_cost: Mutex<KeyedBuckets<[u8; 32]>>,
+    maps: [Mutex<KeyedBuckets<[u8; 32]>>; 3],
 }
+
+const QUOTAS: [Quota; 3] = [Quota::Events, Quota::Requests, Quota::ReadCost];
 
 impl PubkeyBuckets {
     fn map(&self, quota: Quota) -> &Mutex<KeyedBuckets<[u8; 32]>> {
-        match quota {
-            Quota::Events => &self.events,
-            Quota::Requests => &self.reqs,
-            Quota::ReadCost => &self.read_cost,
-        }
+        let i = QUOTAS.iter().position(|q| *q == quota).unwrap_or(0);
+        &self.maps[i]
     }
 }
 
@@ -97,22 +92,15 @@ impl TierBuckets {
     fn new(cfg: &ThrottleConfig, tracking: bool) -> TierBuckets {
         let c = &cfg.clients;
         let tiers = Tiers::new(&cfg.tiers);
-        let buckets = tiers.all()[1..]
-            .iter()
-            .map(|t| {
-                let m = t.rate_multiplier;
-                let keyed = |quota| {
-                    let b = sluice_throttle::policy::tier_bucket(c, quota, m);
+        let buckets = (tiers.all().iter().skip(1))
+            .map(|t| PubkeyBuckets {
+                multiplier: t.rate_multiplier,
+                maps: QUOTAS.map(|quota| {
+                    let b = sluice_throttle::policy::tier_bucket(c, quota, t.rate_multiplier);
                     let mut map = keyed(b, c.max_tracked_keys);
                     map.set_usage_tracking(tracking && quota != Quota::ReadCost);
                     Mutex::new(map)
-                };
-                PubkeyBuckets {
-                    multiplier: m,
-                    events: keyed(Quota::Events),
-                    reqs: keyed(Quota::Requests),
-                    read_cost: keyed(Quota::ReadCost),
-                }
+                }),
             })
             .collect();
         TierBuckets { tiers, buckets }
@@ -165,26 +153,14 @@ impl Buckets for Maps<'_> {
     }
 
     fn settle(&mut self, bucket: Bucket<'_>, delta_units: i64, now_ns: u64) {
-        fn settle<K: std::hash::Hash + Eq + Clone>(
-            b: &mut KeyedBuckets<K>,
-            k: &K,
-            now: u64,
-            d: i64,
-        ) {
-            if d > 0 {
-                b.charge(k, now, d.unsigned_abs());
-            } else {
-                b.refund(k, now, d.unsigned_abs());
-            }
-        }
         match bucket {
-            Bucket::Address(q, ip) => settle(&mut lock(self.address(q)), &ip, now_ns, delta_units),
+            Bucket::Address(q, ip) => lock(self.address(q)).settle(&ip, now_ns, delta_units),
             Bucket::Pubkey(q, tier, p) => {
                 if let Some(b) = self.0.tiers.load().tier(tier) {
-                    settle(&mut lock(b.map(q)), p, now_ns, delta_units);
+                    lock(b.map(q)).settle(p, now_ns, delta_units);
                 }
             }
-            Bucket::Author(p) => settle(&mut lock(&self.0.events_pubkey), p, now_ns, delta_units),
+            Bucket::Author(p) => lock(&self.0.events_pubkey).settle(p, now_ns, delta_units),
         }
     }
 }
@@ -291,18 +267,14 @@ impl Throttle {
         let c = &cfg.clients;
         let fail = |e: sluice_throttle::ConfigError| e.to_string();
         let max = c.max_tracked_keys;
-        lock(&self.events_ip)
-            .set_config(c.events_per_ip, max)
-            .map_err(fail)?;
-        lock(&self.events_pubkey)
-            .set_config(c.events_per_pubkey, max)
-            .map_err(fail)?;
-        lock(&self.reqs_ip)
-            .set_config(c.reqs_per_ip, max)
-            .map_err(fail)?;
-        lock(&self.read_cost_ip)
-            .set_config(c.read_cost_per_ip, max)
-            .map_err(fail)?;
+        for (map, b) in [
+            (&self.events_ip, c.events_per_ip),
+            (&self.reqs_ip, c.reqs_per_ip),
+            (&self.read_cost_ip, c.read_cost_per_ip),
+        ] {
+            lock(map).set_config(b, max).map_err(fail)?;
+        }
+        (lock(&self.events_pubkey).set_config(c.events_per_pubkey, max)).map_err(fail)?;
         self.read_cost_conn_rate.store(
             c.read_cost_per_connection.rate_per_s.to_bits(),
             Ordering::Relaxed,
@@ -322,11 +294,8 @@ impl Throttle {
     fn export_mode(&self) {
         let current = self.mode();
         for m in [Mode::Enforce, Mode::Shadow, Mode::Off] {
-            metrics::gauge!(m::THROTTLE_MODE, "mode" => m.as_str()).set(if m == current {
-                1.0
-            } else {
-                0.0
-            });
+            let on = f64::from(u8::from(m == current));
+            metrics::gauge!(m::THROTTLE_MODE, "mode" => m.as_str()).set(on);
         }
     }
 
@@ -415,7 +384,7 @@ impl Throttle {
         lock(&self.reqs_ip).set_rate(rates.reqs_per_ip);
         lock(&self.read_cost_ip).set_rate(rates.read_cost_per_ip);
         for b in self.tiers.load().buckets.iter() {
-            for quota in [Quota::Events, Quota::Requests, Quota::ReadCost] {
+            for quota in QUOTAS {
                 lock(b.map(quota)).set_rate(rates.tier(quota, b.multiplier));
             }
         }

@@ -347,6 +347,15 @@ impl TokenBucket {
         self.state.refund(&self.params, now_ns, cost);
     }
 
+    /// Charges a positive `delta_units`, refunds a negative one.
+    pub fn settle(&mut self, now_ns: u64, delta_units: i64) {
+        if delta_units > 0 {
+            self.charge(now_ns, delta_units.unsigned_abs());
+        } else {
+            self.refund(now_ns, delta_units.unsigned_abs());
+        }
+    }
+
     /// Sets the current rate (e.g. from [`scaled_rate`]), clamped to
     /// `MIN_RATE_PER_S..=MAX_RATE_PER_S`. Banked time is kept.
     pub fn set_rate(&mut self, rate_per_s: f64) {

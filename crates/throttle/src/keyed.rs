@@ -203,6 +203,16 @@ impl<K: Hash + Eq + Clone> KeyedBuckets<K> {
         }
     }
 
+    /// Charges a positive `delta_units` ([`KeyedBuckets::charge`]),
+    /// refunds a negative one ([`KeyedBuckets::refund`]).
+    pub fn settle(&mut self, key: &K, now_ns: u64, delta_units: i64) {
+        if delta_units > 0 {
+            self.charge(key, now_ns, delta_units.unsigned_abs());
+        } else {
+            self.refund(key, now_ns, delta_units.unsigned_abs());
+        }
+    }
+
     fn slot_of(&mut self, key: &K, now_ns: u64) -> u32 {
         match self.index.get(key) {
             Some(&idx) => {

@@ -385,11 +385,7 @@ impl<B: Buckets, T: Tally> Checks<'_, B, T> {
         if self.mode() == Mode::Off || delta_units == 0 {
             return;
         }
-        if delta_units > 0 {
-            conn.charge(self.now_ns, delta_units.unsigned_abs());
-        } else {
-            conn.refund(self.now_ns, delta_units.unsigned_abs());
-        }
+        conn.settle(self.now_ns, delta_units);
     }
 
     /// The scheduler's admission of a query (its client is `who.key`,
@@ -558,7 +554,6 @@ mod tests {
     //! [`KeyedBuckets`], and the tally records what it is told.
 
     use std::collections::HashMap;
-    use std::hash::Hash;
 
     use super::*;
     use crate::keyed::KeyedBuckets;
@@ -575,14 +570,6 @@ mod tests {
         pubkey: HashMap<(Quota, u8), KeyedBuckets<[u8; 32]>>,
         author: KeyedBuckets<[u8; 32]>,
         log: Vec<String>,
-    }
-
-    fn settle_in<K: Hash + Eq + Clone>(m: &mut KeyedBuckets<K>, k: &K, now: u64, delta: i64) {
-        if delta > 0 {
-            m.charge(k, now, delta.unsigned_abs());
-        } else {
-            m.refund(k, now, delta.unsigned_abs());
-        }
     }
 
     impl Maps {
@@ -640,10 +627,10 @@ mod tests {
         fn settle(&mut self, bucket: Bucket<'_>, delta: i64, now_ns: u64) {
             match bucket {
                 Bucket::Address(q, ip) => {
-                    settle_in(self.address.get_mut(&q).unwrap(), &ip, now_ns, delta)
+                    self.address.get_mut(&q).unwrap().settle(&ip, now_ns, delta)
                 }
-                Bucket::Pubkey(q, t, p) => settle_in(self.tier(q, t), p, now_ns, delta),
-                Bucket::Author(p) => settle_in(&mut self.author, p, now_ns, delta),
+                Bucket::Pubkey(q, t, p) => self.tier(q, t).settle(p, now_ns, delta),
+                Bucket::Author(p) => self.author.settle(p, now_ns, delta),
             }
         }
     }

@@ -199,7 +199,11 @@ fn admission_policy_does_not_allocate() {
             tally: count,
             now_ns: k * 100_000,
         };
-        let op = if k.is_multiple_of(2) { Op::Event } else { Op::Request };
+        let op = if k.is_multiple_of(2) {
+            Op::Event
+        } else {
+            Op::Request
+        };
         let who = &who[(k % 100) as usize];
         c.operation(op, who, &mut pacer, published[(k % 3) as usize]);
         c.author(&[(k % 100) as u8; 32]);

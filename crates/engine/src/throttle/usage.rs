@@ -7,6 +7,8 @@
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 
+use sluice_throttle::policy::Quota;
+
 use super::{Throttle, lock};
 
 /// A per-client bucket map whose use a cluster shares among its nodes.
@@ -76,8 +78,8 @@ impl Throttle {
         lock(&self.reqs_ip).set_usage_tracking(true);
         lock(&self.events_pubkey).set_usage_tracking(true);
         for b in self.tiers.load().buckets.iter() {
-            lock(&b.events).set_usage_tracking(true);
-            lock(&b.reqs).set_usage_tracking(true);
+            lock(b.map(Quota::Events)).set_usage_tracking(true);
+            lock(b.map(Quota::Requests)).set_usage_tracking(true);
         }
     }
 
@@ -108,9 +110,9 @@ impl Throttle {
         push_keys(UsageMap::Author, &mut keys, &mut out);
         for (i, b) in self.tiers.load().buckets.iter().enumerate() {
             let tier = u8::try_from(i + 1).unwrap_or(u8::MAX);
-            lock(&b.events).drain_usage(&mut keys);
+            lock(b.map(Quota::Events)).drain_usage(&mut keys);
             push_keys(UsageMap::TierEvents(tier), &mut keys, &mut out);
-            lock(&b.reqs).drain_usage(&mut keys);
+            lock(b.map(Quota::Requests)).drain_usage(&mut keys);
             push_keys(UsageMap::TierReqs(tier), &mut keys, &mut out);
         }
         out
@@ -121,27 +123,26 @@ impl Throttle {
     pub fn charge_remote(&self, usage: &[Usage]) -> usize {
         let now = self.now_ns();
         let tiers = self.tiers.load();
-        let tier = |t: u8| tiers.buckets.get(usize::from(t).wrapping_sub(1));
+        let tier = |t: u8, quota| tiers.tier(t).map(|b| b.map(quota));
         let mut known = 0;
         for u in usage {
-            let hit = match (u.map, u.key) {
-                (UsageMap::EventsIp, UsageKey::Ip(ip)) => {
-                    lock(&self.events_ip).charge_remote(&ip, now, u.used)
-                }
-                (UsageMap::ReqsIp, UsageKey::Ip(ip)) => {
-                    lock(&self.reqs_ip).charge_remote(&ip, now, u.used)
-                }
-                (UsageMap::Author, UsageKey::Pubkey(p)) => {
-                    lock(&self.events_pubkey).charge_remote(&p, now, u.used)
-                }
-                (UsageMap::TierEvents(t), UsageKey::Pubkey(p)) => {
-                    tier(t).is_some_and(|b| lock(&b.events).charge_remote(&p, now, u.used))
-                }
-                (UsageMap::TierReqs(t), UsageKey::Pubkey(p)) => {
-                    tier(t).is_some_and(|b| lock(&b.reqs).charge_remote(&p, now, u.used))
-                }
-                _ => false,
-            };
+            let hit =
+                match (u.map, u.key) {
+                    (UsageMap::EventsIp, UsageKey::Ip(ip)) => {
+                        lock(&self.events_ip).charge_remote(&ip, now, u.used)
+                    }
+                    (UsageMap::ReqsIp, UsageKey::Ip(ip)) => {
+                        lock(&self.reqs_ip).charge_remote(&ip, now, u.used)
+                    }
+                    (UsageMap::Author, UsageKey::Pubkey(p)) => {
+                        lock(&self.events_pubkey).charge_remote(&p, now, u.used)
+                    }
+                    (UsageMap::TierEvents(t), UsageKey::Pubkey(p)) => tier(t, Quota::Events)
+                        .is_some_and(|m| lock(m).charge_remote(&p, now, u.used)),
+                    (UsageMap::TierReqs(t), UsageKey::Pubkey(p)) => tier(t, Quota::Requests)
+                        .is_some_and(|m| lock(m).charge_remote(&p, now, u.used)),
+                    _ => false,
+                };
             known += usize::from(hit);
         }
         known
