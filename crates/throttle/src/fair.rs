@@ -54,6 +54,14 @@
 //! behind; a client entry exists only while it has a query. The bounds are
 //! checked at admission: a query put back after a step or unparked is
 //! never refused.
+//!
+//! Bookkeeping that cannot be half done: what a query weighs in its state
+//! is one value ([`Load`], computed from the query alone), and a query
+//! enters ([`FairQueue::submit_weighted`]), changes ([`FairQueue::update`])
+//! or leaves ([`FairQueue::remove`]) in one place each, which looks up the
+//! query and its client first and then moves its weight between the sums
+//! (its client's and the relay's), its client's queue and the parked
+//! index together. Nothing here panics: an unknown id changes nothing.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -151,6 +159,68 @@ struct Job<K> {
     next_step: u64,
 }
 
+/// What queries weigh, summed: per client and in all. A query's share is
+/// [`Load::of`] it, so the sums follow the queries' states exactly.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Load {
+    /// Queries open (any state).
+    open: u32,
+    /// Their estimated units.
+    open_units: u64,
+    running: u32,
+    parked: u32,
+    queued: u32,
+    /// Units still to run of the queued queries.
+    queued_units: u64,
+    /// Next steps of the queued queries.
+    queued_steps: u64,
+}
+
+impl Load {
+    /// What one query weighs in its current state.
+    fn of<K>(job: &Job<K>) -> Load {
+        let mut load = Load {
+            open: 1,
+            open_units: job.units,
+            ..Load::default()
+        };
+        match job.state {
+            State::Queued => {
+                load.queued = 1;
+                load.queued_units = job.remaining;
+                load.queued_steps = job.next_step;
+            }
+            State::Running => load.running = 1,
+            State::Parked => load.parked = 1,
+        }
+        load
+    }
+
+    /// Replaces `before` by `after` in the sum. Wrapping arithmetic: a sum
+    /// always holds what is taken out of it, and nothing here panics.
+    fn shift(&mut self, before: Load, after: Load) {
+        self.open = self.open.wrapping_sub(before.open).wrapping_add(after.open);
+        self.open_units = (self.open_units)
+            .wrapping_sub(before.open_units)
+            .wrapping_add(after.open_units);
+        self.running = (self.running)
+            .wrapping_sub(before.running)
+            .wrapping_add(after.running);
+        self.parked = (self.parked)
+            .wrapping_sub(before.parked)
+            .wrapping_add(after.parked);
+        self.queued = (self.queued)
+            .wrapping_sub(before.queued)
+            .wrapping_add(after.queued);
+        self.queued_units = (self.queued_units)
+            .wrapping_sub(before.queued_units)
+            .wrapping_add(after.queued_units);
+        self.queued_steps = (self.queued_steps)
+            .wrapping_sub(before.queued_steps)
+            .wrapping_add(after.queued_steps);
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum List {
     None,
@@ -160,18 +230,10 @@ enum List {
 
 #[derive(Debug, Clone)]
 struct Client {
-    /// Runnable queries, in turn order.
+    /// Runnable queries, in turn order: exactly its queued ones.
     queue: VecDeque<JobId>,
-    running: u32,
-    parked: u32,
-    /// Open queries of this client (any state).
-    open: u32,
-    /// Units of its open queries.
-    open_units: u64,
-    /// Units still to run of its queued queries.
-    queued_units: u64,
-    /// Next steps of its queued queries.
-    queued_steps: u64,
+    /// What its queries weigh.
+    load: Load,
     /// While it is a new flow: the next step of the query that made it one.
     first_step: u64,
     deficit: i64,
@@ -198,6 +260,8 @@ pub struct FairQueue<K> {
     config: QueriesConfig,
     jobs: HashMap<JobId, Job<K>>,
     clients: HashMap<K, Client>,
+    /// What all queries weigh.
+    load: Load,
     /// Clients taking turns, with the generation of the client entry they
     /// were listed for (an entry of a client that left and came back is
     /// stale and skipped).
@@ -209,7 +273,7 @@ pub struct FairQueue<K> {
     /// Queued jobs in admission order, for `expire`: (admitted_ns, id).
     /// Entries of jobs that started or left are skipped lazily.
     unstarted: VecDeque<(u64, JobId)>,
-    /// Parked queries by the sink they wait on.
+    /// Parked queries by the sink they wait on: exactly the parked ones.
     parked_by_sink: HashMap<u64, Vec<JobId>>,
     /// Emptied queues of clients that left, reused for new ones: clients
     /// come and go with every polite query, and this keeps them from
@@ -218,7 +282,27 @@ pub struct FairQueue<K> {
     next_id: JobId,
     step_ns: f64,
     unit_ns: f64,
-    stats: FairStats,
+    /// The counters of [`FairStats`] (its sizes come from `load`).
+    counters: FairStats,
+}
+
+/// Takes `id` out of a client's queue (usually its front).
+fn unqueue(queue: &mut VecDeque<JobId>, id: JobId) {
+    if queue.front() == Some(&id) {
+        queue.pop_front();
+    } else if let Some(i) = queue.iter().position(|j| *j == id) {
+        queue.remove(i);
+    }
+}
+
+/// Takes `id` out of the parked index.
+fn unindex(parked_by_sink: &mut HashMap<u64, Vec<JobId>>, sink: u64, id: JobId) {
+    if let Some(ids) = parked_by_sink.get_mut(&sink) {
+        ids.retain(|j| *j != id);
+        if ids.is_empty() {
+            parked_by_sink.remove(&sink);
+        }
+    }
 }
 
 impl<K: Hash + Eq + Clone> FairQueue<K> {
@@ -229,6 +313,7 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
             config,
             jobs: HashMap::new(),
             clients: HashMap::new(),
+            load: Load::default(),
             new_flows: VecDeque::new(),
             old_flows: VecDeque::new(),
             new_flow_units: 0,
@@ -239,7 +324,7 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
             next_gen: 0,
             step_ns: INITIAL_STEP_NS,
             unit_ns: INITIAL_UNIT_NS,
-            stats: FairStats::default(),
+            counters: FairStats::default(),
         })
     }
 
@@ -269,7 +354,7 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
 
     /// How long a new query of `client` would wait for its first step.
     pub fn estimated_wait(&self, client: &K) -> Duration {
-        let is_new_flow = self.clients.get(client).is_none_or(|c| c.open == 0);
+        let is_new_flow = self.clients.get(client).is_none_or(|c| c.load.open == 0);
         Duration::from_nanos(self.estimate_wait_ns(client, is_new_flow))
     }
 
@@ -290,8 +375,8 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
     ) -> Result<JobId, RateLimited> {
         let units = units.max(1);
         let own = self.clients.get(&client);
-        let is_new_flow = own.is_none_or(|c| c.open == 0);
-        let (own_queued, own_units) = own.map_or((0, 0), |c| (c.queue.len() as u32, c.open_units));
+        let is_new_flow = own.is_none_or(|c| c.load.open == 0);
+        let (own_queued, own_units) = own.map_or((0, 0), |c| (c.load.queued, c.load.open_units));
         // New flows have the relay-wide bounds twice over, clients of a
         // tier weighing more than 1 three times: a burst of weight-1 clients,
         // new or not, never takes the top third (no priority inversion).
@@ -305,8 +390,8 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         let cfg = &self.config;
         let wait_ns = self.estimate_wait_ns(&client, is_new_flow);
         let deadline_ns = cfg.deadline_ms.saturating_mul(1_000_000);
-        let refusal = if self.stats.open_units >= cfg.max_open_units.saturating_mul(reserve)
-            || self.stats.queued >= cfg.max_queued.saturating_mul(reserve as u32)
+        let refusal = if self.load.open_units >= cfg.max_open_units.saturating_mul(reserve)
+            || self.load.queued >= cfg.max_queued.saturating_mul(reserve as u32)
         {
             Some(Cause::QueueFull)
         } else if own_units >= cfg.max_open_units_per_client
@@ -319,38 +404,30 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
             None
         };
         if let Some(cause) = refusal {
-            self.stats.refused_total += 1;
+            self.counters.refused_total += 1;
             let retry_after = Duration::from_nanos(wait_ns.max(deadline_ns));
             return Err(RateLimited::of(cause, retry_after));
         }
         self.next_id += 1;
         let id = self.next_id;
-        let next_step = units.min(self.step_cap());
-        self.jobs.insert(
-            id,
-            Job {
-                client: client.clone(),
-                sink,
-                state: State::Queued,
-                started: false,
-                cancelled: false,
-                units,
-                remaining: units,
-                next_step,
-            },
-        );
+        let job = Job {
+            client: client.clone(),
+            sink,
+            state: State::Queued,
+            started: false,
+            cancelled: false,
+            units,
+            remaining: units,
+            next_step: units.min(self.step_cap()),
+        };
+        let load = Load::of(&job);
         let next_gen = &mut self.next_gen;
         let spare = &mut self.spare_queues;
         let c = self.clients.entry(client.clone()).or_insert_with(|| {
             *next_gen += 1;
             Client {
                 queue: spare.pop().unwrap_or_default(),
-                running: 0,
-                parked: 0,
-                open: 0,
-                open_units: 0,
-                queued_units: 0,
-                queued_steps: 0,
+                load: Load::default(),
                 first_step: 0,
                 deficit: 0,
                 weight: 1,
@@ -359,30 +436,94 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
             }
         });
         c.weight = weight.max(1);
-        c.open += 1;
-        c.open_units += units;
-        c.queued_units += units;
-        c.queued_steps += next_step;
+        c.load.shift(Load::default(), load);
+        self.load.shift(Load::default(), load);
         c.queue.push_back(id);
         if c.list == List::None {
             if is_new_flow {
                 c.list = List::New;
                 c.deficit = 0;
-                c.first_step = next_step;
-                self.new_flow_units += next_step;
+                c.first_step = job.next_step;
+                self.new_flow_units += job.next_step;
                 self.new_flows.push_back((client, c.gen_id));
             } else {
                 c.list = List::Old;
                 self.old_flows.push_back((client, c.gen_id));
             }
         }
+        self.jobs.insert(id, job);
         self.unstarted.push_back((now_ns, id));
-        self.stats.admitted_total += 1;
-        self.stats.open += 1;
-        self.stats.open_units += units;
-        self.stats.queued += 1;
-        self.stats.queued_units += units;
+        self.counters.admitted_total += 1;
         Ok(id)
+    }
+
+    /// Changes query `id` with `change` (its state, what is left of it,
+    /// its client's deficit) and keeps everything that follows from it
+    /// true at once: the sums (its client's and the relay's), its client's
+    /// queue (a query queued again joins its end, and its client a list)
+    /// and the parked index. The one place a query changes. Returns its
+    /// new state; `None` (nothing changed) for an unknown id.
+    fn update(
+        &mut self,
+        id: JobId,
+        change: impl FnOnce(&mut Job<K>, &mut Client),
+    ) -> Option<State> {
+        let job = self.jobs.get_mut(&id)?;
+        let c = self.clients.get_mut(&job.client)?;
+        let (before, was) = (Load::of(job), job.state);
+        change(job, c);
+        let after = Load::of(job);
+        c.load.shift(before, after);
+        self.load.shift(before, after);
+        match (was, job.state) {
+            (State::Queued, State::Queued) => {}
+            (State::Queued, _) => unqueue(&mut c.queue, id),
+            (_, State::Queued) => {
+                c.queue.push_back(id);
+                if c.list == List::None {
+                    c.list = List::Old;
+                    self.old_flows.push_back((job.client.clone(), c.gen_id));
+                }
+            }
+            _ => {}
+        }
+        match (was, job.state) {
+            (State::Parked, State::Parked) => {}
+            (State::Parked, _) => unindex(&mut self.parked_by_sink, job.sink, id),
+            (_, State::Parked) => self.parked_by_sink.entry(job.sink).or_default().push(id),
+            _ => {}
+        }
+        Some(job.state)
+    }
+
+    /// Takes query `id` out of everything [`FairQueue::update`] keeps; its
+    /// client leaves with its last query. The one place a query leaves.
+    fn remove(&mut self, id: JobId) -> Option<Job<K>> {
+        let job = self.jobs.get(&id)?;
+        let c = self.clients.get_mut(&job.client)?;
+        let load = Load::of(job);
+        c.load.shift(load, Load::default());
+        self.load.shift(load, Load::default());
+        match job.state {
+            State::Queued => unqueue(&mut c.queue, id),
+            State::Parked => unindex(&mut self.parked_by_sink, job.sink, id),
+            State::Running => {}
+        }
+        let last = c.load.open == 0;
+        if last && c.list == List::New {
+            // Its list entry is skipped when reached.
+            self.new_flow_units = self.new_flow_units.wrapping_sub(c.first_step);
+        }
+        let job = self.jobs.remove(&id)?;
+        if last
+            && let Some(gone) = self.clients.remove(&job.client)
+            && self.spare_queues.len() < SPARE_QUEUES
+        {
+            let mut q = gone.queue;
+            q.clear();
+            self.spare_queues.push(q);
+        }
+        Some(job)
     }
 
     /// Most units one step is expected to cost: `step_rows` rows,
@@ -399,7 +540,7 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
     /// the slots (plus half a step when every slot is busy).
     fn estimate_wait_ns(&self, client: &K, is_new_flow: bool) -> u64 {
         let slots = f64::from(self.config.slots);
-        let busy = self.stats.running >= self.config.slots;
+        let busy = self.load.running >= self.config.slots;
         let residual = if busy { self.step_ns / 2.0 } else { 0.0 };
         let ahead = match self.clients.get(client).filter(|_| !is_new_flow) {
             // The first steps of the new flows listed before it.
@@ -414,10 +555,11 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
                 let own_first = if c.list == List::New { c.first_step } else { 0 };
                 let listed = usize::from(c.list != List::None);
                 let others = self.waiting_clients().saturating_sub(listed) as u64;
-                let turns = others.saturating_mul(c.queued_steps.max(self.config.quantum_units));
-                let others_queued = self.stats.queued_units.saturating_sub(c.queued_units);
+                let queued_steps = c.load.queued_steps;
+                let turns = others.saturating_mul(queued_steps.max(self.config.quantum_units));
+                let others_queued = self.load.queued_units.saturating_sub(c.load.queued_units);
                 (self.new_flow_units.saturating_sub(own_first))
-                    .saturating_add(c.queued_steps)
+                    .saturating_add(queued_steps)
                     .saturating_add(turns.min(others_queued))
             }
         };
@@ -446,9 +588,10 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
                 break;
             }
             self.unstarted.pop_front();
-            self.remove_queued(id);
-            self.stats.expired_total += 1;
-            expired.push(id);
+            if self.remove(id).is_some() {
+                self.counters.expired_total += 1;
+                expired.push(id);
+            }
         }
         expired
     }
@@ -456,12 +599,12 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
     /// Picks the query whose step runs next on a free worker, and marks it
     /// running; `None` when every slot is busy or nothing is runnable.
     pub fn dispatch_next(&mut self) -> Option<JobId> {
-        if self.stats.running >= self.config.slots {
+        if self.load.running >= self.config.slots {
             return None;
         }
         if let Some(id) = self.next_new_flow() {
-            self.stats.new_flow_steps_total += 1;
-            return Some(self.mark_running(id));
+            self.counters.new_flow_steps_total += 1;
+            return self.start(id);
         }
         let others_waiting = self.waiting_clients() > 1;
         let cap = if others_waiting {
@@ -470,16 +613,18 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
             u32::MAX
         };
         if let Some(id) = self.next_old_flow(cap) {
-            return Some(self.mark_running(id));
+            return self.start(id);
         }
         // Every waiting client is at its cap: let one exceed it rather than
         // leave a worker idle.
         if cap != u32::MAX {
-            return self.next_old_flow(u32::MAX).map(|id| self.mark_running(id));
+            return self.next_old_flow(u32::MAX).and_then(|id| self.start(id));
         }
         None
     }
 
+    /// The query at the front of the next new flow's queue; that client
+    /// then takes turns like the rest.
     fn next_new_flow(&mut self) -> Option<JobId> {
         while let Some((key, gen_id)) = self.new_flows.pop_front() {
             let Some(c) = self.clients.get_mut(&key) else {
@@ -488,13 +633,15 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
             if c.gen_id != gen_id || c.list != List::New {
                 continue;
             }
-            self.new_flow_units -= std::mem::take(&mut c.first_step);
-            let Some(id) = c.queue.pop_front() else {
+            self.new_flow_units = self.new_flow_units.wrapping_sub(c.first_step);
+            c.first_step = 0;
+            let Some(&id) = c.queue.front() else {
                 c.list = List::None;
                 continue;
             };
-            // Its first step is served; then it takes turns like the rest.
-            if c.queue.is_empty() {
+            // Its first step is served ([`FairQueue::start`] takes it off
+            // the queue); then it takes turns like the rest.
+            if c.queue.len() == 1 {
                 c.list = List::None;
             } else {
                 c.list = List::Old;
@@ -504,12 +651,14 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         }
         None
     }
+
     /// Deficit round robin over the clients taking turns: on its turn a
     /// client gains a quantum (credit never exceeds one quantum) and runs
     /// one step if its deficit is positive; the step's real cost is taken
     /// off afterwards ([`FairQueue::step_done`]). If every client is still
     /// in debt after a full turn, all are topped up by the rounds the
     /// nearest one needs, so a free worker never idles beside runnable work.
+    /// Returns the query at the front of the chosen client's queue.
     fn next_old_flow(&mut self, cap: u32) -> Option<JobId> {
         for _pass in 0..2 {
             let mut min_rounds: Option<i64> = None;
@@ -521,11 +670,11 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
                 if c.gen_id != gen_id || c.list != List::Old {
                     continue;
                 }
-                if c.queue.is_empty() {
+                let Some(&id) = c.queue.front() else {
                     c.list = List::None;
                     continue;
-                }
-                if c.running >= cap {
+                };
+                if c.load.running >= cap {
                     self.old_flows.push_back((key, gen_id));
                     continue;
                 }
@@ -537,8 +686,7 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
                     self.old_flows.push_back((key, gen_id));
                     continue;
                 }
-                let id = c.queue.pop_front().expect("checked non-empty");
-                if c.queue.is_empty() {
+                if c.queue.len() == 1 {
                     c.list = List::None;
                 } else {
                     self.old_flows.push_back((key, gen_id));
@@ -549,7 +697,7 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
             for (key, gen_id) in &self.old_flows {
                 if let Some(c) = self.clients.get_mut(key)
                     && c.gen_id == *gen_id
-                    && c.running < cap
+                    && c.load.running < cap
                 {
                     let quantum = self.config.quantum_units as i64 * i64::from(c.weight);
                     c.deficit = c.deficit.saturating_add(rounds * quantum).min(quantum);
@@ -559,39 +707,25 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         None
     }
 
-    fn mark_running(&mut self, id: JobId) -> JobId {
-        let job = self.jobs.get_mut(&id).expect("queued job exists");
-        job.state = State::Running;
-        job.started = true;
-        let c = self.clients.get_mut(&job.client).expect("client of a job");
-        c.running += 1;
-        c.queued_units -= job.remaining;
-        c.queued_steps -= job.next_step;
-        self.stats.queued -= 1;
-        self.stats.queued_units -= job.remaining;
-        self.stats.running += 1;
-        self.stats.steps_total += 1;
-        id
+    /// Marks a queued query running (off its client's queue).
+    fn start(&mut self, id: JobId) -> Option<JobId> {
+        self.update(id, |job, _| {
+            job.state = State::Running;
+            job.started = true;
+        })?;
+        self.counters.steps_total += 1;
+        Some(id)
     }
 
-    /// Puts a running or parked job back in its client's queue, expecting
-    /// its next step to cost what is left of it, at most a full step.
+    /// Puts a running or parked query back in its client's queue,
+    /// expecting its next step to cost what is left of it, at most a full
+    /// step.
     fn requeue(&mut self, id: JobId) {
         let cap = self.step_cap();
-        let job = self.jobs.get_mut(&id).expect("present");
-        job.state = State::Queued;
-        job.next_step = job.remaining.min(cap);
-        let key = job.client.clone();
-        let c = self.clients.get_mut(&key).expect("client of a job");
-        c.queue.push_back(id);
-        c.queued_units += job.remaining;
-        c.queued_steps += job.next_step;
-        self.stats.queued += 1;
-        self.stats.queued_units += job.remaining;
-        if c.list == List::None {
-            c.list = List::Old;
-            self.old_flows.push_back((key, c.gen_id));
-        }
+        self.update(id, |job, _| {
+            job.state = State::Queued;
+            job.next_step = job.remaining.min(cap);
+        });
     }
 
     /// A step of `id` ended: it cost `cost_units` (rows and bytes, without
@@ -605,49 +739,42 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         step_ns: u64,
         after: AfterStep,
     ) -> StepFate {
-        let Some(job) = self.jobs.get_mut(&id) else {
+        let Some(job) = self.jobs.get(&id) else {
             return StepFate::Removed;
         };
         debug_assert_eq!(job.state, State::Running, "step_done of a job not running");
         if job.state != State::Running {
             return StepFate::Removed;
         }
+        let cancelled = job.cancelled;
+        // A step costs its rows and bytes and the base (its read
+        // transaction).
+        let spent = cost_units
+            .saturating_add(self.config.cost.base_units)
+            .max(1);
         if step_ns > 0 {
-            // A step costs its rows and bytes and the base (its read
-            // transaction).
-            let spent = cost_units
-                .saturating_add(self.config.cost.base_units)
-                .max(1);
             self.step_ns = self.step_ns * (1.0 - STEP_ALPHA) + step_ns as f64 * STEP_ALPHA;
             self.unit_ns =
                 self.unit_ns * (1.0 - STEP_ALPHA) + step_ns as f64 / spent as f64 * STEP_ALPHA;
-            job.remaining = job.remaining.saturating_sub(spent).max(spent);
         }
-        let key = job.client.clone();
-        let cancelled = job.cancelled;
-        let units = job.units;
-        self.stats.running -= 1;
-        let c = self.clients.get_mut(&key).expect("client of a job");
-        c.running -= 1;
-        c.deficit = c
-            .deficit
-            .saturating_sub(i64::try_from(cost_units).unwrap_or(i64::MAX));
-        if cancelled || after == AfterStep::Finished {
-            self.jobs.remove(&id);
-            if cancelled {
-                self.stats.cancelled_total += 1;
-            } else {
-                self.stats.finished_total += 1;
+        let cost = i64::try_from(cost_units).unwrap_or(i64::MAX);
+        self.update(id, |job, c| {
+            if step_ns > 0 {
+                job.remaining = job.remaining.saturating_sub(spent).max(spent);
             }
-            self.close_one(&key, units);
+            c.deficit = c.deficit.saturating_sub(cost);
+        });
+        if cancelled || after == AfterStep::Finished {
+            self.remove(id);
+            if cancelled {
+                self.counters.cancelled_total += 1;
+            } else {
+                self.counters.finished_total += 1;
+            }
             return StepFate::Removed;
         }
         if after == AfterStep::Park {
-            let job = self.jobs.get_mut(&id).expect("present");
-            job.state = State::Parked;
-            c.parked += 1;
-            self.stats.parked += 1;
-            self.parked_by_sink.entry(job.sink).or_default().push(id);
+            self.update(id, |job, _| job.state = State::Parked);
             return StepFate::Parked;
         }
         self.requeue(id);
@@ -660,10 +787,6 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
             return;
         };
         for id in parked {
-            let job = self.jobs.get(&id).expect("present");
-            let c = self.clients.get_mut(&job.client).expect("client of a job");
-            c.parked -= 1;
-            self.stats.parked -= 1;
             self.requeue(id);
         }
     }
@@ -675,72 +798,26 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         let Some(job) = self.jobs.get_mut(&id) else {
             return false;
         };
-        match job.state {
-            State::Running => {
-                job.cancelled = true;
-                false
-            }
-            State::Queued => {
-                self.remove_queued(id);
-                self.stats.cancelled_total += 1;
-                true
-            }
-            State::Parked => {
-                let job = self.jobs.remove(&id).expect("present");
-                if let Some(ids) = self.parked_by_sink.get_mut(&job.sink) {
-                    ids.retain(|j| *j != id);
-                    if ids.is_empty() {
-                        self.parked_by_sink.remove(&job.sink);
-                    }
-                }
-                let c = self.clients.get_mut(&job.client).expect("client of a job");
-                c.parked -= 1;
-                self.stats.parked -= 1;
-                self.stats.cancelled_total += 1;
-                self.close_one(&job.client, job.units);
-                true
-            }
+        if job.state == State::Running {
+            job.cancelled = true;
+            return false;
         }
-    }
-
-    fn remove_queued(&mut self, id: JobId) {
-        let job = self.jobs.remove(&id).expect("queued job exists");
-        let c = self.clients.get_mut(&job.client).expect("client of a job");
-        if let Some(i) = c.queue.iter().position(|j| *j == id) {
-            c.queue.remove(i);
+        let left = self.remove(id).is_some();
+        if left {
+            self.counters.cancelled_total += 1;
         }
-        c.queued_units -= job.remaining;
-        c.queued_steps -= job.next_step;
-        self.stats.queued -= 1;
-        self.stats.queued_units -= job.remaining;
-        self.close_one(&job.client, job.units);
-    }
-
-    /// One query of `key`, estimated at `units`, left: drop the client
-    /// entry when it has none.
-    fn close_one(&mut self, key: &K, units: u64) {
-        self.stats.open -= 1;
-        self.stats.open_units -= units;
-        let c = self.clients.get_mut(key).expect("client of a job");
-        c.open -= 1;
-        c.open_units -= units;
-        if c.open == 0 {
-            // Its list entry (if any) is skipped when reached.
-            if c.list == List::New {
-                self.new_flow_units -= c.first_step;
-            }
-            if let Some(gone) = self.clients.remove(key)
-                && self.spare_queues.len() < SPARE_QUEUES
-            {
-                let mut q = gone.queue;
-                q.clear();
-                self.spare_queues.push(q);
-            }
-        }
+        left
     }
 
     pub fn stats(&self) -> FairStats {
+        let l = &self.load;
         FairStats {
+            open: l.open,
+            running: l.running,
+            queued: l.queued,
+            parked: l.parked,
+            open_units: l.open_units,
+            queued_units: l.queued_units,
             clients: self.clients.len() as u32,
             clients_waiting: self
                 .clients
@@ -749,7 +826,7 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
                 .count() as u32,
             step_ns: self.step_ns as u64,
             unit_ns: self.unit_ns as u64,
-            ..self.stats
+            ..self.counters
         }
     }
 
@@ -759,66 +836,57 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
             && self.clients.is_empty()
             && self.parked_by_sink.is_empty()
             && self.new_flow_units == 0
-            && self.stats.open == 0
-            && self.stats.running == 0
-            && self.stats.queued == 0
-            && self.stats.parked == 0
-            && self.stats.open_units == 0
-            && self.stats.queued_units == 0
+            && self.load == Load::default()
     }
 
     /// Recomputes every count and unit sum from the job states and
-    /// compares; panics on a mismatch. For tests and debug assertions.
+    /// compares; panics on a mismatch. For tests.
     pub fn check_invariants(&self) {
-        let count = |s: State| self.jobs.values().filter(|j| j.state == s).count() as u32;
-        assert_eq!(self.stats.running, count(State::Running), "running");
-        assert_eq!(self.stats.queued, count(State::Queued), "queued");
-        assert_eq!(self.stats.parked, count(State::Parked), "parked");
-        let indexed: usize = self.parked_by_sink.values().map(Vec::len).sum();
-        assert_eq!(indexed as u32, self.stats.parked, "parked index");
-        assert_eq!(self.stats.open, self.jobs.len() as u32, "open");
-        assert!(self.stats.running <= self.config.slots, "running <= slots");
-        let open_units: u64 = self.jobs.values().map(|j| j.units).sum();
-        assert_eq!(self.stats.open_units, open_units, "open units");
-        let queued_units: u64 = self
-            .jobs
-            .values()
-            .filter(|j| j.state == State::Queued)
-            .map(|j| j.remaining)
-            .sum();
-        assert_eq!(self.stats.queued_units, queued_units, "queued units");
+        let mut total = Load::default();
+        for j in self.jobs.values() {
+            total.shift(Load::default(), Load::of(j));
+            assert!(self.clients.contains_key(&j.client), "job without client");
+        }
+        assert_eq!(self.load, total, "relay-wide sums");
+        assert!(self.load.running <= self.config.slots, "running <= slots");
+        let mut parked: Vec<JobId> = self.parked_by_sink.values().flatten().copied().collect();
+        parked.sort_unstable();
+        let mut expect: Vec<JobId> = (self.jobs.iter())
+            .filter(|(_, j)| j.state == State::Parked)
+            .map(|(id, _)| *id)
+            .collect();
+        expect.sort_unstable();
+        assert_eq!(parked, expect, "parked index");
+        for (id, j) in &self.jobs {
+            if j.state == State::Parked {
+                assert!(
+                    self.parked_by_sink[&j.sink].contains(id),
+                    "parked under its sink"
+                );
+            }
+        }
         let mut new_flow_units = 0;
         for (key, c) in &self.clients {
-            let mine = self.jobs.values().filter(|j| &j.client == key);
-            let (mut q, mut r, mut p, mut o) = (0, 0, 0, 0);
-            let (mut units, mut queued_units, mut queued_steps) = (0, 0, 0);
-            for j in mine {
-                o += 1;
-                units += j.units;
-                match j.state {
-                    State::Queued => {
-                        q += 1;
-                        queued_units += j.remaining;
-                        queued_steps += j.next_step;
-                    }
-                    State::Running => r += 1,
-                    State::Parked => p += 1,
+            let mut load = Load::default();
+            let mut queued: Vec<JobId> = Vec::new();
+            for (id, j) in self.jobs.iter().filter(|(_, j)| &j.client == key) {
+                load.shift(Load::default(), Load::of(j));
+                if j.state == State::Queued {
+                    queued.push(*id);
                 }
             }
-            assert_eq!(c.queue.len(), q, "client queue");
-            assert_eq!(c.running, r, "client running");
-            assert_eq!(c.parked, p, "client parked");
-            assert_eq!(c.open, o, "client open");
-            assert_eq!(c.open_units, units, "client open units");
-            assert_eq!(c.queued_units, queued_units, "client queued units");
-            assert_eq!(c.queued_steps, queued_steps, "client queued steps");
-            assert!(o > 0, "client without jobs");
+            assert_eq!(c.load, load, "client sums");
+            let mut in_queue: Vec<JobId> = c.queue.iter().copied().collect();
+            in_queue.sort_unstable();
+            queued.sort_unstable();
+            assert_eq!(in_queue, queued, "client queue holds its queued queries");
+            assert!(load.open > 0, "client without jobs");
             if c.list == List::New {
                 new_flow_units += c.first_step;
             } else {
                 assert_eq!(c.first_step, 0, "first step of a client not new");
             }
-            if q > 0 {
+            if !queued.is_empty() {
                 let entry = (key.clone(), c.gen_id);
                 let listed = match c.list {
                     List::New => self.new_flows.contains(&entry),
@@ -829,9 +897,6 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
             }
         }
         assert_eq!(self.new_flow_units, new_flow_units, "new flow units");
-        for j in self.jobs.values() {
-            assert!(self.clients.contains_key(&j.client), "job without client");
-        }
     }
 }
 
@@ -958,8 +1023,8 @@ mod tests {
         }
         let got: Vec<_> = std::iter::from_fn(|| q.dispatch_next()).collect();
         assert_eq!(got.len(), 4, "no slot idles");
-        let a_running = q.clients.get("a").unwrap().running;
-        let b_running = q.clients.get("b").unwrap().running;
+        let a_running = q.clients.get("a").unwrap().load.running;
+        let b_running = q.clients.get("b").unwrap().load.running;
         assert_eq!(a_running + b_running, 4);
         assert!(a_running >= 1 && b_running >= 1, "{a_running} {b_running}");
         q.check_invariants();
@@ -1232,8 +1297,11 @@ mod tests {
         assert!(!q.cancel(running), "unknown ids are ignored");
     }
 
-    /// Random operations in any order, then every query cancelled or
-    /// finished: the scheduler is idle and its counts add up at every step.
+    /// Random operations in any order (submits of either weight, with and
+    /// without the deadline, dispatches, steps ending every way, unparks,
+    /// cancels of queries in any state or already gone, expiries), then
+    /// every query cancelled or finished: the scheduler is idle, and its
+    /// sums, queues, lists and parked index add up after every operation.
     #[test]
     fn random_operations_keep_counts_true() {
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
@@ -1262,7 +1330,11 @@ mod tests {
                 match next(7) {
                     0 | 1 => {
                         let units = 1 + next(3) * next(10_000);
-                        if let Ok(id) = q.submit(next(5) as u8, next(5), units, now) {
+                        let (client, sink) = (next(5) as u8, next(5));
+                        let (weight, deadline) = (1 + next(2) as u32 * 2, next(4) > 0);
+                        let submitted =
+                            q.submit_weighted(client, sink, units, weight, now, deadline);
+                        if let Ok(id) = submitted {
                             open.push(id);
                         }
                     }
