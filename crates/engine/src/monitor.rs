@@ -382,15 +382,7 @@ fn export(s: &GovernorState) {
     metrics::gauge!(m::THROTTLE_PROCESS_VARIABLE_RATIO).set(s.process_variable);
     metrics::gauge!(m::THROTTLE_EMERGENCY).set(if s.emergency { 1.0 } else { 0.0 });
     metrics::counter!(m::THROTTLE_EMERGENCY_ENTERED_TOTAL).absolute(s.emergency_entered_total);
-    let n = &s.signals;
-    for (name, v) in [
-        ("writer_wait", n.writer_wait),
-        ("commit", n.commit),
-        ("writer_queue", n.writer_queue),
-        ("map", n.map),
-        ("readers", n.readers),
-        ("read_latency", n.read_latency),
-    ] {
+    for (name, v) in s.signals.named() {
         metrics::gauge!(m::THROTTLE_SIGNAL_RATIO, "signal" => name).set(v);
     }
     for (dir, d) in [("write", &s.write), ("read", &s.read)] {

@@ -172,12 +172,22 @@ impl NormalizedSignals {
     /// its Badger signals the same way.) The price is that the noisiest signal
     /// sets the level; the derivative filter and the integral absorb that.
     pub fn load_level(&self) -> f64 {
-        self.writer_wait
-            .max(self.commit)
-            .max(self.writer_queue)
-            .max(self.map)
-            .max(self.readers)
-            .max(self.read_latency)
+        (self.named().into_iter())
+            .map(|(_, v)| v)
+            .fold(f64::NEG_INFINITY, f64::max)
+    }
+
+    /// Every signal with its name (the `signal` label of
+    /// `sluice_throttle_signal_ratio`): the one list of them.
+    pub fn named(&self) -> [(&'static str, f64); 6] {
+        [
+            ("writer_wait", self.writer_wait),
+            ("commit", self.commit),
+            ("writer_queue", self.writer_queue),
+            ("map", self.map),
+            ("readers", self.readers),
+            ("read_latency", self.read_latency),
+        ]
     }
 }
 
@@ -249,16 +259,29 @@ mod tests {
             read_latency_secs: 0.1,
         };
         let n = NormalizedSignals::from_raw(&raw, &t);
-        for (name, v) in [
-            ("writer_wait", n.writer_wait),
-            ("commit", n.commit),
-            ("writer_queue", n.writer_queue),
-            ("map", n.map),
-            ("readers", n.readers),
-            ("read_latency", n.read_latency),
-        ] {
+        for (name, v) in n.named() {
             assert!((v - 1.0).abs() < 1e-9, "{name} = {v}");
         }
+    }
+
+    /// The named list is every field, under its field's name.
+    #[test]
+    fn named_lists_every_signal() {
+        let n = NormalizedSignals {
+            writer_wait: 1.0,
+            commit: 2.0,
+            writer_queue: 3.0,
+            map: 4.0,
+            readers: 5.0,
+            read_latency: 6.0,
+        };
+        let json = serde_json::to_value(n).unwrap();
+        let fields = json.as_object().unwrap();
+        assert_eq!(fields.len(), n.named().len());
+        for (name, v) in n.named() {
+            assert_eq!(fields[name], v, "{name}");
+        }
+        assert_eq!(n.load_level(), 6.0);
     }
 
     #[test]
