@@ -27,6 +27,7 @@
 //! that made the event durable.
 
 mod config;
+mod gauge;
 pub mod live;
 pub mod metrics_names;
 mod monitor;
@@ -47,6 +48,7 @@ use sluice_proto::Event;
 use tokio::sync::oneshot;
 
 pub use config::EngineConfig;
+pub use gauge::GaugeGuard;
 pub use live::{Lagged, LiveConn, LiveDelivery, LiveHub, LiveSub, SubHandle};
 pub use policy::{Denial, PolicyConfig};
 pub use reads::{ReadEnd, ReadGuard, ReadMsg, ReadSink, Reads};

@@ -30,7 +30,7 @@ pub(super) struct AuthState {
     sent: bool,
     /// Counts this connection in `sluice_connections_authenticated` once it
     /// has a pubkey.
-    counted: Option<AuthenticatedGauge>,
+    counted: Option<sluice_engine::GaugeGuard>,
     /// Who may read private messages here; shared with running queries
     /// and the live index.
     readers: Arc<Readers>,
@@ -62,22 +62,6 @@ impl AuthState {
 
     pub(super) fn is_authenticated_as(&self, pubkey: &[u8; 32]) -> bool {
         self.readers.pubkeys().contains(pubkey)
-    }
-}
-
-/// Counts one authenticated connection while it lives.
-struct AuthenticatedGauge;
-
-impl AuthenticatedGauge {
-    fn new() -> AuthenticatedGauge {
-        metrics::gauge!(m::CONNECTIONS_AUTHENTICATED).increment(1.0);
-        AuthenticatedGauge
-    }
-}
-
-impl Drop for AuthenticatedGauge {
-    fn drop(&mut self) {
-        metrics::gauge!(m::CONNECTIONS_AUTHENTICATED).decrement(1.0);
     }
 }
 
@@ -157,7 +141,7 @@ impl Session {
         self.auth.readers = readers;
         self.auth
             .counted
-            .get_or_insert_with(AuthenticatedGauge::new);
+            .get_or_insert_with(|| sluice_engine::GaugeGuard::hold(m::CONNECTIONS_AUTHENTICATED));
         self.principal = self
             .st
             .engine

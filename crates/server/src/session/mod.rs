@@ -99,7 +99,8 @@ pub(crate) async fn run(
     cork: crate::cork::CorkSwitch,
     _permits: (OwnedSemaphorePermit, ConnectionGuard),
 ) {
-    let _open = OpenConnection::new();
+    metrics::counter!(m::CONNECTIONS_OPENED_TOTAL).increment(1);
+    let _open = sluice_engine::GaugeGuard::hold(m::CONNECTIONS_OPEN);
     tracing::debug!(peer = %ip, "connection opened");
     let (sink, mut stream) = socket.split();
     let mut out = Out::new(sink, cork, Duration::from_millis(st.server.send_timeout_ms));
@@ -162,23 +163,6 @@ pub(crate) async fn run(
     let reason = reason.label();
     metrics::counter!(m::CONNECTIONS_CLOSED_TOTAL, "reason" => reason).increment(1);
     tracing::debug!(peer = %ip, reason, "connection closed");
-}
-
-/// Counts the connection in `sluice_connections_open` while it lives.
-struct OpenConnection;
-
-impl OpenConnection {
-    fn new() -> OpenConnection {
-        metrics::gauge!(m::CONNECTIONS_OPEN).increment(1.0);
-        metrics::counter!(m::CONNECTIONS_OPENED_TOTAL).increment(1);
-        OpenConnection
-    }
-}
-
-impl Drop for OpenConnection {
-    fn drop(&mut self) {
-        metrics::gauge!(m::CONNECTIONS_OPEN).decrement(1.0);
-    }
 }
 
 impl Session {

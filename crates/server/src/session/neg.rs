@@ -38,7 +38,7 @@ pub(super) struct NegSessions {
 
 struct NegSession {
     state: State,
-    _open: OpenGauge,
+    _open: sluice_engine::GaugeGuard,
 }
 
 enum State {
@@ -50,22 +50,6 @@ enum State {
         first: Vec<u8>,
     },
     Ready(Box<Negentropy<'static, NegentropyStorageVector>>),
-}
-
-/// Counts one session in `sluice_negentropy_sessions_open` while it lives.
-struct OpenGauge;
-
-impl OpenGauge {
-    fn new() -> OpenGauge {
-        metrics::gauge!(m::NEGENTROPY_SESSIONS_OPEN).increment(1.0);
-        OpenGauge
-    }
-}
-
-impl Drop for OpenGauge {
-    fn drop(&mut self) {
-        metrics::gauge!(m::NEGENTROPY_SESSIONS_OPEN).decrement(1.0);
-    }
 }
 
 impl NegSessions {
@@ -135,7 +119,7 @@ impl Session {
                             items: Vec::new(),
                             first,
                         },
-                        _open: OpenGauge::new(),
+                        _open: sluice_engine::GaugeGuard::hold(m::NEGENTROPY_SESSIONS_OPEN),
                     },
                 );
                 Ok(())

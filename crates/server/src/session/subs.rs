@@ -36,29 +36,13 @@ pub(super) struct Sub {
     /// still in flight with such serials were already sent (or cut by the
     /// limit) and are skipped.
     pub(super) snapshot_serial: u64,
-    _open: OpenGauge,
+    _open: sluice_engine::GaugeGuard,
 }
 
 /// One running COUNT.
 pub(super) struct Count {
     pub(super) sub_id: String,
     _query: ReadGuard,
-}
-
-/// Counts one subscription in `sluice_subscriptions_open` while it lives.
-struct OpenGauge;
-
-impl OpenGauge {
-    fn new() -> OpenGauge {
-        metrics::gauge!(m::SUBSCRIPTIONS_OPEN).increment(1.0);
-        OpenGauge
-    }
-}
-
-impl Drop for OpenGauge {
-    fn drop(&mut self) {
-        metrics::gauge!(m::SUBSCRIPTIONS_OPEN).decrement(1.0);
-    }
 }
 
 #[derive(Default)]
@@ -90,7 +74,7 @@ impl Subs {
             query: None,
             pending: Some(Vec::new()),
             snapshot_serial: 0,
-            _open: OpenGauge::new(),
+            _open: sluice_engine::GaugeGuard::hold(m::SUBSCRIPTIONS_OPEN),
         };
         if let Some(old) = self.reqs.insert(sub_id, sub) {
             self.handles.remove(&old.live.handle());
