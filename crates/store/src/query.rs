@@ -308,7 +308,7 @@ impl Walk {
         }
     }
 
-    /// Hands matching, unexpired rows with a serial below `cutoff` to
+    /// Hands matching, unexpired rows with a serial below the snapshot to
     /// `visit`, newest first, until the visitor pauses or stops, the step's
     /// rows or the query's budget run out, or the plan is exhausted.
     #[allow(clippy::too_many_arguments)]
@@ -335,7 +335,7 @@ impl Walk {
                         let Some(serial) = t.ids.get(rtxn, id)? else {
                             continue;
                         };
-                        if serial >= ctx.cutoff {
+                        if serial >= ctx.snapshot_serial {
                             continue;
                         }
                         if let Some(hit) = load_if_match(t, rtxn, f, serial, ctx, check_tags)? {
@@ -425,7 +425,7 @@ impl IndexWalk {
                 heap.push((h, i));
             }
             let serial = at.1;
-            if self.last_serial == Some(serial) || serial >= ctx.cutoff {
+            if self.last_serial == Some(serial) || serial >= ctx.snapshot_serial {
                 continue;
             }
             self.last_serial = Some(serial);
@@ -444,8 +444,9 @@ impl IndexWalk {
 /// Fixed for the whole query.
 struct WalkCtx<'a> {
     now: u64,
-    /// Rows with this serial or above were committed after the first step.
-    cutoff: u64,
+    /// The query's snapshot: rows with this serial or above were committed
+    /// after its first step, and are left to live delivery.
+    snapshot_serial: u64,
     /// Who is asking, when some kinds are private (NIP-42): events of those
     /// kinds go only to their author or a `p`-tagged recipient.
     readers: Option<&'a Readers>,
@@ -627,7 +628,7 @@ pub struct CountCursor {
     opts: QueryOptions,
     readers: Option<Arc<Readers>>,
     budget: Budget,
-    cutoff: Option<u64>,
+    snapshot_serial: Option<u64>,
     done: bool,
 }
 
@@ -653,7 +654,7 @@ impl CountCursor {
             budget: Budget::new(opts.max_scan_rows),
             opts,
             readers: None,
-            cutoff: None,
+            snapshot_serial: None,
             done: false,
         }
     }
@@ -704,6 +705,33 @@ impl Store {
         })
     }
 
+    /// What every step of a REQ or a COUNT starts with: its read
+    /// transaction and the context its walks read with, the snapshot
+    /// serial fixed by its first step (the next serial then) and kept by
+    /// every later one. `None` when the query is done.
+    fn open_step<'r>(
+        &self,
+        done: bool,
+        snapshot_serial: &mut Option<u64>,
+        opts: &QueryOptions,
+        readers: Option<&'r Readers>,
+    ) -> Result<Option<(RoTxn<'_, heed::WithoutTls>, WalkCtx<'r>)>, StoreError> {
+        if done {
+            return Ok(None);
+        }
+        let rtxn = self.rtxn()?;
+        let serial = match *snapshot_serial {
+            Some(s) => s,
+            None => *snapshot_serial.insert(next_serial(&self.t, &rtxn)?),
+        };
+        let ctx = WalkCtx {
+            now: opts.now,
+            snapshot_serial: serial,
+            readers,
+        };
+        Ok(Some((rtxn, ctx)))
+    }
+
     /// One step of a REQ: appends the next events, in order, to `out`.
     pub fn query_step(
         &self,
@@ -712,16 +740,15 @@ impl Store {
         out: &mut Vec<String>,
     ) -> Result<StepOutput, StoreError> {
         let mut did = StepOutput::default();
-        if cur.done {
+        let Some((rtxn, ctx)) = self.open_step(
+            cur.done,
+            &mut cur.snapshot_serial,
+            &cur.opts,
+            cur.readers.as_deref(),
+        )?
+        else {
             did.done = true;
             return Ok(did);
-        }
-        let rtxn = self.rtxn()?;
-        let cutoff = snapshot(&self.t, &rtxn, &mut cur.snapshot_serial)?;
-        let ctx = WalkCtx {
-            now: cur.opts.now,
-            cutoff,
-            readers: cur.readers.as_deref(),
         };
         let rows_before = cur.budget.used;
         let mut step = StepRows(limits.rows);
@@ -790,16 +817,15 @@ impl Store {
         limits: StepLimits,
     ) -> Result<StepOutput, StoreError> {
         let mut did = StepOutput::default();
-        if cur.done {
+        let Some((rtxn, ctx)) = self.open_step(
+            cur.done,
+            &mut cur.snapshot_serial,
+            &cur.opts,
+            cur.readers.as_deref(),
+        )?
+        else {
             did.done = true;
             return Ok(did);
-        }
-        let rtxn = self.rtxn()?;
-        let cutoff = snapshot(&self.t, &rtxn, &mut cur.cutoff)?;
-        let ctx = WalkCtx {
-            now: cur.opts.now,
-            cutoff,
-            readers: cur.readers.as_deref(),
         };
         let rows_before = cur.budget.used;
         let mut step = StepRows(limits.rows);
@@ -823,23 +849,6 @@ impl Store {
         did.rows = cur.budget.used - rows_before;
         did.done = cur.done;
         Ok(did)
-    }
-}
-
-/// The query's snapshot serial: fixed by its first step (the next serial
-/// then), kept by every later one.
-fn snapshot(
-    t: &Tables,
-    rtxn: &RoTxn<'_, heed::WithoutTls>,
-    fixed: &mut Option<u64>,
-) -> Result<u64, StoreError> {
-    match *fixed {
-        Some(s) => Ok(s),
-        None => {
-            let s = next_serial(t, rtxn)?;
-            *fixed = Some(s);
-            Ok(s)
-        }
     }
 }
 
