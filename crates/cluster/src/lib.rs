@@ -23,6 +23,8 @@
 //! the tap's bounded channel, says so on /metrics and /readyz, reconnects
 //! with backoff, and repairs from a peer when Redis is back.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod config;
 mod limits;
 pub mod metrics_names;

@@ -26,6 +26,8 @@
 //! process, which LMDB serialises); an OK true is sent only after the commit
 //! that made the event durable.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 mod config;
 mod gauge;
 pub mod live;
@@ -81,6 +83,23 @@ pub struct LiveEvent {
 }
 
 /// Errors of a query.
+/// Why [`Engine::start`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The operating system would not start a thread (memory, or the
+    /// process's thread limit).
+    #[error("cannot start the engine's {thread} thread: {source}")]
+    Thread {
+        thread: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A component refused its configuration (validated at load, so this
+    /// is a bug if it happens).
+    #[error("engine configuration refused: {0}")]
+    Config(String),
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum QueryError {
     #[error("store error: {0}")]
@@ -259,7 +278,14 @@ impl Engine {
     /// verdict anyone reads is a real one). The governor runs with
     /// `throttle` as given: `import` passes its own write tuning and
     /// memory target.
-    pub fn start(store: Store, cfg: EngineConfig, throttle: ThrottleConfig) -> Arc<Engine> {
+    /// Starts the writer, the query workers and the monitor. An error names
+    /// the thread the system would not start (or the config a component
+    /// refused); whatever had started is stopped again.
+    pub fn start(
+        store: Store,
+        cfg: EngineConfig,
+        throttle: ThrottleConfig,
+    ) -> Result<Arc<Engine>, StartError> {
         let live = LiveHub::new(cfg.live_buffer_events, cfg.live_buffer_bytes);
         let tap = Arc::new(replica::Tap::default());
         let retention = Arc::new(retention::SharedPlan::default());
@@ -271,9 +297,11 @@ impl Engine {
             tap.clone(),
             retention.clone(),
             disk.clone(),
-        );
+        )?;
         let throttle = Throttle::new(throttle);
-        let reads = Reads::start(store.clone(), throttle.clone(), &cfg);
+        // On error the writer's handle drops here: its queue closes and the
+        // thread ends.
+        let reads = Reads::start(store.clone(), throttle.clone(), &cfg)?;
         let engine = Arc::new(Engine {
             throttle,
             reads,
@@ -290,8 +318,11 @@ impl Engine {
             retention,
             disk,
         });
-        monitor::MonitorHandle::start(&engine);
-        engine
+        if let Err(e) = monitor::MonitorHandle::start(&engine) {
+            engine.shutdown();
+            return Err(e);
+        }
+        Ok(engine)
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -553,7 +584,8 @@ mod tests {
             },
         )
         .unwrap();
-        let engine = Engine::start(store, EngineConfig::default(), ThrottleConfig::default());
+        let engine =
+            Engine::start(store, EngineConfig::default(), ThrottleConfig::default()).unwrap();
         (dir, engine)
     }
 

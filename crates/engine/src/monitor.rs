@@ -88,10 +88,12 @@ impl MonitorHandle {
 
     /// Starts the thread and returns after its first tick, so the first
     /// verdict anyone reads is a real one.
-    pub fn start(engine: &Arc<Engine>) {
+    pub fn start(engine: &Arc<Engine>) -> Result<(), crate::StartError> {
         let cfg = engine.throttle.config();
+        let governor =
+            Governor::new(cfg.clone()).map_err(|e| crate::StartError::Config(e.to_string()))?;
         let mut mon = Monitor {
-            governor: Governor::new(cfg.clone()).expect("validated throttle config"),
+            governor,
             commit_baseline_secs: 0.0,
             last_relief: None,
             last_tick: Instant::now(),
@@ -124,11 +126,15 @@ impl MonitorHandle {
                     }
                 }
             })
-            .expect("spawning the monitor thread");
+            .map_err(|source| crate::StartError::Thread {
+                thread: "sluice-monitor".into(),
+                source,
+            })?;
         *handle.stop.lock().unwrap_or_else(PoisonError::into_inner) = Some(stop_tx);
         *handle.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(thread);
         // Err: the first tick panicked; health reports the monitor stopped.
         let _ = first_rx.recv();
+        Ok(())
     }
 
     /// Stops the thread after its current tick and waits for it. Idempotent.

@@ -204,12 +204,14 @@ impl Reads {
         store: Store,
         throttle: Arc<Throttle>,
         engine: &crate::EngineConfig,
-    ) -> Reads {
+    ) -> Result<Reads, crate::StartError> {
         let cfg = throttle.config().queries;
         let slots = cfg.slots;
+        let sched =
+            FairQueue::new(cfg.clone()).map_err(|e| crate::StartError::Config(e.to_string()))?;
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
-                sched: FairQueue::new(cfg.clone()).expect("validated queries config"),
+                sched,
                 cfg,
                 bodies: HashMap::new(),
                 stopping: false,
@@ -222,19 +224,32 @@ impl Reads {
             max_scan_rows: engine.max_scan_rows,
             max_count_rows: engine.max_count_rows,
         });
-        let workers = (0..slots)
-            .map(|i| {
-                let inner = inner.clone();
-                std::thread::Builder::new()
-                    .name(format!("sluice-query-{i}"))
-                    .spawn(move || inner.run_worker())
-                    .expect("spawn query worker")
-            })
-            .collect();
-        Reads {
+        let reads = Reads {
             inner,
-            workers: Mutex::new(workers),
+            workers: Mutex::new(Vec::with_capacity(slots as usize)),
+        };
+        for i in 0..slots {
+            let inner = reads.inner.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("sluice-query-{i}"))
+                .spawn(move || inner.run_worker());
+            match spawned {
+                Ok(w) => reads
+                    .workers
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(w),
+                Err(source) => {
+                    // The workers started so far stop, joined.
+                    reads.shutdown();
+                    return Err(crate::StartError::Thread {
+                        thread: format!("sluice-query-{i}"),
+                        source,
+                    });
+                }
+            }
         }
+        Ok(reads)
     }
 
     /// A sink for one session whose open queries never exceed `max_open`.

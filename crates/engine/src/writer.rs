@@ -238,7 +238,7 @@ pub(crate) fn spawn(
     tap: Arc<crate::replica::Tap>,
     plan: Arc<SharedPlan>,
     disk: Arc<DiskGate>,
-) -> WriterHandle {
+) -> Result<WriterHandle, crate::StartError> {
     let (tx, rx) = std::sync::mpsc::sync_channel(cfg.writer_queue_events);
     let queued = Arc::new(AtomicUsize::new(0));
     let alive = Arc::new(AtomicBool::new(true));
@@ -263,15 +263,18 @@ pub(crate) fn spawn(
             let _exit = exit;
             w.run();
         })
-        .expect("spawning the writer thread");
-    WriterHandle {
+        .map_err(|source| crate::StartError::Thread {
+            thread: "sluice-writer".into(),
+            source,
+        })?;
+    Ok(WriterHandle {
         signals,
         backlog: Backlog::default(),
         tx,
         queued,
         alive,
         thread: Mutex::new(Some(thread)),
-    }
+    })
 }
 
 impl WriterHandle {

@@ -6,6 +6,8 @@
 //! Architecture invariant: this crate is pure. It does no I/O, reads no clock
 //! (callers pass `now` in) and knows nothing of tokio, LMDB or HTTP.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod auth;
 pub mod event;
 pub mod filter;

@@ -4,6 +4,8 @@
 //! Architecture invariant: this is the only crate that names axum. It holds
 //! no store handle of its own: everything goes through the engine.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 mod accept;
 pub mod address;
 pub mod config;

@@ -145,7 +145,7 @@ fn params_of(args: &[String]) -> Vec<Value> {
 fn offline(target: &Target, method: &str, params: &[Value]) -> anyhow::Result<Value> {
     let cfg = crate::config::Config::load(target.config.as_deref())?;
     let store = cfg.store.open()?;
-    let engine = sluice_engine::Engine::start(store, cfg.engine.clone(), cfg.throttle.clone());
+    let engine = sluice_engine::Engine::start(store, cfg.engine.clone(), cfg.throttle.clone())?;
     engine.set_retention(cfg.retention_plan());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -190,7 +190,7 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     let reporter = Reporter::new(total_bytes);
     // Returns after the monitor's first tick: a first verdict before the
     // first batch, not an optimistic default.
-    let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone());
+    let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone())?;
     engine.set_retention(cfg.retention_plan());
     engine.bulk_backlog().set_bound(plan.max_in_flight as u64);
     let limiter = Limiter::new(engine.throttle().clone());

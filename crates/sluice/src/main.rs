@@ -1,6 +1,8 @@
 //! The `sluice` binary: the composition root. It parses the command line,
 //! loads the configuration, and wires store, engine and server together.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 mod admin;
 mod compact;
 mod config;

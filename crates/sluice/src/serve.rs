@@ -36,7 +36,7 @@ pub fn run(cfg: Config, config_file: Option<PathBuf>) -> anyhow::Result<()> {
     });
     // The writer, query workers and monitor are engine threads, started
     // here (outside the runtime) and stopped by `shutdown`.
-    let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone());
+    let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone())?;
     // Retention runs on the writer thread from here on.
     engine.set_retention(cfg.retention_plan());
     let result = runtime.block_on(serve(cfg, config_file, listeners, engine.clone(), metrics));

@@ -86,7 +86,7 @@ pub fn run(args: SyncArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let local = local_items(&store, &filter)?;
     eprintln!("sync: {} local events match the filter", local.len());
-    let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone());
+    let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone())?;
     engine.set_retention(cfg.retention_plan());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

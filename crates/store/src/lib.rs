@@ -27,6 +27,8 @@
 //! [`Store::forbid_transactions_where`] lets the binary check that every
 //! transaction opens on a thread allowed to block.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 mod alone;
 mod codec;
 mod policy;

@@ -48,6 +48,8 @@
 //! Every constructor validates its config and returns [`ConfigError`];
 //! nothing on the hot path fails or panics: runtime inputs are clamped.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod admission;
 pub mod bucket;
 pub mod config;
