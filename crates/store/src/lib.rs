@@ -13,6 +13,8 @@
 //! - `expiry`: `expires_at ‖ serial → ()`, for the background purge.
 //! - `meta`: schema version, the next serial, retention's size horizons.
 //! - `vanished`: pubkey → created_at of its NIP-62 request to vanish.
+//! - `policy`: the operator's runtime policy entries (NIP-86 changes, `sluice admin
+//!   --store`), `list:item` → reason, merged with `[policy]` by the engine.
 //!
 //! Retention (`retention.rs`) removes events in bounded steps, each one
 //! transaction, and the write path refuses what it would remove at once.
