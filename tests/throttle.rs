@@ -292,4 +292,35 @@ async fn sighup_reloads_throttle_settings() {
     }
     assert!(relay.log_text().contains("reload refused"));
     assert_eq!(relay.get_json("/api/throttle").await["mode"], "shadow");
+    // All or nothing: a valid mode beside an invalid scheduler value is
+    // refused as a whole, and the mode stays.
+    std::fs::write(
+        &file,
+        "[throttle]\nmode = \"enforce\"\n[throttle.queries]\nslots = 0\n",
+    )
+    .unwrap();
+    relay.signal("HUP");
+    for _ in 0..200 {
+        if relay
+            .metric_or_zero("sluice_config_reloads_total", &["result=\"refused\""])
+            .await
+            >= 2.0
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(relay.get_json("/api/throttle").await["mode"], "shadow");
+    assert_eq!(
+        relay
+            .metric("sluice_config_reloads_total", &["result=\"refused\""])
+            .await,
+        2.0
+    );
+    assert_eq!(
+        relay
+            .metric("sluice_config_reloads_total", &["result=\"applied\""])
+            .await,
+        1.0
+    );
 }

@@ -357,10 +357,18 @@ impl Engine {
 
     /// Applies a reloaded `[throttle]` section (SIGHUP): buckets, modes,
     /// and the query scheduler's bounds.
+    /// All or nothing: the whole section is validated first, the
+    /// scheduler (the one part that can still refuse) takes its part next,
+    /// and if the buckets then refuse theirs the scheduler gets its old
+    /// settings back.
     pub fn reload_throttle(&self, cfg: ThrottleConfig) -> Result<(), String> {
-        let queries = cfg.queries.clone();
-        self.throttle.reload(cfg)?;
-        self.reads.reload(queries);
+        cfg.validate().map_err(|e| e.to_string())?;
+        let old_queries = self.throttle.config().queries;
+        self.reads.reload(cfg.queries.clone())?;
+        if let Err(e) = self.throttle.reload(cfg) {
+            let _ = self.reads.reload(old_queries);
+            return Err(e);
+        }
         Ok(())
     }
 

@@ -371,13 +371,14 @@ impl Reads {
 
     /// Applies a reloaded `[throttle.queries]` (SIGHUP). The number of
     /// workers is fixed at start.
-    pub(crate) fn reload(&self, cfg: QueriesConfig) {
+    /// Refused as a whole (nothing applied) when the scheduler rejects it.
+    pub(crate) fn reload(&self, cfg: QueriesConfig) -> Result<(), String> {
         let mut st = self.inner.lock();
-        if let Err(e) = st.sched.set_config(cfg.clone()) {
-            tracing::error!(error = %e, "query scheduler reload rejected");
-            return;
-        }
+        st.sched
+            .set_config(cfg.clone())
+            .map_err(|e| format!("[throttle.queries]: {e}"))?;
         st.cfg = cfg;
+        Ok(())
     }
 
     /// Stops the workers after their current step; queries still open are

@@ -212,6 +212,12 @@ async fn reload_on_sighup(config_file: Option<PathBuf>, engine: Arc<Engine>) {
             engine.set_retention(plan);
             Ok(())
         });
+        let result = if applied.is_ok() {
+            "applied"
+        } else {
+            "refused"
+        };
+        metrics::counter!("sluice_config_reloads_total", "result" => result).increment(1);
         match applied {
             Ok(()) => tracing::info!("SIGHUP: throttle and retention settings reloaded"),
             Err(e) => {
