@@ -406,6 +406,19 @@ impl Policy {
         st.rebuild();
     }
 
+    /// Replaces the config (a reload), keeping the runtime entries and
+    /// the running plugin's settings. Returns whether the new plugin
+    /// settings differ from the running ones (they need a restart).
+    pub fn reload(&self, mut cfg: PolicyConfig) -> bool {
+        let mut st = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        let plugin_changed = st.cfg.plugin != cfg.plugin;
+        cfg.plugin = st.cfg.plugin.clone();
+        st.admins = cfg.admins();
+        st.cfg = cfg;
+        st.rebuild();
+        plugin_changed
+    }
+
     /// Applies one runtime entry the store has made durable.
     pub fn set(&self, key: String, value: Option<String>) {
         let mut st = self.inner.write().unwrap_or_else(PoisonError::into_inner);
@@ -435,6 +448,44 @@ mod tests {
 
     fn pk(sk: u8) -> [u8; 32] {
         sluice_proto::event::public_key_of(&[sk; 32])
+    }
+
+    #[test]
+    fn a_reload_replaces_the_config_and_keeps_runtime_entries_and_the_running_plugin() {
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let p = Policy::default();
+        let running = crate::plugin::PluginConfig {
+            command: "/bin/cat".into(),
+            ..Default::default()
+        };
+        p.load(
+            PolicyConfig {
+                plugin: running.clone(),
+                admin_pubkeys: vec![hex32::encode(&pk(5))],
+                ..PolicyConfig::default()
+            },
+            vec![("deny_kind:3".into(), String::new())],
+        );
+        p.set("deny_kind:4".into(), Some(String::new()));
+        let denied = |p: &Policy, kind| p.rules().check_event(&ev(1, kind, "x"), ip, &[]).is_err();
+        assert!(!denied(&p, 7));
+        let changed = p.reload(PolicyConfig {
+            deny_kinds: vec![7],
+            admin_pubkeys: vec![hex32::encode(&pk(6))],
+            ..PolicyConfig::default()
+        });
+        assert!(changed, "the plugin's settings changed");
+        assert!(denied(&p, 7), "the new config applies");
+        assert!(denied(&p, 3) && denied(&p, 4), "runtime entries stay");
+        assert!(!denied(&p, 1));
+        assert!(p.is_admin(&pk(6)) && !p.is_admin(&pk(5)));
+        assert_eq!(p.inner.read().unwrap().cfg.plugin, running);
+        // The same plugin settings again: nothing to restart.
+        assert!(!p.reload(PolicyConfig {
+            plugin: running,
+            ..PolicyConfig::default()
+        }));
+        assert!(!denied(&p, 7));
     }
 
     #[test]

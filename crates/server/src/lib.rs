@@ -19,6 +19,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use axum::Router;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::{ConnectInfo, State, WebSocketUpgrade};
@@ -42,10 +43,9 @@ pub type MetricsRenderer = Arc<dyn Fn() -> String + Send + Sync>;
 pub struct AppState {
     pub engine: Arc<Engine>,
     pub server: ServerConfig,
-    pub limits: LimitsConfig,
     pub auth: AuthConfig,
-    pub event_limits: sluice_proto::EventLimits,
-    relay: RelayInfoConfig,
+    /// `[limits]` and `[relay]`: replaced whole by a reload.
+    front: ArcSwap<Reloadable>,
     /// `None` when /metrics is not served on the relay port.
     render_metrics: Option<MetricsRenderer>,
     /// Who may read the operator endpoints on the relay port.
@@ -67,6 +67,27 @@ pub struct FrontEnd {
     pub relay: RelayInfoConfig,
 }
 
+/// The front end's sections a SIGHUP replaces: NIP-11 answers from the
+/// current one, and a session keeps the one current when it opened (its
+/// subscription cap, message bound and event limits do not change under
+/// it).
+#[derive(Debug)]
+pub struct Reloadable {
+    pub limits: LimitsConfig,
+    pub event_limits: sluice_proto::EventLimits,
+    pub relay: RelayInfoConfig,
+}
+
+impl Reloadable {
+    fn new(limits: LimitsConfig, relay: RelayInfoConfig) -> Reloadable {
+        Reloadable {
+            event_limits: limits.event_limits(),
+            limits,
+            relay,
+        }
+    }
+}
+
 impl AppState {
     pub fn new(
         engine: Arc<Engine>,
@@ -82,8 +103,7 @@ impl AppState {
             relay,
         } = sections;
         Arc::new(AppState {
-            relay,
-            event_limits: limits.event_limits(),
+            front: ArcSwap::from_pointee(Reloadable::new(limits, relay)),
             connections: Arc::new(Semaphore::new(server.max_connections)),
             http_slots: accept::HttpSlots::new(
                 server.max_http_connections,
@@ -91,13 +111,26 @@ impl AppState {
             ),
             engine,
             server,
-            limits,
             auth,
             render_metrics,
             operators,
             shutdown,
             sessions: TaskTracker::new(),
         })
+    }
+}
+
+impl AppState {
+    /// The current `[limits]` and `[relay]`.
+    pub fn front(&self) -> Arc<Reloadable> {
+        self.front.load_full()
+    }
+
+    /// Replaces `[limits]` and `[relay]` (validated by the caller, with
+    /// the rest of the config): NIP-11 shows them at once, connections
+    /// opened from now on use them.
+    pub fn reload_front(&self, limits: LimitsConfig, relay: RelayInfoConfig) {
+        self.front.store(Arc::new(Reloadable::new(limits, relay)));
     }
 }
 
@@ -170,7 +203,9 @@ async fn root(
             .get(header::HOST)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let hard_max = st.limits.max_message_bytes.saturating_mul(2);
+        // The session keeps the sections current at its upgrade.
+        let front = st.front();
+        let hard_max = front.limits.max_message_bytes.saturating_mul(2);
         return ws
             .read_buffer_size(st.server.read_buffer_bytes)
             .write_buffer_size(st.server.write_buffer_bytes)
@@ -184,7 +219,14 @@ async fn root(
             .on_upgrade(move |socket| {
                 let tracker = st.sessions.clone();
                 let cork = cork.map(|c| c.0).unwrap_or_default();
-                tracker.track_future(session::run(socket, st, ip, host, cork, (permit, per_ip)))
+                tracker.track_future(session::run(
+                    socket,
+                    (st, front),
+                    ip,
+                    host,
+                    cork,
+                    (permit, per_ip),
+                ))
             });
     }
     let wants_nip11 = headers
@@ -192,9 +234,10 @@ async fn root(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("application/nostr+json"));
     if wants_nip11 {
+        let front = st.front();
         let doc = nip11::document(
-            &st.relay,
-            &st.limits,
+            &front.relay,
+            &front.limits,
             &st.auth,
             &st.engine.policy().rules(),
             &st.engine.retention().nip11,

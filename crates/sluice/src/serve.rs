@@ -127,7 +127,7 @@ async fn serve(
         sluice_server::address::TrustedProxies::parse(&cfg.metrics.allow_from).unwrap_or_default(),
         shutdown.clone(),
     );
-    tokio::spawn(reload_on_sighup(config_file, engine.clone()));
+    tokio::spawn(reload_on_sighup(config_file, state.clone()));
     spawn_metrics_upkeep(metrics, shutdown.clone());
     if let Some(listener) = listeners.metrics {
         tracing::info!("metrics on http://{}/metrics", listener.local_addr()?);
@@ -195,23 +195,19 @@ async fn wait_for_signal(shutdown: CancellationToken) {
 }
 
 /// SIGHUP re-reads the configuration (file and environment) and applies
-/// the `[throttle]` and `[retention]` sections; other sections need a
-/// restart.
-async fn reload_on_sighup(config_file: Option<PathBuf>, engine: Arc<Engine>) {
+/// `[throttle]`, `[retention]`, `[policy]` (but its plugin), `[limits]` and
+/// `[relay]` as one snapshot: the whole config is validated first, and the
+/// one part that can still refuse (the throttle's buckets and scheduler,
+/// all or nothing itself) goes first, so a refused reload changes nothing.
+/// Other sections need a restart (docs/configuration.md#reloading).
+async fn reload_on_sighup(config_file: Option<PathBuf>, state: Arc<AppState>) {
     use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         tracing::error!("cannot install the SIGHUP handler");
         return;
     };
     while hup.recv().await.is_some() {
-        let applied = Config::load(config_file.as_deref()).and_then(|cfg| {
-            let plan = cfg.retention_plan();
-            engine
-                .reload_throttle(cfg.throttle)
-                .map_err(anyhow::Error::msg)?;
-            engine.set_retention(plan);
-            Ok(())
-        });
+        let applied = Config::load(config_file.as_deref()).and_then(|cfg| apply(cfg, &state));
         let result = if applied.is_ok() {
             "applied"
         } else {
@@ -219,12 +215,31 @@ async fn reload_on_sighup(config_file: Option<PathBuf>, engine: Arc<Engine>) {
         };
         metrics::counter!("sluice_config_reloads_total", "result" => result).increment(1);
         match applied {
-            Ok(()) => tracing::info!("SIGHUP: throttle and retention settings reloaded"),
+            Ok(()) => tracing::info!(
+                "SIGHUP: throttle, retention, policy, limits and relay settings reloaded"
+            ),
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), "SIGHUP: reload refused, keeping the running settings")
             }
         }
     }
+}
+
+/// Applies a validated config's reloadable sections, all or nothing.
+fn apply(cfg: Config, state: &AppState) -> anyhow::Result<()> {
+    let engine = &state.engine;
+    let plan = cfg.retention_plan();
+    engine
+        .reload_throttle(cfg.throttle)
+        .map_err(anyhow::Error::msg)?;
+    engine.set_retention(plan);
+    if engine.policy().reload(cfg.policy) {
+        tracing::warn!(
+            "SIGHUP: [policy.plugin] changed; the running plugin keeps its settings until a restart"
+        );
+    }
+    state.reload_front(cfg.limits, cfg.relay);
+    Ok(())
 }
 
 /// Histograms need periodic upkeep to drain their buffers.

@@ -116,7 +116,7 @@ impl Session {
 
     /// The checks before the signature. `Ok(Some(d))`: wait `d`, then go on.
     fn admit(&mut self, ev: &Event) -> Result<Option<Duration>, Refusal> {
-        ev.check_limits(&self.st.event_limits, unix_now())
+        ev.check_limits(&self.front.event_limits, unix_now())
             .map_err(|e| Refusal::Invalid(e.to_string()))?;
         self.st
             .engine

@@ -58,6 +58,8 @@ fn id_hex(id: &[u8; 32]) -> String {
 
 struct Session {
     st: Arc<AppState>,
+    /// `[limits]` and `[relay]` as they were when this connection opened.
+    front: Arc<crate::Reloadable>,
     /// The client's address (after trusted-proxy headers).
     ip: IpAddr,
     /// Batching of controller delays (docs/design.md#pid-control), per
@@ -93,7 +95,7 @@ struct Session {
 
 pub(crate) async fn run(
     socket: WebSocket,
-    st: Arc<AppState>,
+    (st, front): (Arc<AppState>, Arc<crate::Reloadable>),
     ip: IpAddr,
     host: Option<String>,
     cork: crate::cork::CorkSwitch,
@@ -104,7 +106,7 @@ pub(crate) async fn run(
     tracing::debug!(peer = %ip, "connection opened");
     let (sink, mut stream) = socket.split();
     let mut out = Out::new(sink, cork, Duration::from_millis(st.server.send_timeout_ms));
-    let mut s = Session::new(st.clone(), ip, host);
+    let mut s = Session::new(st.clone(), front, ip, host);
     if st.auth.challenge_on_connect && s.send_challenge(&mut out).await.is_err() {
         let reason = CloseReason::IoError.label();
         metrics::counter!(m::CONNECTIONS_CLOSED_TOTAL, "reason" => reason).increment(1);
@@ -166,7 +168,12 @@ pub(crate) async fn run(
 }
 
 impl Session {
-    fn new(st: Arc<AppState>, ip: IpAddr, host: Option<String>) -> Session {
+    fn new(
+        st: Arc<AppState>,
+        front: Arc<crate::Reloadable>,
+        ip: IpAddr,
+        host: Option<String>,
+    ) -> Session {
         let throttle = st.engine.throttle();
         let auth = auth::AuthState::new(&st.auth.private_kinds);
         let live = st.engine.live_connect();
@@ -179,13 +186,14 @@ impl Session {
             writes: FuturesUnordered::new(),
             held: None,
             subs: Subs::default(),
-            reads: st.engine.reads().sink(st.limits.max_subscriptions),
+            reads: st.engine.reads().sink(front.limits.max_subscriptions),
             read_budget: throttle.connection_read_budget(),
             live,
             auth,
             principal: Principal::anonymous(ip),
             neg: neg::NegSessions::default(),
             host,
+            front,
             st,
         }
     }
@@ -232,7 +240,7 @@ impl Session {
 
     async fn on_text(&mut self, out: &mut Out, text: &str) -> Step {
         let received = Instant::now();
-        let max = self.st.limits.max_message_bytes;
+        let max = self.front.limits.max_message_bytes;
         if text.len() > max {
             metrics::counter!(m::MESSAGES_RECEIVED_TOTAL, "type" => "too_large").increment(1);
             let refusal = Refusal::TooLarge {

@@ -98,7 +98,7 @@ impl Session {
             }
             return out.send(error.neg_err(&sub_id)).await;
         }
-        let max = self.st.limits.max_negentropy_items;
+        let max = self.front.limits.max_negentropy_items;
         // One more than allowed: its arrival says the set is too large.
         filter.limit = Some(max as u64 + 1);
         let readers = self.auth.readers().clone();
@@ -138,7 +138,7 @@ impl Session {
         sub_id: String,
         msg: ReadMsg,
     ) -> Step {
-        let max = self.st.limits.max_negentropy_items;
+        let max = self.front.limits.max_negentropy_items;
         let Some(session) = self.neg.open.get_mut(&sub_id) else {
             return Ok(());
         };

@@ -26,7 +26,7 @@ impl Session {
         if let Err(refusal) = self.admit_req(&sub_id, &filters, true) {
             return self.refuse_read(out, &sub_id, refusal).await;
         }
-        let lim = &self.st.limits;
+        let lim = &self.front.limits;
         for f in &mut filters {
             f.limit = Some(f.limit.unwrap_or(lim.default_limit).min(lim.max_limit));
         }
@@ -88,7 +88,7 @@ impl Session {
         filters: &[Filter],
         replaces: bool,
     ) -> Result<(), Refusal> {
-        let lim = &self.st.limits;
+        let lim = &self.front.limits;
         if sub_id.chars().count() > lim.max_subid_length {
             return Err(Refusal::SubIdTooLong {
                 max: lim.max_subid_length,
