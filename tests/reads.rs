@@ -102,6 +102,11 @@ fn settings(slots: u32) -> Vec<(&'static str, String)> {
 /// `sluice import` before the relay starts. The directory must outlive the
 /// relay (drop order: declare the pair as `let (_dir, relay) = ...`).
 fn loaded_relay(slots: u32) -> (tempfile::TempDir, Relay) {
+    loaded_relay_with(slots, &[])
+}
+
+/// [`loaded_relay`] with more settings.
+fn loaded_relay_with(slots: u32, more: &[(&str, &str)]) -> (tempfile::TempDir, Relay) {
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     let base = now() - 100_000;
@@ -114,7 +119,8 @@ fn loaded_relay(slots: u32) -> (tempfile::TempDir, Relay) {
         .collect();
     import_events(&store, &notes);
     let env = settings(slots);
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    env.extend_from_slice(more);
     let relay = Relay::start_in(&store, &env);
     (tmp, relay)
 }
@@ -299,6 +305,95 @@ const PER_CLIENT_GAUGES: &[(&str, Idle)] = &[
     ("sluice_http_connections_open", Idle::AtMostBefore),
 ];
 
+/// How [`every_gauge_returns_to_idle_after_clients_leave`] knows each gauge
+/// of [`PER_CLIENT_GAUGES`] was raised by its clients, so that its return
+/// to idle means something.
+#[derive(Debug, Clone, Copy)]
+enum Raised {
+    /// A scrape during the traffic read it above its idle value (the
+    /// clients hold it for a while: a connection, an open subscription, an
+    /// authenticated pubkey, a negentropy session, a parked query, an
+    /// event the plugin is slow to judge).
+    Seen,
+    /// Too brief for a scrape to catch, but this counter rising means it
+    /// was raised: e.g. every query step ran in a worker slot.
+    ImpliedBy(&'static str),
+}
+
+const HOW_RAISED: &[(&str, Raised)] = &[
+    ("sluice_connections_open", Raised::Seen),
+    ("sluice_connections_authenticated", Raised::Seen),
+    ("sluice_plugin_in_flight", Raised::Seen),
+    ("sluice_negentropy_sessions_open", Raised::Seen),
+    ("sluice_subscriptions_open", Raised::Seen),
+    ("sluice_live_subscriptions", Raised::Seen),
+    (
+        "sluice_query_window_in_flight",
+        Raised::ImpliedBy("sluice_query_steps_total"),
+    ),
+    ("sluice_query_window_queued", Raised::Seen),
+    ("sluice_query_open", Raised::Seen),
+    ("sluice_query_open_units", Raised::Seen),
+    ("sluice_query_parked", Raised::Seen),
+    ("sluice_query_clients", Raised::Seen),
+    ("sluice_query_clients_waiting", Raised::Seen),
+    // Every event written waited in the writer's queue.
+    (
+        "sluice_writer_queue_events",
+        Raised::ImpliedBy("sluice_events_written_total"),
+    ),
+    ("sluice_process_open_fds", Raised::Seen),
+    // Every WebSocket session began as an HTTP connection.
+    (
+        "sluice_http_connections_open",
+        Raised::ImpliedBy("sluice_connections_opened_total"),
+    ),
+];
+
+/// The highest value each gauge of [`PER_CLIENT_GAUGES`] read while the
+/// traffic ran: scrapes every few ms until `stop`.
+async fn sample_peaks(addr: String, stop: tokio::sync::watch::Receiver<bool>) -> Vec<f64> {
+    let mut peaks = vec![f64::MIN; PER_CLIENT_GAUGES.len()];
+    while !*stop.borrow() {
+        let body = http_get(&addr, "/metrics", None).await.2;
+        for (peak, (name, _)) in peaks.iter_mut().zip(PER_CLIENT_GAUGES) {
+            *peak = peak.max(value(&body, name));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    peaks
+}
+
+/// Fails unless each gauge of [`PER_CLIENT_GAUGES`] is known to have been
+/// raised: read above its idle value, or its counter risen.
+fn assert_each_raised(peaks: &[f64], before: &str, after: &str) {
+    let mut not_raised = Vec::new();
+    for ((name, idle), peak) in PER_CLIENT_GAUGES.iter().zip(peaks) {
+        let how = HOW_RAISED
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, how)| *how)
+            .unwrap_or_else(|| panic!("{name} is not in HOW_RAISED"));
+        let idle_value = match idle {
+            Idle::Is(x) => *x,
+            Idle::AtMostBefore => value(before, name),
+        };
+        let raised = match how {
+            Raised::Seen => *peak > idle_value,
+            Raised::ImpliedBy(counter) => value(after, counter) > value(before, counter),
+        };
+        if !raised {
+            not_raised.push(format!("{name} ({how:?}; peak {peak}, idle {idle_value})"));
+        }
+    }
+    assert!(
+        not_raised.is_empty(),
+        "seed {}: no client raised {}",
+        seed(),
+        not_raised.join(", ")
+    );
+}
+
 /// The doc's other gauges, and why they have no idle value to return to.
 const NOT_PER_CLIENT: &[&str] = &[
     // Constant.
@@ -380,16 +475,22 @@ fn series(body: &str, name: &str) -> String {
         .join(", ")
 }
 
-/// The gauges' values before any client: the monitor must have ticked.
+/// The gauges' values before any client: the monitor must have ticked, and
+/// the open descriptors (counted once a second) must read the same across
+/// more than a second, so that what ran before (the plugin's start, a
+/// first client) is in them.
 async fn before_clients(relay: &Relay) -> String {
     let deadline = Instant::now() + ANSWER_TIMEOUT;
+    let mut last = None;
     loop {
         let body = scrape(relay).await;
-        if value(&body, "sluice_process_open_fds") > 0.0 {
+        let fds = value(&body, "sluice_process_open_fds");
+        if fds > 0.0 && last == Some(fds) {
             return body;
         }
+        last = (fds > 0.0).then_some(fds);
         assert!(Instant::now() < deadline, "the monitor never ticked");
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(Duration::from_millis(1100)).await;
     }
 }
 
@@ -626,9 +727,18 @@ enum Actor {
     MidAnswer,
     /// Invalid messages, then a valid REQ.
     Garbage,
+    /// Authenticates (NIP-42), then stays until the end of the wave.
+    Authenticated,
+    /// Opens a negentropy session (NIP-77) and leaves it open.
+    Negentropy,
+    /// Publishes an event the write-policy plugin is slow to judge.
+    Plugged,
 }
 
-const ACTORS: [Actor; 7] = [
+const ACTORS: [Actor; 10] = [
+    Actor::Authenticated,
+    Actor::Negentropy,
+    Actor::Plugged,
     Actor::Publisher,
     Actor::Watcher,
     Actor::Counter,
@@ -721,6 +831,47 @@ async fn actor(url: String, source: String, who: Actor, n: u64, mut rng: Rng) {
             send(&mut ws, json!(["REQ", "ok", {"kinds": [1], "limit": 3}])).await;
             read_to_end_of(&mut ws, "ok", deadline).await;
         }
+        Actor::Authenticated => {
+            // The challenge comes at connect.
+            let mut challenge = None;
+            while let Some(m) = next_until(&mut ws, deadline).await {
+                if m[0] == "AUTH" {
+                    challenge = m[1].as_str().map(str::to_owned);
+                    break;
+                }
+            }
+            let Some(challenge) = challenge else {
+                return leave(ws, abrupt).await;
+            };
+            let key = 200 + (n % 50) as u8;
+            let e = ev(
+                key,
+                now(),
+                22242,
+                &[&["relay", &url], &["challenge", &challenge]],
+                "",
+            );
+            ws.send(Message::Text(format!("[\"AUTH\",{}]", e.raw()).into()))
+                .await
+                .ok();
+            tokio::time::sleep_until(deadline.into()).await;
+        }
+        Actor::Negentropy => {
+            // NIP-77's initial message for an empty set: protocol version
+            // 0x61, one range to infinity holding no ids.
+            send(
+                &mut ws,
+                json!(["NEG-OPEN", "n", {"kinds": [1], "limit": 10}, "6100000200"]),
+            )
+            .await;
+            read_some(&mut ws, 1, deadline).await;
+            tokio::time::sleep_until(deadline.into()).await;
+        }
+        Actor::Plugged => {
+            let e = ev(99, now(), 1, &[], &format!("slow {n}"));
+            send_event(&mut ws, &e).await;
+            read_some(&mut ws, 1, deadline).await;
+        }
     }
     leave(ws, abrupt).await;
 }
@@ -758,8 +909,26 @@ async fn every_gauge_returns_to_idle_after_clients_leave() {
         );
     }
 
-    let (_dir, relay) = loaded_relay(2);
+    let plugin = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/plugins/slow_when_asked.py"
+    );
+    let (_dir, relay) = loaded_relay_with(
+        2,
+        &[
+            ("SLUICE_POLICY__PLUGIN__COMMAND", plugin),
+            ("SLUICE_POLICY__PLUGIN__TIMEOUT_MS", "5000"),
+        ],
+    );
+    // The plugin's program (and its pipes) running before the idle values
+    // are read: one event judged.
+    let mut first = relay.client().await;
+    let (ok, msg) = first.publish(&ev(98, now(), 1, &[], "first")).await;
+    assert!(ok, "{msg}");
+    first.close().await;
     let before = before_clients(&relay).await;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let sampler = tokio::spawn(sample_peaks(relay.addr.clone(), stopped));
     const WAVES: u64 = 3;
     const CLIENTS: u64 = 21;
     for wave in 0..WAVES {
@@ -781,8 +950,11 @@ async fn every_gauge_returns_to_idle_after_clients_leave() {
             t.await.unwrap();
         }
     }
+    stop.send(true).unwrap();
+    let peaks = sampler.await.unwrap();
     assert_idle_then_answered(&relay, PER_CLIENT_GAUGES, &before).await;
     let body = scrape(&relay).await;
+    assert_each_raised(&peaks, &before, &body);
     assert!(
         value(&body, "sluice_slow_consumer_disconnects_total") > 0.0,
         "seed {}: no client was dropped as a slow consumer; closed: {}",
