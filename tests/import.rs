@@ -545,8 +545,15 @@ fn the_import_limiter_pauses_under_memory_pressure_but_drops_nothing() {
     assert!(run.n("peak_anon_memory_bytes") > 1 << 20, "{}", run.summary);
     assert!(run.n("batches") > 1, "{}", run.summary);
     assert!(run.n("throttle_pauses") >= 1, "{}", run.summary);
+    // It waited, and its waits are part of its run: bounds that hold at
+    // any machine speed (how long each wait is is the limiter's unit tests'
+    // and the benchmarks' business, not a timed assertion here).
     let throttled = run.summary["throttled_secs"].as_f64().unwrap();
-    assert!((0.1..3.0).contains(&throttled), "{throttled}");
+    let elapsed = run.summary["elapsed_secs"].as_f64().unwrap();
+    assert!(
+        throttled > 0.0 && throttled <= elapsed,
+        "throttled {throttled} s of {elapsed} s"
+    );
     // Without pressure nothing waits.
     let place = Place::new();
     let run = import(&place.store(), &[path.to_str().unwrap()], None, &[]);

@@ -6,7 +6,6 @@ mod source_scan;
 mod support;
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use serde_json::json;
 use support::*;
@@ -85,10 +84,6 @@ async fn every_event_gets_exactly_one_ok() {
             break;
         }
     }
-    assert!(
-        c.try_recv(Duration::from_millis(300)).await.is_none(),
-        "nothing more may arrive"
-    );
     assert_eq!(got, expected, "one OK per EVENT sent");
     // The burst really hit the limits this test is about.
     let refused = relay

@@ -475,19 +475,27 @@ async fn a_req_racing_writes_gets_each_event_once() {
             }
         }
         let mut seen = std::collections::HashSet::new();
-        while seen.len() < 300 {
-            let m = sub.expect("EVENT").await;
-            let id = m[2]["id"].as_str().unwrap().to_string();
-            assert!(
-                seen.insert(id.clone()),
-                "event {id} delivered twice in round {round}"
-            );
+        let mut eose = false;
+        while seen.len() < 300 || !eose {
+            let m = sub.recv().await;
+            match m[0].as_str() {
+                Some("EOSE") => eose = true,
+                Some("EVENT") => {
+                    let id = m[2]["id"].as_str().unwrap().to_string();
+                    assert!(
+                        seen.insert(id.clone()),
+                        "event {id} delivered twice in round {round}"
+                    );
+                }
+                _ => panic!("{m}"),
+            }
         }
-        assert!(
-            sub.try_recv(Duration::from_millis(200))
-                .await
-                .is_none_or(|m| m[0] == "EOSE")
-        );
+        // A barrier: every OK has come, so every live copy is queued on
+        // this connection, and the relay sends what is queued before it
+        // reads the next REQ: a duplicate would come before its EOSE.
+        sub.send(json!(["REQ", "barrier", {"limit": 0}])).await;
+        let m = sub.recv().await;
+        assert_eq!(m, json!(["EOSE", "barrier"]), "round {round}");
     }
 }
 
@@ -542,7 +550,10 @@ async fn close_ends_a_subscription() {
     assert!(p.publish(&ev(1, now(), 1, &[], "x")).await.0);
     let got = sub.expect("EVENT").await;
     assert_eq!(got[1], "b");
-    assert!(sub.try_recv(Duration::from_millis(300)).await.is_none());
+    // "a" would have had its copy in the same fan-out, queued before the
+    // relay reads the barrier.
+    sub.send(json!(["REQ", "barrier", {"limit": 0}])).await;
+    assert_eq!(sub.recv().await, json!(["EOSE", "barrier"]));
 }
 
 #[tokio::test]

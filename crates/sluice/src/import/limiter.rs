@@ -101,18 +101,10 @@ impl Limiter {
         } else {
             fraction.clamp(0.0, 1.0)
         };
-        let cap = MAX_PAUSE.mul_f64(fraction);
         let started = Instant::now();
         let mut slept = false;
         loop {
-            let left = cap.saturating_sub(started.elapsed());
-            let wait = match self.verdict() {
-                Verdict::Allow => Duration::ZERO,
-                // A delay is served once per batch.
-                Verdict::Delay(d) if !slept => d.mul_f64(fraction).min(left),
-                Verdict::Delay(_) => Duration::ZERO,
-                Verdict::Refuse(r) => r.retry_after.min(self.tick).min(left),
-            };
+            let wait = self.next_wait(fraction, started.elapsed(), slept);
             if wait.is_zero() {
                 break;
             }
@@ -127,6 +119,20 @@ impl Limiter {
         self.throttled_ns
             .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
         waited
+    }
+
+    /// The next wait of a pause before a batch holding `fraction` of a full
+    /// batch, `elapsed` into it, having `slept` already or not: zero ends
+    /// the pause. Pure but for the published verdict.
+    fn next_wait(&self, fraction: f64, elapsed: Duration, slept: bool) -> Duration {
+        let left = MAX_PAUSE.mul_f64(fraction).saturating_sub(elapsed);
+        match self.verdict() {
+            Verdict::Allow => Duration::ZERO,
+            // A delay is served once per batch.
+            Verdict::Delay(d) if !slept => d.mul_f64(fraction).min(left),
+            Verdict::Delay(_) => Duration::ZERO,
+            Verdict::Refuse(r) => r.retry_after.min(self.tick).min(left),
+        }
     }
 
     /// How many chunks the reader may have in flight now: all of `max`
@@ -201,19 +207,30 @@ mod tests {
         let (cell, l) = limiter(true);
         assert_eq!(l.pause(1.0), Duration::ZERO);
         assert_eq!(l.pauses(), 0);
-        set(&cell, Verdict::Delay(Duration::from_millis(20)), 1.0);
+        let ms = Duration::from_millis;
+        set(&cell, Verdict::Delay(ms(20)), 1.0);
         let d = l.pause(1.0);
-        assert!(d >= Duration::from_millis(20) && d < MAX_PAUSE, "{d:?}");
+        assert!(d >= ms(20), "{d:?}");
         assert_eq!(l.pauses(), 1);
-        // A quarter batch waits a quarter of the delay.
-        let d = l.pause(0.25);
-        assert!(
-            d >= Duration::from_millis(5) && d < Duration::from_millis(20),
-            "{d:?}"
-        );
+        // A quarter batch waits a quarter of the delay, once.
+        assert_eq!(l.next_wait(0.25, Duration::ZERO, false), ms(5));
+        assert_eq!(l.next_wait(0.25, ms(5), true), Duration::ZERO);
+        // Never past the batch's share of the cap.
+        set(&cell, Verdict::Delay(MAX_PAUSE * 10), 1.0);
+        assert_eq!(l.next_wait(0.5, Duration::ZERO, false), MAX_PAUSE / 2);
+        assert_eq!(l.next_wait(0.5, ms(300), false), MAX_PAUSE / 2 - ms(300));
+        set(&cell, Verdict::Delay(ms(20)), 1.0);
         assert_eq!(l.batch_limit(4096), 2048);
         assert_eq!(l.chunk_limit(40, 12), 12);
         let refuse = Verdict::refuse(sluice_throttle::Cause::Emergency, Duration::from_millis(1));
+        set(&cell, refuse, 1.0);
+        // Refused: looked at again after its retry-after (at most a tick),
+        // until the cap, whether slept or not.
+        assert_eq!(l.next_wait(1.0, Duration::ZERO, true), ms(1));
+        assert_eq!(l.next_wait(1.0, MAX_PAUSE, true), Duration::ZERO);
+        let long = Verdict::refuse(sluice_throttle::Cause::Emergency, MAX_PAUSE);
+        set(&cell, long, 1.0);
+        assert_eq!(l.next_wait(1.0, Duration::ZERO, true), ms(100), "one tick");
         set(&cell, refuse, 1.0);
         assert_eq!(l.batch_limit(4096), 256);
         assert_eq!(l.batch_limit(3), 1);
