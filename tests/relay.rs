@@ -1197,3 +1197,62 @@ fn shipped_config_file_lists_every_key_with_its_default() {
         }
     }
 }
+
+#[tokio::test]
+async fn shutdown_in_the_middle_of_an_answer_sends_whole_messages_then_a_1001_close() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    // An answer of some 4 MB: many chunks, each written through the cork.
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let notes: Vec<Event> = (0..2000)
+        .map(|i| {
+            ev(
+                1 + (i % 20) as u8,
+                now() - 10_000 + i,
+                1,
+                &[],
+                &"x".repeat(2000),
+            )
+        })
+        .collect();
+    import_events(&store, &notes);
+    let mut relay = Relay::start_in(&store, &[]);
+    let (mut ws, _) = tokio_tungstenite::connect_async(relay.url()).await.unwrap();
+    ws.send(Message::Text(
+        json!(["REQ", "all", {"kinds": [1], "limit": 2000}])
+            .to_string()
+            .into(),
+    ))
+    .await
+    .unwrap();
+    let (mut events, mut terminated) = (0, false);
+    let close = loop {
+        let msg = tokio::time::timeout(Duration::from_secs(30), ws.next())
+            .await
+            .expect("the relay neither answered nor closed")
+            .expect("the connection ended without a close frame")
+            .expect("a WebSocket error instead of a close frame");
+        match msg {
+            Message::Text(t) => {
+                // Every message whole: a frame cut by the shutdown would not parse.
+                let v: serde_json::Value = serde_json::from_str(&t).expect("a whole JSON message");
+                if v[0] == "EVENT" {
+                    events += 1;
+                    if events == 1 {
+                        relay.signal("TERM");
+                        terminated = true;
+                    }
+                }
+            }
+            Message::Close(frame) => break frame,
+            _ => {}
+        }
+    };
+    assert!(terminated);
+    let close = close.expect("a close frame with a code");
+    assert_eq!(close.code, CloseCode::Away, "{close:?}");
+    assert!((1..=2000).contains(&events));
+    assert!(relay.wait_stopped().success());
+}

@@ -145,6 +145,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Cork<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::Future;
     use std::task::Waker;
 
     /// A socket that takes at most `room` bytes until it is given more,
@@ -154,6 +155,9 @@ mod tests {
         got: Vec<u8>,
         writes: usize,
         room: usize,
+        /// Writes return 0 (a socket that can take no more, ever).
+        zero: bool,
+        shut: bool,
     }
 
     impl AsyncWrite for Socket {
@@ -162,6 +166,9 @@ mod tests {
             _: &mut Context<'_>,
             data: &[u8],
         ) -> Poll<io::Result<usize>> {
+            if self.zero {
+                return Poll::Ready(Ok(0));
+            }
             if self.room == 0 {
                 return Poll::Pending;
             }
@@ -174,7 +181,8 @@ mod tests {
         fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
             Poll::Ready(Ok(()))
         }
-        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        fn poll_shutdown(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            self.shut = true;
             Poll::Ready(Ok(()))
         }
     }
@@ -266,5 +274,62 @@ mod tests {
         assert_eq!(c.inner.got.len(), CORK_BYTES + 1);
         assert_eq!(c.inner.got.last(), Some(&2));
         assert_eq!(c.held(), 0);
+    }
+
+    fn shutdown(c: &mut Cork<Socket>) -> Poll<io::Result<()>> {
+        Pin::new(c).poll_shutdown(&mut cx())
+    }
+
+    #[test]
+    fn shutdown_writes_what_is_held_before_it_shuts_the_socket() {
+        let mut c = Cork::new(Socket::default());
+        let corked = c.switch().close();
+        assert!(matches!(write(&mut c, b"last chunk"), Poll::Ready(Ok(10))));
+        // The socket takes nothing yet: no shutdown ahead of the bytes.
+        assert!(shutdown(&mut c).is_pending());
+        assert!(!c.inner.shut);
+        c.inner.room = usize::MAX;
+        assert!(matches!(shutdown(&mut c), Poll::Ready(Ok(()))));
+        assert!(c.inner.shut);
+        assert_eq!(c.inner.got, b"last chunk");
+        assert_eq!(c.buf.capacity(), 0);
+        drop(corked);
+    }
+
+    #[test]
+    fn a_socket_that_takes_zero_bytes_is_an_error_on_flush_and_shutdown() {
+        let mut c = Cork::new(Socket {
+            zero: true,
+            ..Socket::default()
+        });
+        let _corked = c.switch().close();
+        assert!(matches!(write(&mut c, b"x"), Poll::Ready(Ok(1))));
+        let err = |p: Poll<io::Result<()>>| match p {
+            Poll::Ready(Err(e)) => e.kind(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(err(flush(&mut c)), io::ErrorKind::WriteZero);
+        assert_eq!(err(shutdown(&mut c)), io::ErrorKind::WriteZero);
+        assert!(!c.inner.shut);
+    }
+
+    #[test]
+    fn a_chunk_dropped_at_an_await_opens_the_cork() {
+        let mut c = roomy();
+        let switch = c.switch();
+        // A chunk's writing, given up while it waits (a session ended by
+        // shutdown or a lost client at an await point).
+        let (_tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let mut chunk = Box::pin(async move {
+            let _corked = switch.close();
+            let _ = rx.await;
+        });
+        assert!(chunk.as_mut().poll(&mut cx()).is_pending());
+        assert!(c.switch().is_closed(), "held closed while the chunk runs");
+        drop(chunk);
+        assert!(!c.switch().is_closed(), "opened by the dropped guard");
+        // The close frame after it goes straight to the socket.
+        assert!(matches!(write(&mut c, b"close"), Poll::Ready(Ok(5))));
+        assert_eq!((c.inner.writes, c.inner.got.as_slice()), (1, &b"close"[..]));
     }
 }
