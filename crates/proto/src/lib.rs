@@ -14,6 +14,7 @@ pub mod filter;
 pub mod hex32;
 pub mod kind;
 pub mod message;
+pub mod pow;
 pub mod reason;
 
 pub use auth::{AuthCheck, AuthError, Readers};

@@ -37,6 +37,11 @@
 //!   [`Cause`] (both metric labels), retry hint and text.
 //! - [`bucket`]: [`TokenBucket`], [`scaled_rate`]; [`keyed`]:
 //!   [`KeyedBuckets`] per IP or pubkey, bounded.
+//! - [`trust`]: `[trust]`, the web of trust as distances from the seed
+//!   pubkeys over the stored follow lists ([`TrustGraph`], bounded), and
+//!   what an outsider's write meets ([`OutsiderWrites`]).
+//! - [`pow`]: `[pow]`, NIP-13 difficulty floors and the adaptive
+//!   difficulty ([`PowController`]).
 //! - [`fair`]: [`FairQueue`], the query scheduler: per-client queues, deficit
 //!   round robin by cost, new flows first, deadlines, bounded steps.
 //! - [`cost`]: [`CostConfig`], a query's cost estimated from its plan
@@ -63,9 +68,11 @@ pub mod keyed;
 pub mod meter;
 pub mod pid;
 pub mod policy;
+pub mod pow;
 pub mod refusal;
 pub mod signals;
 pub mod tiers;
+pub mod trust;
 
 pub use admission::{Decision, DelayBatcher, Direction, Mode, Verdict};
 pub use bucket::{BucketConfig, TokenBucket, scaled_rate};
@@ -83,4 +90,6 @@ pub use refusal::{Cause, Layer, RateLimited};
 pub use signals::{
     LoadSignals, NormalizedSignals, SignalTargets, memory_pressure, process_variable,
 };
+pub use pow::{PowConfig, PowController};
 pub use tiers::{ClientKey, Principal, Tier, Tiers, TiersConfig};
+pub use trust::{DistanceTiers, Explanation, OutsiderWrites, TrustConfig, TrustGraph};

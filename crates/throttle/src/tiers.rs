@@ -165,7 +165,7 @@ impl TiersConfig {
     }
 }
 
-fn decode_pubkey(s: &str) -> Option<[u8; 32]> {
+pub(crate) fn decode_pubkey(s: &str) -> Option<[u8; 32]> {
     let b = s.as_bytes();
     if b.len() != 64 {
         return None;
