@@ -21,7 +21,17 @@
 //!    reaches every connection, over the cap only those above
 //!    `polite_ops_per_s × weight`); a delay is divided by the weight;
 //! 4. after the signature, its author's EVENT bucket
-//!    ([`Layer::PubkeyBucket`], "too many events from this author").
+//!    ([`Layer::PubkeyBucket`], "too many events from this author"): the
+//!    pubkey bucket of the tier its distance in the web of trust gives it
+//!    (`trust.distance_tiers`), else the author map;
+//! 5. for an author outside the web when `trust.outsider_writes` is
+//!    `limited`, the outsiders' shared budget ([`Layer::OutsiderBudget`]),
+//!    unless the event carries the current adaptive proof of work; with
+//!    `[pow] adaptive` the refusal asks for that work (`pow:`).
+//!
+//! An outsider's proof-of-work floor and `deny` are checked before the
+//! signature ([`crate::trust::before_signature`]): a count of leading zero
+//! bits, not curve arithmetic.
 //!
 //! A REQ or COUNT takes steps 1-3 with its request buckets and the read
 //! controller (reads are refused, never delayed). Its query is then
@@ -47,6 +57,7 @@ use crate::connection::ConnPacer;
 use crate::fair::{FairQueue, JobId};
 use crate::refusal::{Cause, Layer, RateLimited};
 use crate::tiers::{ClientKey, Principal};
+use crate::trust::{OutsiderWrites, WriteStanding};
 
 /// What a per-client bucket meters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -70,6 +81,8 @@ pub enum Bucket<'a> {
     Pubkey(Quota, u8, &'a [u8; 32]),
     /// The per-author EVENT map.
     Author(&'a [u8; 32]),
+    /// The one budget of every author outside the web of trust.
+    Outsiders,
 }
 
 /// The bucket maps admission charges. The engine implements it over its
@@ -163,6 +176,23 @@ impl Op {
 }
 
 const AUTHOR_TEXT: &str = "too many events from this author";
+const OUTSIDER_TEXT: &str = "too many events from outside this relay's web of trust";
+
+/// Why an EVENT was refused after its signature.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AuthorRefusal {
+    /// A bucket: `rate-limited:`.
+    Limited(RateLimited),
+    /// The outsiders' budget is spent, and this much work would pass it:
+    /// `pow: difficulty N required`.
+    Pow { required: u32 },
+}
+
+impl From<RateLimited> for AuthorRefusal {
+    fn from(r: RateLimited) -> Self {
+        AuthorRefusal::Limited(r)
+    }
+}
 const READ_BUDGET_IP_TEXT: &str = "your address has read too much; slow down";
 const READ_BUDGET_PUBKEY_TEXT: &str = "your pubkey has read too much; slow down";
 const READ_BUDGET_CONNECTION_TEXT: &str = "this connection has read too much; slow down";
@@ -282,21 +312,45 @@ impl<B: Buckets, T: Tally> Checks<'_, B, T> {
         }
     }
 
-    /// An EVENT after its signature: its author's bucket.
-    pub fn author(&mut self, pubkey: &[u8; 32]) -> Verdict {
+    /// An EVENT after its signature: its author's bucket (its trust
+    /// tier's, or the author map), then for an outsider in `limited` the
+    /// outsiders' budget, which a mined event at the current adaptive
+    /// difficulty passes (see the module docs).
+    pub fn author(
+        &mut self,
+        pubkey: &[u8; 32],
+        standing: &WriteStanding,
+        difficulty: u32,
+    ) -> Result<(), AuthorRefusal> {
         if self.mode() == Mode::Off {
-            return Verdict::Allow;
+            return Ok(());
         }
-        let bucket = Bucket::Author(pubkey);
-        match self.take(
+        let bucket = match standing {
+            WriteStanding::Trusted {
+                tier: Some(tier), ..
+            } => Bucket::Pubkey(Quota::Events, *tier, pubkey),
+            _ => Bucket::Author(pubkey),
+        };
+        self.take(
             Direction::Write,
             Layer::PubkeyBucket,
             bucket,
             1,
             AUTHOR_TEXT,
-        ) {
-            Ok(()) => Verdict::Allow,
-            Err(r) => Verdict::Refuse(r),
+        )?;
+        let WriteStanding::Outsider(rule) = standing else {
+            return Ok(());
+        };
+        if rule.writes != OutsiderWrites::Limited || rule.mined(difficulty) {
+            return Ok(());
+        }
+        let taken = self.buckets.take(Bucket::Outsiders, 1, self.now_ns);
+        match self.bucket_answer(Direction::Write, Layer::OutsiderBudget, taken, OUTSIDER_TEXT) {
+            Ok(()) => Ok(()),
+            Err(_) if rule.adaptive && rule.current > 0 => Err(AuthorRefusal::Pow {
+                required: rule.current,
+            }),
+            Err(r) => Err(AuthorRefusal::Limited(r)),
         }
     }
 
@@ -557,6 +611,7 @@ mod tests {
 
     use super::*;
     use crate::keyed::KeyedBuckets;
+    use crate::trust::OutsiderRule;
     use crate::tiers::{ListedTier, Tiers, TiersConfig};
 
     const MS: u64 = 1_000_000;
@@ -569,6 +624,7 @@ mod tests {
         address: HashMap<Quota, KeyedBuckets<IpAddr>>,
         pubkey: HashMap<(Quota, u8), KeyedBuckets<[u8; 32]>>,
         author: KeyedBuckets<[u8; 32]>,
+        outsiders: TokenBucket,
         log: Vec<String>,
     }
 
@@ -585,6 +641,17 @@ mod tests {
                 address: address.into_iter().collect(),
                 pubkey: HashMap::new(),
                 author: KeyedBuckets::new(cfg.events_per_pubkey, 100).unwrap(),
+                // Two EVENTs back to back, one a second.
+                outsiders: TokenBucket::new(
+                    BucketConfig {
+                        rate_per_s: 1.0,
+                        burst_ratio: 1.0,
+                        window_ms: 2000,
+                        catch_up_ms: 0,
+                    },
+                    0,
+                )
+                .unwrap(),
                 log: Vec::new(),
             }
         }
@@ -619,6 +686,7 @@ mod tests {
                     self.tier(q, t).check(p, now_ns, cost),
                 ),
                 Bucket::Author(p) => ("author".into(), self.author.check(p, now_ns, cost)),
+                Bucket::Outsiders => ("outsiders".into(), self.outsiders.try_take(now_ns, cost)),
             };
             self.log.push(name);
             r
@@ -631,6 +699,7 @@ mod tests {
                 }
                 Bucket::Pubkey(q, t, p) => self.tier(q, t).settle(p, now_ns, delta),
                 Bucket::Author(p) => self.author.settle(p, now_ns, delta),
+                Bucket::Outsiders => self.outsiders.settle(now_ns, delta),
             }
         }
     }
@@ -803,10 +872,16 @@ mod tests {
         assert_eq!(r.layer, Layer::PubkeyBucket);
         assert_eq!(r.message, "too many events from your pubkey");
         // After its signature: the author's bucket.
+        let anyone = WriteStanding::Trusted {
+            distance: 1,
+            tier: None,
+        };
         for _ in 0..2 {
-            assert_eq!(w.at(0, |c| c.author(&LISTED)), Verdict::Allow);
+            assert_eq!(w.at(0, |c| c.author(&LISTED, &anyone, 0)), Ok(()));
         }
-        let r = refusal(w.at(0, |c| c.author(&LISTED)));
+        let Err(AuthorRefusal::Limited(r)) = w.at(0, |c| c.author(&LISTED, &anyone, 0)) else {
+            panic!("not limited")
+        };
         assert_eq!(r.layer, Layer::PubkeyBucket);
         assert_eq!(r.message, "too many events from this author");
         assert_eq!(
@@ -877,13 +952,73 @@ mod tests {
     }
 
     #[test]
+    fn outsiders_share_one_budget_that_the_current_work_passes_and_a_trusted_tier_has_its_own_bucket()
+    {
+        let mut w = World::new(roomy(Mode::Enforce));
+        let limited = |adaptive, current| {
+            WriteStanding::Outsider(OutsiderRule {
+                writes: OutsiderWrites::Limited,
+                floor: 0,
+                current,
+                adaptive,
+            })
+        };
+        // Two outsiders' EVENTs take the shared budget, whoever signs them.
+        assert_eq!(w.at(0, |c| c.author(&[1; 32], &limited(false, 0), 0)), Ok(()));
+        assert_eq!(w.at(0, |c| c.author(&[2; 32], &limited(false, 0), 0)), Ok(()));
+        let Err(AuthorRefusal::Limited(r)) = w.at(0, |c| c.author(&[3; 32], &limited(false, 0), 0))
+        else {
+            panic!("the budget is spent")
+        };
+        assert_eq!((r.layer, r.cause), (Layer::OutsiderBudget, Cause::Rate));
+        assert_eq!(r.message, OUTSIDER_TEXT);
+        // Adaptive: the refusal asks for the work, and the work passes.
+        assert_eq!(
+            w.at(0, |c| c.author(&[3; 32], &limited(true, 9), 8)),
+            Err(AuthorRefusal::Pow { required: 9 })
+        );
+        assert_eq!(w.at(0, |c| c.author(&[3; 32], &limited(true, 9), 9)), Ok(()));
+        // Work counts only when adaptive asks for it.
+        assert!(w.at(0, |c| c.author(&[3; 32], &limited(false, 9), 30)).is_err());
+        // The other modes do not touch the budget here.
+        let pow = WriteStanding::Outsider(OutsiderRule {
+            writes: OutsiderWrites::Pow,
+            floor: 0,
+            current: 0,
+            adaptive: false,
+        });
+        assert_eq!(w.at(0, |c| c.author(&[4; 32], &pow, 0)), Ok(()));
+        // A trusted author with a tier: that tier's pubkey bucket.
+        let tiered = WriteStanding::Trusted {
+            distance: 1,
+            tier: Some(2),
+        };
+        w.maps.log.clear();
+        assert_eq!(w.at(0, |c| c.author(&[5; 32], &tiered, 0)), Ok(()));
+        assert_eq!(w.maps.log, ["tier 2 Events"]);
+        // After a second the budget holds one more.
+        assert_eq!(
+            w.at(SECOND, |c| c.author(&[6; 32], &limited(false, 0), 0)),
+            Ok(())
+        );
+    }
+
+    #[test]
     fn off_decides_nothing() {
         let who = Principal::anonymous(ip());
         let mut w = World::new(config(Mode::Off));
         for _ in 0..10 {
             assert_eq!(w.event(&who, 0), Verdict::Allow);
         }
-        assert_eq!(w.at(0, |c| c.author(&PUBKEY)), Verdict::Allow);
+        let outsider = WriteStanding::Outsider(OutsiderRule {
+            writes: OutsiderWrites::Limited,
+            floor: 0,
+            current: 0,
+            adaptive: false,
+        });
+        for _ in 0..10 {
+            assert_eq!(w.at(0, |c| c.author(&PUBKEY, &outsider, 0)), Ok(()));
+        }
         let mut conn = TokenBucket::new(w.cfg.clients.read_cost_per_connection, 0).unwrap();
         for _ in 0..3 {
             assert_eq!(w.at(0, |c| c.read_cost(&who, &mut conn, 1000)), Ok(()));

@@ -32,11 +32,14 @@ pub enum Layer {
     ReadBudgetPubkey,
     /// The connection's read budget (cost units).
     ReadBudgetConnection,
+    /// The budget every author outside the web of trust shares
+    /// (`trust.outsider_events_per_s`).
+    OutsiderBudget,
 }
 
 impl Layer {
     /// Every layer, for tests and docs checks.
-    pub const ALL: [Layer; 8] = [
+    pub const ALL: [Layer; 9] = [
         Layer::ConnectionsPerIp,
         Layer::IpBucket,
         Layer::PubkeyBucket,
@@ -45,6 +48,7 @@ impl Layer {
         Layer::ReadBudgetIp,
         Layer::ReadBudgetPubkey,
         Layer::ReadBudgetConnection,
+        Layer::OutsiderBudget,
     ];
 
     /// The `layer` label of the throttle metrics.
@@ -58,6 +62,7 @@ impl Layer {
             Layer::ReadBudgetIp => "read_budget_ip",
             Layer::ReadBudgetPubkey => "read_budget_pubkey",
             Layer::ReadBudgetConnection => "read_budget_connection",
+            Layer::OutsiderBudget => "outsider_budget",
         }
     }
 }

@@ -195,6 +195,65 @@ impl TrustConfig {
     }
 }
 
+/// What an EVENT's author is to the web of trust, and so what its write
+/// meets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteStanding {
+    /// In the web at `distance`; charged to the pubkey buckets of `tier`
+    /// (an index of [`crate::Tiers`]) when its distance names one.
+    Trusted { distance: u8, tier: Option<u8> },
+    /// Outside it.
+    Outsider(OutsiderRule),
+}
+
+/// What an outsider's EVENT must meet now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutsiderRule {
+    pub writes: OutsiderWrites,
+    /// The static floor for the event's kind (`[pow]`).
+    pub floor: u32,
+    /// The difficulty asked now: the floor plus the adaptive bits.
+    pub current: u32,
+    /// Whether `[pow] adaptive` is on.
+    pub adaptive: bool,
+}
+
+impl OutsiderRule {
+    /// An event of `difficulty` passes the outsiders' budget: it carries
+    /// the adaptive work asked now.
+    pub fn mined(&self, difficulty: u32) -> bool {
+        self.adaptive && self.current > 0 && difficulty >= self.current
+    }
+}
+
+/// Why an EVENT was refused before its signature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrustRefusal {
+    /// `pow: difficulty N required`.
+    Pow { required: u32 },
+    /// `restricted: not in this relay's web of trust`.
+    NotTrusted,
+}
+
+/// The checks before the signature, on the claimed author's standing
+/// (a forged claim fails the signature next): `deny`, and the proof of
+/// work an outsider must carry (in `pow` and `allow` the difficulty asked
+/// now, in `limited` the floor; its budget comes after the signature).
+pub fn before_signature(standing: &WriteStanding, difficulty: u32) -> Result<(), TrustRefusal> {
+    let WriteStanding::Outsider(rule) = standing else {
+        return Ok(());
+    };
+    let required = match rule.writes {
+        OutsiderWrites::Deny => return Err(TrustRefusal::NotTrusted),
+        OutsiderWrites::Allow | OutsiderWrites::Pow => rule.current,
+        OutsiderWrites::Limited => rule.floor,
+    };
+    if difficulty < required {
+        return Err(TrustRefusal::Pow { required });
+    }
+    Ok(())
+}
+
 /// One pubkey's follow list as it counts: the `p` tags of its newest
 /// kind 3.
 #[derive(Debug, Clone)]
@@ -522,6 +581,41 @@ mod tests {
             },
             "the lowest parent wins a tie"
         );
+    }
+
+    #[test]
+    fn before_the_signature_deny_refuses_and_an_outsider_must_carry_the_work_asked() {
+        let rule = |writes, floor, current| {
+            WriteStanding::Outsider(OutsiderRule {
+                writes,
+                floor,
+                current,
+                adaptive: current > floor,
+            })
+        };
+        let trusted = WriteStanding::Trusted {
+            distance: 2,
+            tier: None,
+        };
+        assert_eq!(before_signature(&trusted, 0), Ok(()));
+        assert_eq!(
+            before_signature(&rule(OutsiderWrites::Deny, 0, 0), 64),
+            Err(TrustRefusal::NotTrusted)
+        );
+        for writes in [OutsiderWrites::Allow, OutsiderWrites::Pow] {
+            assert_eq!(
+                before_signature(&rule(writes, 8, 12), 11),
+                Err(TrustRefusal::Pow { required: 12 })
+            );
+            assert_eq!(before_signature(&rule(writes, 8, 12), 12), Ok(()));
+            assert_eq!(before_signature(&rule(writes, 0, 0), 0), Ok(()));
+        }
+        // Limited: only the floor before the signature (the budget after).
+        assert_eq!(
+            before_signature(&rule(OutsiderWrites::Limited, 8, 12), 7),
+            Err(TrustRefusal::Pow { required: 8 })
+        );
+        assert_eq!(before_signature(&rule(OutsiderWrites::Limited, 8, 12), 8), Ok(()));
     }
 
     #[test]
