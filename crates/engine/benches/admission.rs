@@ -15,13 +15,20 @@ use std::time::Instant;
 
 use criterion::{Criterion, Throughput};
 use sluice_engine::throttle::Principal;
-use sluice_engine::{Op, Throttle, ThrottleConfig, Verdict};
+use sluice_engine::{Op, Throttle, ThrottleConfig};
+use sluice_throttle::trust::WriteStanding;
 
 const ADDRESSES: u32 = 1_000;
 
 fn ip(n: u32) -> IpAddr {
     IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + n % ADDRESSES))
 }
+
+/// An author in the web of trust without a tier: the author map.
+const ANYONE: WriteStanding = WriteStanding::Trusted {
+    distance: 1,
+    tier: None,
+};
 
 fn author(n: u32) -> [u8; 32] {
     let mut k = [0u8; 32];
@@ -47,7 +54,7 @@ fn throttle(admitting: bool) -> std::sync::Arc<Throttle> {
     Throttle::new(cfg)
 }
 
-fn percentiles(name: &str, mut f: impl FnMut(u32) -> Verdict) {
+fn percentiles<R>(name: &str, mut f: impl FnMut(u32) -> R) {
     const N: usize = 1_000_000;
     let mut ns = Vec::with_capacity(N);
     for i in 0..N {
@@ -78,7 +85,7 @@ fn main() {
             t.admit(Op::Request, &Principal::anonymous(ip(i)), &mut conn)
         });
         percentiles(&format!("admit_author {label}"), |i| {
-            t.admit_author(&author(i))
+            t.admit_author(&author(i), &ANYONE, 0)
         });
     }
 
@@ -125,7 +132,7 @@ fn main() {
         g.bench_function(format!("admit_author {label}"), |b| {
             b.iter(|| {
                 i = i.wrapping_add(1);
-                t.admit_author(black_box(&author(i)))
+                t.admit_author(black_box(&author(i)), &ANYONE, 0)
             })
         });
     }

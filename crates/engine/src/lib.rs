@@ -40,6 +40,7 @@ pub mod reads;
 mod replica;
 pub mod retention;
 pub mod throttle;
+pub mod trust;
 mod writer;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -262,6 +263,8 @@ pub struct Engine {
     retention: Arc<retention::SharedPlan>,
     /// Free disk space, as the monitor last saw it.
     disk: Arc<DiskGate>,
+    /// The web of trust and the proof-of-work difficulty.
+    trust: Arc<trust::Trust>,
 }
 
 /// Current unix time in seconds.
@@ -290,11 +293,12 @@ impl Engine {
         let tap = Arc::new(replica::Tap::default());
         let retention = Arc::new(retention::SharedPlan::default());
         let disk = Arc::new(DiskGate::default());
+        let trust = Arc::new(trust::Trust::default());
         let writer = writer::spawn(
             store.clone(),
             cfg.clone(),
             live.clone(),
-            tap.clone(),
+            (tap.clone(), trust.clone()),
             retention.clone(),
             disk.clone(),
         )?;
@@ -317,6 +321,7 @@ impl Engine {
             notes: Mutex::new(std::collections::BTreeMap::new()),
             retention,
             disk,
+            trust,
         });
         if let Err(e) = monitor::MonitorHandle::start(&engine) {
             engine.shutdown();
@@ -348,6 +353,24 @@ impl Engine {
     pub fn set_retention(&self, plan: RetentionPlan) {
         self.retention.set(plan);
         self.writer.wake();
+    }
+
+    /// Applies `[trust]` and `[pow]` (at start and on SIGHUP): the web of
+    /// trust is built again from the store when `[trust]` changed.
+    pub fn set_trust(
+        &self,
+        trust: sluice_throttle::TrustConfig,
+        pow: sluice_throttle::PowConfig,
+    ) -> Result<(), StartError> {
+        let tiers = self.throttle.config().tiers;
+        self.throttle.set_outsider_rate(trust.outsider_events_per_s);
+        let settings = trust::TrustSettings::new(trust, pow, &tiers);
+        self.trust.set(settings, &self.store)
+    }
+
+    /// The web of trust and the proof-of-work difficulty.
+    pub fn trust(&self) -> &Arc<trust::Trust> {
+        &self.trust
     }
 
     /// The retention plan in force.
@@ -566,6 +589,7 @@ impl Engine {
     pub fn shutdown(&self) {
         self.shutting_down.store(true, Ordering::Release);
         self.monitor.stop();
+        self.trust.stop();
         self.reads.shutdown();
         self.writer.shutdown();
         if let Err(e) = self.store.force_sync() {

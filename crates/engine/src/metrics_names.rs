@@ -92,3 +92,11 @@ pub const PLUGIN_LATENCY_SECONDS: &str = "sluice_plugin_latency_seconds";
 /// Client events not replicated to the cluster: the publisher's channel
 /// was full (or closed), by reason.
 pub const CLUSTER_OUTBOUND_DROPPED_TOTAL: &str = "sluice_cluster_outbound_dropped_total";
+/// The difficulty an outsider's note must carry now (NIP-13).
+pub const POW_DIFFICULTY: &str = "sluice_pow_difficulty";
+/// Pubkeys in the web of trust.
+pub const TRUST_PUBKEYS: &str = "sluice_trust_pubkeys";
+/// 1 while the graph stopped at `trust.max_pubkeys`.
+pub const TRUST_TRUNCATED: &str = "sluice_trust_truncated";
+pub const TRUST_RECOMPUTES_TOTAL: &str = "sluice_trust_recomputes_total";
+pub const TRUST_FEED_OVERFLOWS_TOTAL: &str = "sluice_trust_feed_overflows_total";

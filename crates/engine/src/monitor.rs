@@ -190,6 +190,12 @@ impl Monitor {
             .tick(mem.anonymous_bytes, &signals, throttle.now_ns());
         throttle.publish(&state);
         export(&state);
+        engine.trust().tick(
+            state.write.pid.output,
+            throttle.take_outsider_asks(),
+            since_last,
+            state.now_ns,
+        );
         metrics::gauge!(m::PROCESS_RESIDENT_MEMORY_BYTES).set(mem.resident_bytes as f64);
         metrics::gauge!(m::PROCESS_ANONYMOUS_MEMORY_BYTES).set(mem.anonymous_bytes as f64);
         if self

@@ -27,7 +27,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use sluice_throttle::policy::{Action, Bucket, Buckets, Checks, Op, Quota, Rates, Tally};
+use sluice_throttle::policy::{
+    Action, AuthorRefusal, Bucket, Buckets, Checks, Op, Quota, Rates, Tally,
+};
+use sluice_throttle::trust::WriteStanding;
 use sluice_throttle::{
     BucketConfig, Direction, GovernorState, KeyedBuckets, KeyedStats, Mode, RateLimited, Tiers,
     TokenBucket, Verdict,
@@ -63,6 +66,11 @@ pub struct Throttle {
     /// Whether the maps a cluster shares count their keys' use
     /// ([`Throttle::track_usage`]).
     usage_tracking: AtomicBool,
+    /// The budget every author outside the web of trust shares
+    /// (`trust.outsider_events_per_s`), and the EVENTs that asked for it
+    /// since the monitor last looked.
+    outsiders: Mutex<TokenBucket>,
+    outsider_asks: AtomicU64,
 }
 
 /// The tiers and, for each tier above anonymous (`tier.index - 1`), its
@@ -122,6 +130,21 @@ fn keyed<K: std::hash::Hash + Eq + Clone>(b: BucketConfig, max_keys: usize) -> K
     })
 }
 
+/// The outsiders' budget at `per_s` (validated): a second's worth at once.
+fn outsider_bucket(per_s: f64) -> TokenBucket {
+    let b = BucketConfig {
+        rate_per_s: per_s,
+        burst_ratio: 1.0,
+        window_ms: 1000,
+        catch_up_ms: 0,
+    };
+    TokenBucket::new(b, 0).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "invalid outsider budget: using the defaults");
+        TokenBucket::new(BucketConfig::default(), 0)
+            .unwrap_or_else(|_| unreachable!("the default bucket config is valid"))
+    })
+}
+
 /// Locks a mutex whose data stays consistent even if a holder panicked.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -149,6 +172,10 @@ impl Buckets for Maps<'_> {
                 None => Ok(()),
             },
             Bucket::Author(p) => lock(&self.0.events_pubkey).check(p, now_ns, cost),
+            Bucket::Outsiders => {
+                self.0.outsider_asks.fetch_add(1, Ordering::Relaxed);
+                lock(&self.0.outsiders).try_take(now_ns, cost)
+            }
         }
     }
 
@@ -161,6 +188,7 @@ impl Buckets for Maps<'_> {
                 }
             }
             Bucket::Author(p) => lock(&self.0.events_pubkey).settle(p, now_ns, delta_units),
+            Bucket::Outsiders => lock(&self.0.outsiders).settle(now_ns, delta_units),
         }
     }
 }
@@ -216,6 +244,8 @@ impl Throttle {
             connections: Mutex::new(HashMap::new()),
             config: ArcSwap::from_pointee(cfg),
             usage_tracking: AtomicBool::new(false),
+            outsiders: Mutex::new(outsider_bucket(50.0)),
+            outsider_asks: AtomicU64::new(0),
         };
         t.export_mode();
         Arc::new(t)
@@ -329,9 +359,28 @@ impl Throttle {
         self.checks(|c| c.operation(op, who, pacer, published))
     }
 
-    /// Admission of one EVENT after its signature: the author's bucket.
-    pub fn admit_author(&self, pubkey: &[u8; 32]) -> Verdict {
-        self.checks(|c| c.author(pubkey))
+    /// Admission of one EVENT after its signature: its author's bucket
+    /// and, for an outsider, the outsiders' budget (see
+    /// `sluice_throttle::policy::Checks::author`).
+    pub fn admit_author(
+        &self,
+        pubkey: &[u8; 32],
+        standing: &WriteStanding,
+        difficulty: u32,
+    ) -> Result<(), AuthorRefusal> {
+        self.checks(|c| c.author(pubkey, standing, difficulty))
+    }
+
+    /// Sets the outsiders' budget (`trust.outsider_events_per_s`): one
+    /// second's worth back to back; it starts full.
+    pub fn set_outsider_rate(&self, per_s: f64) {
+        *lock(&self.outsiders) = outsider_bucket(per_s);
+    }
+
+    /// The outsiders' EVENTs that asked for their budget since the last
+    /// call.
+    pub(crate) fn take_outsider_asks(&self) -> u64 {
+        self.outsider_asks.swap(0, Ordering::Relaxed)
     }
 
     /// Admission of a query estimated at `estimate` units: its read cost,

@@ -235,7 +235,7 @@ pub(crate) fn spawn(
     store: Store,
     cfg: EngineConfig,
     live: Arc<LiveHub>,
-    tap: Arc<crate::replica::Tap>,
+    (tap, trust): (Arc<crate::replica::Tap>, Arc<crate::trust::Trust>),
     plan: Arc<SharedPlan>,
     disk: Arc<DiskGate>,
 ) -> Result<WriterHandle, crate::StartError> {
@@ -249,6 +249,7 @@ pub(crate) fn spawn(
         cfg,
         live,
         tap,
+        trust,
         rx,
         queued: queued.clone(),
         bulk_cost: CommitCost::default(),
@@ -423,6 +424,7 @@ struct Writer {
     cfg: EngineConfig,
     live: Arc<LiveHub>,
     tap: Arc<crate::replica::Tap>,
+    trust: Arc<crate::trust::Trust>,
     rx: Receiver<Msg>,
     queued: Arc<AtomicUsize>,
     bulk_cost: CommitCost,
@@ -732,6 +734,7 @@ impl Writer {
                 self.live.publish(&stored);
                 self.retainer.note_stored(stored.iter().map(|l| &*l.event));
                 self.apply_vanish(&plan, stored.iter().map(|l| &*l.event));
+                self.trust.note_stored(stored.iter().map(|l| &*l.event));
                 if self.tap.attached() {
                     for (r, outcome) in batch.iter().zip(&outcomes) {
                         if r.replicate && matches!(outcome, WriteOutcome::Stored { .. }) {
@@ -821,6 +824,7 @@ impl Writer {
         };
         self.retainer.note_stored(stored_events());
         self.apply_vanish(&plan, stored_events());
+        self.trust.note_stored(stored_events());
         let live: Vec<Arc<LiveEvent>> = if self.live.subscriptions() > 0 {
             bulk.events
                 .into_iter()

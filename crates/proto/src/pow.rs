@@ -26,7 +26,10 @@ pub fn leading_zero_bits(id: &[u8; 32]) -> u32 {
 /// The target committed in the first `nonce` tag, if it has one that is a
 /// number.
 pub fn committed_target(ev: &Event) -> Option<u32> {
-    let tag = ev.tags.iter().find(|t| t.first().is_some_and(|n| n == "nonce"))?;
+    let tag = ev
+        .tags
+        .iter()
+        .find(|t| t.first().is_some_and(|n| n == "nonce"))?;
     tag.get(2)?.trim().parse().ok()
 }
 

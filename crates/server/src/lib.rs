@@ -241,6 +241,7 @@ async fn root(
             &st.auth,
             &st.engine.policy().rules(),
             &st.engine.retention().nip11,
+            st.engine.trust().difficulty_now(),
         );
         let mut resp = doc.into_response();
         resp.headers_mut().insert(

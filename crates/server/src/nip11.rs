@@ -9,7 +9,7 @@ use crate::config::{AuthConfig, LimitsConfig, RelayInfoConfig};
 
 /// NIPs this relay implements in full, whatever the config (NIP-86
 /// management is always served on the relay URL, see `crate::router`).
-pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 40, 45, 62, 77, 86];
+pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 13, 40, 45, 62, 77, 86];
 
 /// NIPs offered when `auth.enabled` is on: AUTH and protected events.
 pub const AUTH_NIPS: &[u16] = &[42, 70];
@@ -20,6 +20,7 @@ pub fn document(
     auth: &AuthConfig,
     policy: &sluice_engine::policy::Rules,
     retention: &[Value],
+    min_pow_difficulty: u32,
 ) -> String {
     let mut nips = SUPPORTED_NIPS.to_vec();
     if auth.enabled {
@@ -41,7 +42,7 @@ pub fn document(
             "max_subid_length": limits.max_subid_length,
             "max_event_tags": limits.max_event_tags,
             "max_content_length": limits.max_content_bytes,
-            "min_pow_difficulty": 0,
+            "min_pow_difficulty": min_pow_difficulty,
             "auth_required": policy.read_restricted(),
             "payment_required": false,
             "restricted_writes": policy.members_only(),

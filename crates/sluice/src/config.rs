@@ -19,7 +19,7 @@ use sluice_cluster::ClusterConfig;
 use sluice_engine::{EngineConfig, PolicyConfig, RetentionConfig, RetentionPlan};
 use sluice_server::address::TrustedProxies;
 use sluice_server::{AuthConfig, LimitsConfig, RelayInfoConfig, ServerConfig};
-use sluice_throttle::ThrottleConfig;
+use sluice_throttle::{PowConfig, ThrottleConfig, TrustConfig};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -33,6 +33,8 @@ pub struct Config {
     pub auth: AuthConfig,
     pub policy: PolicyConfig,
     pub retention: RetentionConfig,
+    pub trust: TrustConfig,
+    pub pow: PowConfig,
     pub metrics: MetricsConfig,
     pub log: LogConfig,
     pub cluster: ClusterConfig,
@@ -136,6 +138,10 @@ impl Config {
             self.retention.validate(),
             self.engine.validate(),
             self.throttle.validate().map_err(|e| e.to_string()),
+            self.trust
+                .validate(&self.throttle.tiers)
+                .map_err(|e| e.to_string()),
+            self.pow.validate().map_err(|e| e.to_string()),
             // The one `[throttle]` key the server parses: addresses are its
             // concern.
             TrustedProxies::parse(&self.throttle.clients.trusted_proxies).map(drop),

@@ -39,6 +39,13 @@ pub fn run(cfg: Config, config_file: Option<PathBuf>) -> anyhow::Result<()> {
     let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone())?;
     // Retention runs on the writer thread from here on.
     engine.set_retention(cfg.retention_plan());
+    // The web of trust is read from the store by its own thread; clients
+    // are served once it has been (else every author would be an outsider
+    // for a moment).
+    engine.set_trust(cfg.trust.clone(), cfg.pow.clone())?;
+    if !engine.trust().wait_ready(Duration::from_secs(120)) {
+        tracing::warn!("web of trust still being read from the store after 120 s; serving anyway");
+    }
     let result = runtime.block_on(serve(cfg, config_file, listeners, engine.clone(), metrics));
     // Sessions are gone: stop the monitor, let the writer commit what is
     // queued, then close.
@@ -195,8 +202,8 @@ async fn wait_for_signal(shutdown: CancellationToken) {
 }
 
 /// SIGHUP re-reads the configuration (file and environment) and applies
-/// `[throttle]`, `[retention]`, `[policy]` (but its plugin), `[limits]` and
-/// `[relay]` as one snapshot: the whole config is validated first, and the
+/// `[throttle]`, `[retention]`, `[trust]`, `[pow]`, `[policy]` (but its
+/// plugin), `[limits]` and `[relay]` as one snapshot: the whole config is validated first, and the
 /// one part that can still refuse (the throttle's buckets and scheduler,
 /// all or nothing itself) goes first, so a refused reload changes nothing.
 /// Other sections need a restart (docs/configuration.md#reloading).
@@ -233,6 +240,9 @@ fn apply(cfg: Config, state: &AppState) -> anyhow::Result<()> {
         .reload_throttle(cfg.throttle)
         .map_err(anyhow::Error::msg)?;
     engine.set_retention(plan);
+    engine
+        .set_trust(cfg.trust, cfg.pow)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     if engine.policy().reload(cfg.policy) {
         tracing::warn!(
             "SIGHUP: [policy.plugin] changed; the running plugin keeps its settings until a restart"

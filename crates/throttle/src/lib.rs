@@ -86,10 +86,10 @@ pub use governor::{DirectionState, Governor, GovernorState};
 pub use keyed::{KeyedBuckets, KeyedStats};
 pub use meter::RateMeter;
 pub use pid::{Pid, PidConfig, PidState};
+pub use pow::{PowConfig, PowController};
 pub use refusal::{Cause, Layer, RateLimited};
 pub use signals::{
     LoadSignals, NormalizedSignals, SignalTargets, memory_pressure, process_variable,
 };
-pub use pow::{PowConfig, PowController};
 pub use tiers::{ClientKey, Principal, Tier, Tiers, TiersConfig};
 pub use trust::{DistanceTiers, Explanation, OutsiderWrites, TrustConfig, TrustGraph};

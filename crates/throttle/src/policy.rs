@@ -345,7 +345,12 @@ impl<B: Buckets, T: Tally> Checks<'_, B, T> {
             return Ok(());
         }
         let taken = self.buckets.take(Bucket::Outsiders, 1, self.now_ns);
-        match self.bucket_answer(Direction::Write, Layer::OutsiderBudget, taken, OUTSIDER_TEXT) {
+        match self.bucket_answer(
+            Direction::Write,
+            Layer::OutsiderBudget,
+            taken,
+            OUTSIDER_TEXT,
+        ) {
             Ok(()) => Ok(()),
             Err(_) if rule.adaptive && rule.current > 0 => Err(AuthorRefusal::Pow {
                 required: rule.current,
@@ -611,8 +616,8 @@ mod tests {
 
     use super::*;
     use crate::keyed::KeyedBuckets;
-    use crate::trust::OutsiderRule;
     use crate::tiers::{ListedTier, Tiers, TiersConfig};
+    use crate::trust::OutsiderRule;
 
     const MS: u64 = 1_000_000;
     const SECOND: u64 = 1_000 * MS;
@@ -953,7 +958,7 @@ mod tests {
 
     #[test]
     fn outsiders_share_one_budget_that_the_current_work_passes_and_a_trusted_tier_has_its_own_bucket()
-    {
+     {
         let mut w = World::new(roomy(Mode::Enforce));
         let limited = |adaptive, current| {
             WriteStanding::Outsider(OutsiderRule {
@@ -964,8 +969,14 @@ mod tests {
             })
         };
         // Two outsiders' EVENTs take the shared budget, whoever signs them.
-        assert_eq!(w.at(0, |c| c.author(&[1; 32], &limited(false, 0), 0)), Ok(()));
-        assert_eq!(w.at(0, |c| c.author(&[2; 32], &limited(false, 0), 0)), Ok(()));
+        assert_eq!(
+            w.at(0, |c| c.author(&[1; 32], &limited(false, 0), 0)),
+            Ok(())
+        );
+        assert_eq!(
+            w.at(0, |c| c.author(&[2; 32], &limited(false, 0), 0)),
+            Ok(())
+        );
         let Err(AuthorRefusal::Limited(r)) = w.at(0, |c| c.author(&[3; 32], &limited(false, 0), 0))
         else {
             panic!("the budget is spent")
@@ -977,9 +988,15 @@ mod tests {
             w.at(0, |c| c.author(&[3; 32], &limited(true, 9), 8)),
             Err(AuthorRefusal::Pow { required: 9 })
         );
-        assert_eq!(w.at(0, |c| c.author(&[3; 32], &limited(true, 9), 9)), Ok(()));
+        assert_eq!(
+            w.at(0, |c| c.author(&[3; 32], &limited(true, 9), 9)),
+            Ok(())
+        );
         // Work counts only when adaptive asks for it.
-        assert!(w.at(0, |c| c.author(&[3; 32], &limited(false, 9), 30)).is_err());
+        assert!(
+            w.at(0, |c| c.author(&[3; 32], &limited(false, 9), 30))
+                .is_err()
+        );
         // The other modes do not touch the budget here.
         let pow = WriteStanding::Outsider(OutsiderRule {
             writes: OutsiderWrites::Pow,

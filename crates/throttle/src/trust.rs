@@ -515,9 +515,12 @@ mod tests {
         // Distance 2 is the edge: its list does not count.
         assert!(!follow(&mut g, 4, 10, &[5]));
         assert_eq!(g.distance(&pk(5)), None);
-        assert_eq!(g.explain(&pk(4)), Explanation::Followed {
-            path: vec![pk(1), pk(2), pk(4)]
-        });
+        assert_eq!(
+            g.explain(&pk(4)),
+            Explanation::Followed {
+                path: vec![pk(1), pk(2), pk(4)]
+            }
+        );
         assert_eq!(g.explain(&pk(1)), Explanation::Seed);
         assert_eq!(g.explain(&pk(5)), Explanation::Outside { truncated: false });
     }
@@ -534,7 +537,11 @@ mod tests {
         assert_eq!(g.distance(&pk(3)), None);
         assert_eq!(g.distance(&pk(5)), None);
         assert_eq!(g.distance(&pk(4)), Some(2));
-        assert_eq!(g.lists().0, 2, "3's list no longer counts, so it is dropped");
+        assert_eq!(
+            g.lists().0,
+            2,
+            "3's list no longer counts, so it is dropped"
+        );
         // A replayed older list changes nothing.
         assert!(!follow(&mut g, 1, 15, &[2, 3]));
         assert_eq!(g.distance(&pk(3)), None);
@@ -615,7 +622,10 @@ mod tests {
             before_signature(&rule(OutsiderWrites::Limited, 8, 12), 7),
             Err(TrustRefusal::Pow { required: 8 })
         );
-        assert_eq!(before_signature(&rule(OutsiderWrites::Limited, 8, 12), 8), Ok(()));
+        assert_eq!(
+            before_signature(&rule(OutsiderWrites::Limited, 8, 12), 8),
+            Ok(())
+        );
     }
 
     #[test]

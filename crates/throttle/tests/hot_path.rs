@@ -142,8 +142,10 @@ fn admission_policy_does_not_allocate() {
     use std::net::IpAddr;
 
     use sluice_throttle::policy::{Action, Bucket, Buckets, Checks, Op, Tally};
+    use sluice_throttle::trust::{OutsiderRule, WriteStanding};
     use sluice_throttle::{
-        ConnPacer, Direction, Layer, Principal, RateLimited, ThrottleConfig, Tiers, TiersConfig,
+        ConnPacer, Direction, Layer, OutsiderWrites, Principal, RateLimited, ThrottleConfig,
+        Tiers, TiersConfig,
     };
 
     struct Maps {
@@ -155,6 +157,7 @@ fn admission_policy_does_not_allocate() {
             match b {
                 Bucket::Address(_, ip) => self.ips.check(&ip, now, cost),
                 Bucket::Pubkey(_, _, p) | Bucket::Author(p) => self.pubkeys.check(p, now, cost),
+                Bucket::Outsiders => Ok(()),
             }
         }
         fn settle(&mut self, _: Bucket<'_>, _: i64, _: u64) {}
@@ -192,6 +195,19 @@ fn admission_policy_does_not_allocate() {
         Verdict::refuse(Cause::OverCap, Duration::from_secs(1)),
     ];
     let mut pacer = ConnPacer::new(10);
+    // A trusted author, and an outsider in `limited` (the shared budget).
+    let standing = [
+        WriteStanding::Trusted {
+            distance: 1,
+            tier: None,
+        },
+        WriteStanding::Outsider(OutsiderRule {
+            writes: OutsiderWrites::Limited,
+            floor: 0,
+            current: 0,
+            adaptive: false,
+        }),
+    ];
     let mut run = |k: u64, maps: &mut Maps, count: &mut Count| {
         let mut c = Checks {
             config: &config,
@@ -206,7 +222,7 @@ fn admission_policy_does_not_allocate() {
         };
         let who = &who[(k % 100) as usize];
         c.operation(op, who, &mut pacer, published[(k % 3) as usize]);
-        c.author(&[(k % 100) as u8; 32]);
+        let _ = c.author(&[(k % 100) as u8; 32], &standing[(k % 2) as usize], 0);
     };
     for k in 0..1000 {
         run(k, &mut maps, &mut count);

@@ -5,8 +5,10 @@
 //! The order is fixed, cheapest refusal first: the event's limits, this
 //! connection's EVENTs in flight (`server.max_pending_writes`), the IP's
 //! bucket and the write controller (before the signature: a flood costs a
-//! bucket lookup, not curve arithmetic), then the signature, then the
-//! author's bucket (only after the signature: an unsigned claim must not
+//! bucket lookup, not curve arithmetic), the web of trust's `deny` and the
+//! proof of work an outsider must carry (a lookup and a count of zero
+//! bits), then the signature, then the author's bucket and an outsider's
+//! shared budget (only after the signature: an unsigned claim must not
 //! spend someone else's budget), then the writer's queue.
 //!
 //! A controller delay (`Verdict::Delay`) parks the EVENT in [`Held`] (one at
@@ -124,6 +126,10 @@ impl Session {
             .rules()
             .check_event(ev, self.ip, self.auth.pubkeys())
             .map_err(Refusal::Policy)?;
+        // The web of trust and proof of work on the claimed author: a
+        // lookup and a count of zero bits (the signature comes later).
+        let standing = self.st.engine.trust().standing(&ev.pubkey, ev.kind);
+        sluice_throttle::trust::before_signature(&standing, sluice_proto::pow::difficulty(ev))?;
         let max = self.st.server.max_pending_writes;
         if self.writes.len() >= max {
             return Err(Refusal::InFlight { max });
@@ -172,9 +178,8 @@ impl Session {
         self.check_protected(&ev)?;
         self.check_vanish(&ev)?;
         let throttle = self.st.engine.throttle();
-        if let Verdict::Refuse(r) = throttle.admit_author(&ev.pubkey) {
-            return Err(r.into());
-        }
+        let standing = self.st.engine.trust().standing(&ev.pubkey, ev.kind);
+        throttle.admit_author(&ev.pubkey, &standing, sluice_proto::pow::difficulty(&ev))?;
         let id = ev.id;
         let ev = Arc::new(*ev);
         if let Some(plugin) = self.st.engine.plugin() {

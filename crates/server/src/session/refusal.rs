@@ -91,6 +91,30 @@ pub(super) enum Refusal {
     Policy(sluice_engine::Denial),
     /// The write-policy plugin rejected it, with its message.
     Plugin(String),
+    /// NIP-13: an outsider's event without the work asked of it now.
+    Pow {
+        required: u32,
+    },
+    /// `trust.outsider_writes = "deny"` and its author is outside the web.
+    NotTrusted,
+}
+
+impl From<sluice_throttle::trust::TrustRefusal> for Refusal {
+    fn from(r: sluice_throttle::trust::TrustRefusal) -> Self {
+        match r {
+            sluice_throttle::trust::TrustRefusal::Pow { required } => Refusal::Pow { required },
+            sluice_throttle::trust::TrustRefusal::NotTrusted => Refusal::NotTrusted,
+        }
+    }
+}
+
+impl From<sluice_throttle::policy::AuthorRefusal> for Refusal {
+    fn from(r: sluice_throttle::policy::AuthorRefusal) -> Self {
+        match r {
+            sluice_throttle::policy::AuthorRefusal::Limited(r) => Refusal::Throttled(r),
+            sluice_throttle::policy::AuthorRefusal::Pow { required } => Refusal::Pow { required },
+        }
+    }
 }
 
 impl Refusal {
@@ -108,7 +132,8 @@ impl Refusal {
             | R::TooManyFilters { .. }
             | R::TooManyPubkeys { .. } => Reason::Invalid,
             R::AuthRequired(_) => Reason::AuthRequired,
-            R::Restricted(_) => Reason::Restricted,
+            R::Restricted(_) | R::NotTrusted => Reason::Restricted,
+            R::Pow { .. } => Reason::Pow,
             R::ProtectedWithoutAuth => Reason::Blocked,
             R::AuthUnsupported => Reason::Unsupported,
             R::Policy(d) => d.reason,
@@ -183,6 +208,8 @@ impl Refusal {
                 "protected events are not accepted: this relay does not offer AUTH".into()
             }
             R::Policy(d) => d.message.clone().into(),
+            R::Pow { required } => format!("difficulty {required} required").into(),
+            R::NotTrusted => "not in this relay's web of trust".into(),
             R::Plugin(msg) => match plugin_prefix(msg).1 {
                 "" => "rejected by the write policy".into(),
                 text => text.to_string().into(),
