@@ -102,6 +102,33 @@ async fn trust_follows_the_seeds_lists_two_hops_out_updates_on_unfollow_and_surv
     let mut c = relay.client().await;
     let (ok, msg) = c.publish(&note(3, "after restart")).await;
     assert!(ok, "{msg}");
+    // `sluice trust explain` reads the same web from the store, beside the
+    // running relay.
+    let explain = |who: u8| {
+        let out = std::process::Command::new(BIN)
+            .args(["trust", "explain", &pubkey_hex(who), "--config"])
+            .arg(tmp.path().with_extension("toml"))
+            .env("SLUICE_STORE__PATH", tmp.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let three = explain(3);
+    assert!(three.contains("is trusted at distance 2"), "{three}");
+    assert!(
+        three.contains(&format!("{} follows {}", pubkey_hex(SEED), pubkey_hex(2)))
+            && three.contains(&format!("{} follows {}", pubkey_hex(2), pubkey_hex(3))),
+        "{three}"
+    );
+    assert!(explain(SEED).contains("it is a seed"));
+    let four = explain(4);
+    assert!(four.contains("is not trusted"), "{four}");
+    assert!(four.contains("outsider_writes = \"deny\""), "{four}");
 }
 
 #[tokio::test]

@@ -12,6 +12,7 @@ mod retention;
 mod serve;
 mod sync;
 mod telemetry;
+mod trust;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -53,6 +54,8 @@ enum Command {
     Delete(admin::DeleteArgs),
     /// Retention tools.
     Retention(retention::RetentionArgs),
+    /// Web-of-trust tools (`trust explain PUBKEY`).
+    Trust(trust::TrustArgs),
     /// Write a compacted copy of the store to OUT/data.mdb (a backup, taken
     /// while the relay serves).
     Compact(compact::CompactArgs),
@@ -83,6 +86,7 @@ fn main() -> ExitCode {
         Command::Admin(args) => admin::run(args),
         Command::Delete(args) => admin::delete(args),
         Command::Retention(args) => retention::run(args),
+        Command::Trust(args) => trust::run(args),
         Command::Sync(args) => sync::run(args),
         Command::Compact(args) => compact::run(args),
         Command::Config {

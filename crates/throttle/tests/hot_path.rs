@@ -144,8 +144,8 @@ fn admission_policy_does_not_allocate() {
     use sluice_throttle::policy::{Action, Bucket, Buckets, Checks, Op, Tally};
     use sluice_throttle::trust::{OutsiderRule, WriteStanding};
     use sluice_throttle::{
-        ConnPacer, Direction, Layer, OutsiderWrites, Principal, RateLimited, ThrottleConfig,
-        Tiers, TiersConfig,
+        ConnPacer, Direction, Layer, OutsiderWrites, Principal, RateLimited, ThrottleConfig, Tiers,
+        TiersConfig,
     };
 
     struct Maps {
