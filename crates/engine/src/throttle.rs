@@ -54,6 +54,9 @@ pub struct Throttle {
     state: Mutex<Option<GovernorState>>,
     events_ip: Mutex<KeyedBuckets<IpAddr>>,
     events_pubkey: Mutex<KeyedBuckets<[u8; 32]>>,
+    /// Per-author EVENT buckets of each kind class
+    /// (`throttle.clients.kinds`), swapped whole when the classes change.
+    author_kinds: ArcSwap<Vec<Mutex<KeyedBuckets<[u8; 32]>>>>,
     reqs_ip: Mutex<KeyedBuckets<IpAddr>>,
     read_cost_ip: Mutex<KeyedBuckets<IpAddr>>,
     /// Current rate of the per-connection read budget (f64 bits), scaled
@@ -130,6 +133,14 @@ fn keyed<K: std::hash::Hash + Eq + Clone>(b: BucketConfig, max_keys: usize) -> K
     })
 }
 
+/// One per-author map per kind class (validated).
+fn kind_maps(c: &ClientsConfig) -> Vec<Mutex<KeyedBuckets<[u8; 32]>>> {
+    c.kinds
+        .iter()
+        .map(|k| Mutex::new(keyed(k.bucket(), c.max_tracked_keys)))
+        .collect()
+}
+
 /// The outsiders' budget at `per_s` (validated): a second's worth at once.
 fn outsider_bucket(per_s: f64) -> TokenBucket {
     let b = BucketConfig {
@@ -172,6 +183,12 @@ impl Buckets for Maps<'_> {
                 None => Ok(()),
             },
             Bucket::Author(p) => lock(&self.0.events_pubkey).check(p, now_ns, cost),
+            Bucket::AuthorKind(class, p) => {
+                match self.0.author_kinds.load().get(usize::from(class)) {
+                    Some(map) => lock(map).check(p, now_ns, cost),
+                    None => Ok(()),
+                }
+            }
             Bucket::Outsiders => {
                 self.0.outsider_asks.fetch_add(1, Ordering::Relaxed);
                 lock(&self.0.outsiders).try_take(now_ns, cost)
@@ -188,6 +205,11 @@ impl Buckets for Maps<'_> {
                 }
             }
             Bucket::Author(p) => lock(&self.0.events_pubkey).settle(p, now_ns, delta_units),
+            Bucket::AuthorKind(class, p) => {
+                if let Some(map) = self.0.author_kinds.load().get(usize::from(class)) {
+                    lock(map).settle(p, now_ns, delta_units);
+                }
+            }
             Bucket::Outsiders => lock(&self.0.outsiders).settle(now_ns, delta_units),
         }
     }
@@ -238,6 +260,7 @@ impl Throttle {
             state: Mutex::new(None),
             events_ip: Mutex::new(keyed(c.events_per_ip, max)),
             events_pubkey: Mutex::new(keyed(c.events_per_pubkey, max)),
+            author_kinds: ArcSwap::from_pointee(kind_maps(c)),
             reqs_ip: Mutex::new(keyed(c.reqs_per_ip, max)),
             read_cost_ip: Mutex::new(keyed(c.read_cost_per_ip, max)),
             read_cost_conn_rate: AtomicU64::new(c.read_cost_per_connection.rate_per_s.to_bits()),
@@ -310,6 +333,9 @@ impl Throttle {
             Ordering::Relaxed,
         );
         let old = self.config.load();
+        if old.clients.kinds != c.kinds || old.clients.max_tracked_keys != max {
+            self.author_kinds.store(Arc::new(kind_maps(c)));
+        }
         if (&old.tiers, &old.clients) != (&cfg.tiers, &cfg.clients) {
             // Tier membership or base rates changed: the per-pubkey buckets
             // start full again.
@@ -365,10 +391,11 @@ impl Throttle {
     pub fn admit_author(
         &self,
         pubkey: &[u8; 32],
+        kind: u16,
         standing: &WriteStanding,
         difficulty: u32,
     ) -> Result<(), AuthorRefusal> {
-        self.checks(|c| c.author(pubkey, standing, difficulty))
+        self.checks(|c| c.author(pubkey, kind, standing, difficulty))
     }
 
     /// Sets the outsiders' budget (`trust.outsider_events_per_s`): one

@@ -193,6 +193,56 @@ pub struct ClientsConfig {
     /// (addresses or CIDR blocks, e.g. "127.0.0.1/32", "10.0.0.0/8").
     /// Parsed and validated by the server, which resolves client addresses.
     pub trusted_proxies: Vec<String>,
+    /// Per-author EVENT rates of kind classes (`[[throttle.clients.kinds]]`):
+    /// an event of a listed kind is charged to its class's bucket of its
+    /// author instead of the author's general one, so a flood of reactions
+    /// does not spend the author's notes.
+    pub kinds: Vec<KindLimit>,
+}
+
+/// One kind class's per-author EVENT bucket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KindLimit {
+    /// A name for metrics and logs (`[a-z0-9_]`, 1-32 characters).
+    pub name: String,
+    /// The kinds of the class; a kind in several classes counts in the
+    /// first.
+    pub kinds: Vec<u16>,
+    /// EVENTs per second per author.
+    pub rate_per_s: f64,
+    #[serde(default = "two")]
+    pub burst_ratio: f64,
+    #[serde(default = "two_seconds")]
+    pub window_ms: u64,
+    #[serde(default = "five_seconds")]
+    pub catch_up_ms: u64,
+}
+
+fn two() -> f64 {
+    2.0
+}
+
+fn two_seconds() -> u64 {
+    2000
+}
+
+fn five_seconds() -> u64 {
+    5000
+}
+
+/// Most kind classes.
+pub const MAX_KIND_CLASSES: usize = 16;
+
+impl KindLimit {
+    pub fn bucket(&self) -> BucketConfig {
+        BucketConfig {
+            rate_per_s: self.rate_per_s,
+            burst_ratio: self.burst_ratio,
+            window_ms: self.window_ms,
+            catch_up_ms: self.catch_up_ms,
+        }
+    }
 }
 
 impl Default for ClientsConfig {
@@ -214,6 +264,7 @@ impl Default for ClientsConfig {
             min_rate_fraction: 0.1,
             polite_ops_per_s: 5.0,
             trusted_proxies: Vec::new(),
+            kinds: Vec::new(),
         }
     }
 }
@@ -257,7 +308,42 @@ impl ClientsConfig {
             0.0,
             f64::MAX,
             "a finite number >= 0",
-        )
+        )?;
+        if self.kinds.len() > MAX_KIND_CLASSES {
+            return Err(ConfigError::new(
+                "kinds",
+                self.kinds.len() as f64,
+                "at most 16 classes",
+            ));
+        }
+        for (i, k) in self.kinds.iter().enumerate() {
+            let at = format!("kinds[{i}]");
+            let name_ok = (1..=32).contains(&k.name.len())
+                && k.name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+            if !name_ok {
+                return Err(ConfigError::new(
+                    "name",
+                    k.name.len() as f64,
+                    "1-32 characters of a-z, 0-9, _",
+                )
+                .within(&at));
+            }
+            if k.kinds.is_empty() {
+                return Err(ConfigError::new("kinds", 0.0, "at least one kind").within(&at));
+            }
+            k.bucket().validate().map_err(|e| e.within(&at))?;
+        }
+        Ok(())
+    }
+
+    /// The index of the kind class `kind` is in, if any.
+    pub fn kind_class(&self, kind: u16) -> Option<u8> {
+        self.kinds
+            .iter()
+            .position(|k| k.kinds.contains(&kind))
+            .map(|i| i as u8)
     }
 }
 

@@ -22,8 +22,10 @@
 //!    `polite_ops_per_s × weight`); a delay is divided by the weight;
 //! 4. after the signature, its author's EVENT bucket
 //!    ([`Layer::PubkeyBucket`], "too many events from this author"): the
-//!    pubkey bucket of the tier its distance in the web of trust gives it
-//!    (`trust.distance_tiers`), else the author map;
+//!    author's bucket of the event's kind class (`throttle.clients.kinds`)
+//!    when one lists its kind, else the pubkey bucket of the tier its
+//!    distance in the web of trust gives it (`trust.distance_tiers`), else
+//!    the author map;
 //! 5. for an author outside the web when `trust.outsider_writes` is
 //!    `limited`, the outsiders' shared budget ([`Layer::OutsiderBudget`]),
 //!    unless the event carries the current adaptive proof of work; with
@@ -81,6 +83,9 @@ pub enum Bucket<'a> {
     Pubkey(Quota, u8, &'a [u8; 32]),
     /// The per-author EVENT map.
     Author(&'a [u8; 32]),
+    /// The per-author EVENT map of a kind class
+    /// (`throttle.clients.kinds[index]`).
+    AuthorKind(u8, &'a [u8; 32]),
     /// The one budget of every author outside the web of trust.
     Outsiders,
 }
@@ -312,23 +317,28 @@ impl<B: Buckets, T: Tally> Checks<'_, B, T> {
         }
     }
 
-    /// An EVENT after its signature: its author's bucket (its trust
-    /// tier's, or the author map), then for an outsider in `limited` the
+    /// An EVENT after its signature: its author's bucket (its kind
+    /// class's, else its trust tier's, else the author map), then for an outsider in `limited` the
     /// outsiders' budget, which a mined event at the current adaptive
     /// difficulty passes (see the module docs).
     pub fn author(
         &mut self,
         pubkey: &[u8; 32],
+        kind: u16,
         standing: &WriteStanding,
         difficulty: u32,
     ) -> Result<(), AuthorRefusal> {
         if self.mode() == Mode::Off {
             return Ok(());
         }
-        let bucket = match standing {
-            WriteStanding::Trusted {
-                tier: Some(tier), ..
-            } => Bucket::Pubkey(Quota::Events, *tier, pubkey),
+        let bucket = match (self.config.clients.kind_class(kind), standing) {
+            (Some(class), _) => Bucket::AuthorKind(class, pubkey),
+            (
+                None,
+                WriteStanding::Trusted {
+                    tier: Some(tier), ..
+                },
+            ) => Bucket::Pubkey(Quota::Events, *tier, pubkey),
             _ => Bucket::Author(pubkey),
         };
         self.take(
@@ -629,6 +639,7 @@ mod tests {
         address: HashMap<Quota, KeyedBuckets<IpAddr>>,
         pubkey: HashMap<(Quota, u8), KeyedBuckets<[u8; 32]>>,
         author: KeyedBuckets<[u8; 32]>,
+        kinds: HashMap<u8, KeyedBuckets<[u8; 32]>>,
         outsiders: TokenBucket,
         log: Vec<String>,
     }
@@ -646,6 +657,7 @@ mod tests {
                 address: address.into_iter().collect(),
                 pubkey: HashMap::new(),
                 author: KeyedBuckets::new(cfg.events_per_pubkey, 100).unwrap(),
+                kinds: HashMap::new(),
                 // Two EVENTs back to back, one a second.
                 outsiders: TokenBucket::new(
                     BucketConfig {
@@ -691,6 +703,14 @@ mod tests {
                     self.tier(q, t).check(p, now_ns, cost),
                 ),
                 Bucket::Author(p) => ("author".into(), self.author.check(p, now_ns, cost)),
+                Bucket::AuthorKind(k, p) => {
+                    let b = self.cfg.kinds[usize::from(k)].bucket();
+                    let map = self
+                        .kinds
+                        .entry(k)
+                        .or_insert_with(|| KeyedBuckets::new(b, 100).unwrap());
+                    (format!("kind class {k}"), map.check(p, now_ns, cost))
+                }
                 Bucket::Outsiders => ("outsiders".into(), self.outsiders.try_take(now_ns, cost)),
             };
             self.log.push(name);
@@ -704,6 +724,11 @@ mod tests {
                 }
                 Bucket::Pubkey(q, t, p) => self.tier(q, t).settle(p, now_ns, delta),
                 Bucket::Author(p) => self.author.settle(p, now_ns, delta),
+                Bucket::AuthorKind(k, p) => {
+                    if let Some(map) = self.kinds.get_mut(&k) {
+                        map.settle(p, now_ns, delta)
+                    }
+                }
                 Bucket::Outsiders => self.outsiders.settle(now_ns, delta),
             }
         }
@@ -882,9 +907,9 @@ mod tests {
             tier: None,
         };
         for _ in 0..2 {
-            assert_eq!(w.at(0, |c| c.author(&LISTED, &anyone, 0)), Ok(()));
+            assert_eq!(w.at(0, |c| c.author(&LISTED, 1, &anyone, 0)), Ok(()));
         }
-        let Err(AuthorRefusal::Limited(r)) = w.at(0, |c| c.author(&LISTED, &anyone, 0)) else {
+        let Err(AuthorRefusal::Limited(r)) = w.at(0, |c| c.author(&LISTED, 1, &anyone, 0)) else {
             panic!("not limited")
         };
         assert_eq!(r.layer, Layer::PubkeyBucket);
@@ -970,14 +995,15 @@ mod tests {
         };
         // Two outsiders' EVENTs take the shared budget, whoever signs them.
         assert_eq!(
-            w.at(0, |c| c.author(&[1; 32], &limited(false, 0), 0)),
+            w.at(0, |c| c.author(&[1; 32], 1, &limited(false, 0), 0)),
             Ok(())
         );
         assert_eq!(
-            w.at(0, |c| c.author(&[2; 32], &limited(false, 0), 0)),
+            w.at(0, |c| c.author(&[2; 32], 1, &limited(false, 0), 0)),
             Ok(())
         );
-        let Err(AuthorRefusal::Limited(r)) = w.at(0, |c| c.author(&[3; 32], &limited(false, 0), 0))
+        let Err(AuthorRefusal::Limited(r)) =
+            w.at(0, |c| c.author(&[3; 32], 1, &limited(false, 0), 0))
         else {
             panic!("the budget is spent")
         };
@@ -985,16 +1011,16 @@ mod tests {
         assert_eq!(r.message, OUTSIDER_TEXT);
         // Adaptive: the refusal asks for the work, and the work passes.
         assert_eq!(
-            w.at(0, |c| c.author(&[3; 32], &limited(true, 9), 8)),
+            w.at(0, |c| c.author(&[3; 32], 1, &limited(true, 9), 8)),
             Err(AuthorRefusal::Pow { required: 9 })
         );
         assert_eq!(
-            w.at(0, |c| c.author(&[3; 32], &limited(true, 9), 9)),
+            w.at(0, |c| c.author(&[3; 32], 1, &limited(true, 9), 9)),
             Ok(())
         );
         // Work counts only when adaptive asks for it.
         assert!(
-            w.at(0, |c| c.author(&[3; 32], &limited(false, 9), 30))
+            w.at(0, |c| c.author(&[3; 32], 1, &limited(false, 9), 30))
                 .is_err()
         );
         // The other modes do not touch the budget here.
@@ -1004,20 +1030,51 @@ mod tests {
             current: 0,
             adaptive: false,
         });
-        assert_eq!(w.at(0, |c| c.author(&[4; 32], &pow, 0)), Ok(()));
+        assert_eq!(w.at(0, |c| c.author(&[4; 32], 1, &pow, 0)), Ok(()));
         // A trusted author with a tier: that tier's pubkey bucket.
         let tiered = WriteStanding::Trusted {
             distance: 1,
             tier: Some(2),
         };
         w.maps.log.clear();
-        assert_eq!(w.at(0, |c| c.author(&[5; 32], &tiered, 0)), Ok(()));
+        assert_eq!(w.at(0, |c| c.author(&[5; 32], 1, &tiered, 0)), Ok(()));
         assert_eq!(w.maps.log, ["tier 2 Events"]);
         // After a second the budget holds one more.
         assert_eq!(
-            w.at(SECOND, |c| c.author(&[6; 32], &limited(false, 0), 0)),
+            w.at(SECOND, |c| c.author(&[6; 32], 1, &limited(false, 0), 0)),
             Ok(())
         );
+    }
+
+    #[test]
+    fn a_kind_class_has_its_own_bucket_per_author_so_reactions_do_not_spend_notes() {
+        let mut cfg = config(Mode::Enforce);
+        cfg.clients.kinds.push(crate::config::KindLimit {
+            name: "reactions".into(),
+            kinds: vec![7, 6],
+            rate_per_s: 1.0,
+            burst_ratio: 1.0,
+            window_ms: 3000,
+            catch_up_ms: 0,
+        });
+        cfg.validate().unwrap();
+        let mut w = World::new(cfg);
+        let anyone = WriteStanding::Trusted {
+            distance: 1,
+            tier: None,
+        };
+        // Three reactions back to back, then the class's bucket refuses...
+        for _ in 0..3 {
+            assert_eq!(w.at(0, |c| c.author(&PUBKEY, 7, &anyone, 0)), Ok(()));
+        }
+        assert!(w.at(0, |c| c.author(&PUBKEY, 6, &anyone, 0)).is_err());
+        // ...while the same author's notes still have their two.
+        assert_eq!(w.at(0, |c| c.author(&PUBKEY, 1, &anyone, 0)), Ok(()));
+        assert_eq!(w.at(0, |c| c.author(&PUBKEY, 1, &anyone, 0)), Ok(()));
+        assert!(w.at(0, |c| c.author(&PUBKEY, 1, &anyone, 0)).is_err());
+        assert!(w.maps.log.contains(&"kind class 0".to_string()));
+        // Another author's reactions are their own.
+        assert_eq!(w.at(0, |c| c.author(&LISTED, 7, &anyone, 0)), Ok(()));
     }
 
     #[test]
@@ -1034,7 +1091,7 @@ mod tests {
             adaptive: false,
         });
         for _ in 0..10 {
-            assert_eq!(w.at(0, |c| c.author(&PUBKEY, &outsider, 0)), Ok(()));
+            assert_eq!(w.at(0, |c| c.author(&PUBKEY, 1, &outsider, 0)), Ok(()));
         }
         let mut conn = TokenBucket::new(w.cfg.clients.read_cost_per_connection, 0).unwrap();
         for _ in 0..3 {

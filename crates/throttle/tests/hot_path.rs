@@ -156,7 +156,9 @@ fn admission_policy_does_not_allocate() {
         fn take(&mut self, b: Bucket<'_>, cost: u32, now: u64) -> Result<(), Duration> {
             match b {
                 Bucket::Address(_, ip) => self.ips.check(&ip, now, cost),
-                Bucket::Pubkey(_, _, p) | Bucket::Author(p) => self.pubkeys.check(p, now, cost),
+                Bucket::Pubkey(_, _, p) | Bucket::Author(p) | Bucket::AuthorKind(_, p) => {
+                    self.pubkeys.check(p, now, cost)
+                }
                 Bucket::Outsiders => Ok(()),
             }
         }
@@ -222,7 +224,7 @@ fn admission_policy_does_not_allocate() {
         };
         let who = &who[(k % 100) as usize];
         c.operation(op, who, &mut pacer, published[(k % 3) as usize]);
-        let _ = c.author(&[(k % 100) as u8; 32], &standing[(k % 2) as usize], 0);
+        let _ = c.author(&[(k % 100) as u8; 32], 1, &standing[(k % 2) as usize], 0);
     };
     for k in 0..1000 {
         run(k, &mut maps, &mut count);

@@ -179,7 +179,12 @@ impl Session {
         self.check_vanish(&ev)?;
         let throttle = self.st.engine.throttle();
         let standing = self.st.engine.trust().standing(&ev.pubkey, ev.kind);
-        throttle.admit_author(&ev.pubkey, &standing, sluice_proto::pow::difficulty(&ev))?;
+        throttle.admit_author(
+            &ev.pubkey,
+            ev.kind,
+            &standing,
+            sluice_proto::pow::difficulty(&ev),
+        )?;
         let id = ev.id;
         let ev = Arc::new(*ev);
         if let Some(plugin) = self.st.engine.plugin() {
