@@ -10,7 +10,11 @@
 //! - one address flooding all three nodes is held to the one global rate;
 //! - Redis stopped and restarted: the nodes keep serving, say so on
 //!   /metrics and /readyz, and recover (what was published meanwhile
-//!   reaches the other node).
+//!   reaches the other node);
+//! - repairs that cannot read everything a peer holds fail, counted and
+//!   logged with the reason, and the node keeps serving: a peer that sends
+//!   no challenge or refuses the AUTH, a peer killed (then gone from the
+//!   registry: no peer).
 //!
 //! Without `redis-server` on PATH these tests say so and pass, unless
 //! `CLUSTER_TESTS_REQUIRE_REDIS` is set (`.ci/run` sets it and installs Redis).
@@ -105,16 +109,22 @@ fn repair_key_hex() -> &'static str {
 
 /// A client authenticated with the repair key: it reads private kinds too.
 async fn full_reader(relay: &Relay) -> Client {
+    authenticated(relay, REPAIR_KEY).await
+}
+
+/// A client authenticated as actor `n`: it reads the private events that
+/// name it (all of them where `n` is a full reader).
+async fn authenticated(relay: &Relay, n: u8) -> Client {
     let mut c = relay.client().await;
     let challenge = c.challenge().await;
     let tags = vec![
         vec!["relay".to_string(), relay.url()],
         vec!["challenge".to_string(), challenge],
     ];
-    let auth = Event::sign(&key(REPAIR_KEY), now(), 22242, tags, "");
+    let auth = Event::sign(&key(n), now(), 22242, tags, "");
     c.send_text(&format!("[\"AUTH\",{}]", auth.raw())).await;
     let (ok, why) = c.expect_ok(&auth.id_hex()).await;
-    assert!(ok, "AUTH as the repair key: {why}");
+    assert!(ok, "AUTH as actor {n}: {why}");
     c
 }
 
@@ -205,11 +215,54 @@ where
 
 /// Events the relay holds for `filter` (COUNT).
 async fn count(relay: &Relay, filter: Value) -> u64 {
-    let mut c = full_reader(relay).await;
+    count_as(relay, REPAIR_KEY, filter).await
+}
+
+/// Events the relay shows actor `n` for `filter` (COUNT, authenticated).
+async fn count_as(relay: &Relay, n: u8, filter: Value) -> u64 {
+    let mut c = authenticated(relay, n).await;
     c.send(json!(["COUNT", "n", filter])).await;
     let m = c.recv().await;
     assert_eq!(m[0], "COUNT", "{m}");
     m[2]["count"].as_u64().unwrap()
+}
+
+/// Whether one line of the relay's log holds every one of `parts`.
+fn logged(relay: &Relay, parts: &[&str]) -> bool {
+    relay
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|line| parts.iter().all(|p| line.contains(p)))
+}
+
+/// Waits until one line of the relay's log holds every one of `parts`;
+/// fails with the log after `limit`.
+async fn wait_logged(relay: &Relay, parts: &[&str], limit: Duration) {
+    let started = Instant::now();
+    while !logged(relay, parts) {
+        assert!(
+            started.elapsed() < limit,
+            "no log line with {parts:?} in {limit:?}; the log:\n{}",
+            relay.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The node still serves: an EVENT from actor `author` is stored and read
+/// back, /readyz says ready, and nothing in its log panicked.
+async fn assert_serving(relay: &Relay, author: u8) {
+    let e = ev(author, now(), 1, &[], "still serving");
+    let mut c = relay.client().await;
+    let (ok, why) = c.publish(&e).await;
+    assert!(ok, "{why}");
+    assert_eq!(count(relay, json!({"ids": [e.id_hex()]})).await, 1);
+    let (status, _, body) = http_get(&relay.addr, "/readyz", None).await;
+    assert_eq!((status, body.as_str()), (200, "ready\n"));
+    let log = relay.log_text();
+    assert!(!log.contains("panicked"), "{log}");
 }
 
 /// [`count`], or `None` when the relay asks to retry (the test's reader
@@ -759,4 +812,110 @@ async fn a_node_restarted_after_the_stream_was_trimmed_misses_nothing_round_afte
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+#[tokio::test]
+async fn repairs_from_peers_that_never_ask_for_auth_or_refuse_it_fail_and_say_why() {
+    let Some(redis) = Redis::start() else { return };
+    // Peers the repair key cannot authenticate with: one sends its challenge
+    // only with an answer that asks for it, one has NIP-42 off (and so no
+    // private kinds), one takes only AUTH events naming its public URL, not
+    // the address the other nodes reach it at.
+    let quiet = node(
+        &redis,
+        "quiet",
+        &[("SLUICE_AUTH__CHALLENGE_ON_CONNECT", "false")],
+    );
+    let off = node(
+        &redis,
+        "off",
+        &[
+            ("SLUICE_AUTH__ENABLED", "false"),
+            ("SLUICE_AUTH__PRIVATE_KINDS", "[]"),
+        ],
+    );
+    let proxied = node(
+        &redis,
+        "proxied",
+        &[("SLUICE_AUTH__RELAY_URLS", "[\"wss://relay.example.com\"]")],
+    );
+    // Events only the peers hold (imported beside them: not on the stream).
+    for (i, peer) in [&quiet, &off, &proxied].into_iter().enumerate() {
+        let events: Vec<Event> = (0..10)
+            .map(|j| note(50, i * 100 + j, "unrepaired"))
+            .collect();
+        import_events(&peer.dir, &events);
+    }
+    // C joins as a new consumer group: it repairs from every registered
+    // peer at once, again at each heartbeat after a failure.
+    let c = node(&redis, "c", &[]);
+    for (peer, why) in [
+        (&quiet, "the peer sent no AUTH challenge"),
+        (&off, "the peer sent no AUTH challenge"),
+        (
+            &proxied,
+            "the peer refused our AUTH: invalid: auth event's relay tag",
+        ),
+    ] {
+        let url = peer.url();
+        wait_logged(
+            &c,
+            &["cluster: repair failed", &url, why],
+            Duration::from_secs(90),
+        )
+        .await;
+    }
+    assert!(
+        c.metric("sluice_cluster_repairs_total", &["result=\"failed\""])
+            .await
+            >= 3.0
+    );
+    assert_eq!(
+        c.metric_or_zero("sluice_cluster_repairs_total", &["result=\"ok\""])
+            .await,
+        0.0
+    );
+    // A repair that failed at AUTH moved nothing.
+    assert_eq!(count(&c, json!({"authors": [pubkey_hex(50)]})).await, 0);
+    assert_serving(&c, 51).await;
+}
+
+#[tokio::test]
+async fn repairs_from_a_killed_peer_fail_until_it_leaves_the_registry_then_no_peer_is_counted() {
+    let Some(redis) = Redis::start() else { return };
+    let every = [("SLUICE_CLUSTER__REPAIR_EVERY_SECS", "1")];
+    let mut a = node(&redis, "a", &every);
+    let c = node(&redis, "c", &every);
+    wait_until(Duration::from_secs(60), "C repairs from A", || async {
+        c.metric_or_zero("sluice_cluster_repairs_total", &["result=\"ok\""])
+            .await
+            >= 1.0
+    })
+    .await;
+    let url = a.url();
+    a.signal("KILL");
+    a.wait_stopped();
+    // A's heartbeat stays in the registry, fresh for 10 s: C's repairs from
+    // it fail, counted and logged with the reason.
+    wait_logged(
+        &c,
+        &["cluster: repair failed", &url, "connecting to"],
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(
+        c.metric("sluice_cluster_repairs_total", &["result=\"failed\""])
+            .await
+            >= 1.0
+    );
+    // Then the heartbeat is stale: C waits for a peer to register (30 s)
+    // and counts itself alone.
+    wait_until(Duration::from_secs(120), "C finds no peer", || async {
+        c.metric_or_zero("sluice_cluster_repairs_total", &["result=\"no_peer\""])
+            .await
+            >= 1.0
+    })
+    .await;
+    assert!(logged(&c, &["no peer to repair from"]));
+    assert_serving(&c, 55).await;
 }

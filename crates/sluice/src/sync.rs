@@ -304,13 +304,24 @@ fn repair_items(
     Ok((filter, local_items(store, &parsed)?))
 }
 
+/// How long a repair waits for the challenge a peer sends at connect.
+const CHALLENGE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// NIP-42 with `key`: waits for the challenge the peer sends at connect
-/// (`auth.challenge_on_connect`), answers it and waits for OK true.
+/// (`auth.challenge_on_connect`), answers it and waits for OK true. An
+/// error says why, for the repair's log line.
 async fn authenticate(ws: &mut Ws, url: &str, key: &[u8; 32]) -> anyhow::Result<()> {
     let challenge = loop {
-        let msg = tokio::time::timeout(Duration::from_secs(5), ws.next())
+        let msg = tokio::time::timeout(CHALLENGE_TIMEOUT, ws.next())
             .await
-            .context("the peer sent no AUTH challenge (auth.challenge_on_connect off?)")?
+            .with_context(|| {
+                format!(
+                    "the peer sent no AUTH challenge within {} s: its auth.enabled or \
+                     auth.challenge_on_connect is off, and a repair with \
+                     cluster.repair_secret_key needs both",
+                    CHALLENGE_TIMEOUT.as_secs()
+                )
+            })?
             .context("the peer closed the connection")??;
         if let Message::Text(t) = msg {
             let v: Value = serde_json::from_str(&t).context("the peer sent something not JSON")?;
@@ -335,7 +346,10 @@ async fn authenticate(ws: &mut Ws, url: &str, key: &[u8; 32]) -> anyhow::Result<
             if m[2] == true {
                 return Ok(());
             }
-            bail!("the peer refused our AUTH: {}", m[3]);
+            bail!(
+                "the peer refused our AUTH: {}",
+                m[3].as_str().unwrap_or_default()
+            );
         }
     }
 }
