@@ -14,7 +14,8 @@
 //! - repairs that cannot read everything a peer holds fail, counted and
 //!   logged with the reason, and the node keeps serving: a peer that sends
 //!   no challenge or refuses the AUTH, a peer killed (then gone from the
-//!   registry: no peer).
+//!   registry: no peer); without a repair key, public events are repaired
+//!   and private kinds are not, as documented.
 //!
 //! Without `redis-server` on PATH these tests say so and pass, unless
 //! `CLUSTER_TESTS_REQUIRE_REDIS` is set (`.ci/run` sets it and installs Redis).
@@ -918,4 +919,58 @@ async fn repairs_from_a_killed_peer_fail_until_it_leaves_the_registry_then_no_pe
     .await;
     assert!(logged(&c, &["no peer to repair from"]));
     assert_serving(&c, 55).await;
+}
+
+#[tokio::test]
+async fn without_a_repair_key_public_events_are_repaired_and_private_kinds_are_not() {
+    let Some(redis) = Redis::start() else { return };
+    let extra = [
+        ("SLUICE_CLUSTER__REPAIR_SECRET_KEY", ""),
+        ("SLUICE_CLUSTER__REPAIR_EVERY_SECS", "1"),
+    ];
+    let a = node(&redis, "a", &extra);
+    // Notes and direct messages to actor 53, only on A (imported).
+    let notes: Vec<Event> = (0..20).map(|i| note(52, i, "public")).collect();
+    let dms: Vec<Event> = (0..10u64)
+        .map(|i| {
+            ev(
+                52,
+                now() - i,
+                4,
+                &[&["p", &pubkey_hex(53)]],
+                &format!("dm {i}"),
+            )
+        })
+        .collect();
+    import_events(&a.dir, &[notes.clone(), dms].concat());
+    let public = json!({"authors": [pubkey_hex(52)], "kinds": [1]});
+    let private = json!({"authors": [pubkey_hex(52)], "kinds": [4]});
+    assert_eq!(count_as(&a, 53, private.clone()).await, 10);
+    let c = node(&redis, "c", &extra);
+    // Said at start, before anything is repaired.
+    assert!(
+        logged(&c, &["cluster.repair_secret_key is empty"]),
+        "{}",
+        c.log_text()
+    );
+    wait_until(Duration::from_secs(60), "C repairs A's notes", || async {
+        count(&c, public.clone()).await == 20
+    })
+    .await;
+    // Two more repairs counted: at least one began after the notes had
+    // arrived, so the messages had every chance to come too.
+    let ok = r#"result="ok""#;
+    let seen = c.metric("sluice_cluster_repairs_total", &[ok]).await;
+    wait_until(Duration::from_secs(60), "C repairs again", || async {
+        c.metric("sluice_cluster_repairs_total", &[ok]).await >= seen + 2.0
+    })
+    .await;
+    assert_eq!(count_as(&c, 53, private).await, 0);
+    assert_eq!(difference(&c, public, &notes).await, (0, 0));
+    assert_eq!(
+        c.metric_or_zero("sluice_cluster_repairs_total", &["result=\"failed\""])
+            .await,
+        0.0
+    );
+    assert_serving(&c, 56).await;
 }

@@ -121,12 +121,13 @@ async fn serve(
         .load_policy(cfg.policy.clone())
         .await
         .context("loading the runtime policy from the store")?;
+    let auth = auth_with_cluster_reader(&cfg);
     let state = AppState::new(
         engine.clone(),
         sluice_server::FrontEnd {
             server: fit_descriptors(&cfg.server),
             limits: cfg.limits.clone(),
-            auth: auth_with_cluster_reader(&cfg),
+            auth: auth.clone(),
             relay: cfg.relay.clone(),
         },
         cfg.metrics.on_relay_port.then(|| render.clone()),
@@ -156,6 +157,13 @@ async fn serve(
                     .map_err(|e| format!("{e:#}"))
             })
         });
+        if repair_key.is_none() && !auth.private_kinds.is_empty() {
+            tracing::warn!(
+                "cluster.repair_secret_key is empty: repairs read from the peers without \
+                 authenticating, so events of auth.private_kinds that miss the stream are not \
+                 repaired (set the same key on every node to repair them)"
+            );
+        }
         let c = sluice_cluster::Cluster::start(cfg.cluster.clone(), engine.clone(), addr, repair)
             .map_err(anyhow::Error::msg)?;
         Some(c)
