@@ -13,9 +13,10 @@
 //!   reaches the other node);
 //! - repairs that cannot read everything a peer holds fail, counted and
 //!   logged with the reason, and the node keeps serving: a peer that sends
-//!   no challenge or refuses the AUTH, a peer killed (then gone from the
-//!   registry: no peer); without a repair key, public events are repaired
-//!   and private kinds are not, as documented.
+//!   no challenge or refuses the AUTH, a peer that does not list the repair
+//!   key as a full reader, a peer killed (then gone from the registry: no
+//!   peer); without a repair key, public events are repaired and private
+//!   kinds are not, as documented.
 //!
 //! Without `redis-server` on PATH these tests say so and pass, unless
 //! `CLUSTER_TESTS_REQUIRE_REDIS` is set (`.ci/run` sets it and installs Redis).
@@ -973,4 +974,74 @@ async fn without_a_repair_key_public_events_are_repaired_and_private_kinds_are_n
         0.0
     );
     assert_serving(&c, 56).await;
+}
+
+#[tokio::test]
+async fn a_peer_that_does_not_list_the_repair_key_as_a_full_reader_is_not_repaired_from_and_says_why()
+ {
+    let Some(redis) = Redis::start() else { return };
+    // C repairs with another key than A's. A shows private kinds only to its
+    // own repair key; B lists C's too (as during a key rotation).
+    let other_key = hex::encode(key(98));
+    let c_readers = format!("[\"{}\"]", pubkey_hex(98));
+    let a = node(&redis, "a", &[]);
+    let b = node(&redis, "b", &[("SLUICE_AUTH__FULL_READERS", &c_readers)]);
+    // Notes and direct messages (to actor 58) only on A, and others only on B.
+    let held = |author: u8| -> Vec<Event> {
+        (0..10u64)
+            .map(|i| note(author, i as usize, "held"))
+            .chain((0..10u64).map(|i| {
+                ev(
+                    author,
+                    now() - i,
+                    4,
+                    &[&["p", &pubkey_hex(58)]],
+                    &format!("dm {i}"),
+                )
+            }))
+            .collect()
+    };
+    import_events(&a.dir, &held(57));
+    import_events(&b.dir, &held(59));
+    let c = node(
+        &redis,
+        "c",
+        &[("SLUICE_CLUSTER__REPAIR_SECRET_KEY", &other_key)],
+    );
+    let (url, mine) = (a.url(), pubkey_hex(98));
+    wait_logged(
+        &c,
+        &["cluster: repair failed", &url, &mine, "full_readers"],
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(
+        c.metric("sluice_cluster_repairs_total", &["result=\"failed\""])
+            .await
+            >= 1.0
+    );
+    // From B, which lists C's key, C repairs everything, messages included.
+    let from = |author: u8, kind: u16| json!({"authors": [pubkey_hex(author)], "kinds": [kind]});
+    wait_until(
+        Duration::from_secs(60),
+        "C repairs B's notes and messages",
+        || async {
+            count_as(&c, 58, from(59, 4)).await == 10 && count_as(&c, 58, from(59, 1)).await == 10
+        },
+    )
+    .await;
+    // Nothing from A: not even its notes (a repair reads all of a peer or
+    // nothing).
+    assert_eq!(
+        count_as(&c, 58, json!({"authors": [pubkey_hex(57)]})).await,
+        0
+    );
+    // A, repairing from C, is refused the same way (C lists only its own key).
+    wait_logged(
+        &a,
+        &["cluster: repair failed", &c.url(), "full_readers"],
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_serving(&c, 60).await;
 }

@@ -84,6 +84,9 @@ pub(crate) struct Shared {
     pub engine: Arc<Engine>,
     pub client: redis::Client,
     pub repair: RepairFn,
+    /// The pubkeys this node shows every private event to (hex), in its
+    /// heartbeat; `None` when nothing is private here.
+    pub full_readers: Option<Vec<String>>,
     /// Per task: whether its last Redis command succeeded.
     up: [AtomicBool; 4],
     /// Unix ms when Redis was first seen down in the current outage (0:
@@ -191,14 +194,19 @@ pub struct Cluster {
 impl Cluster {
     /// Attaches to `engine` and starts the publisher, consumer, limits and
     /// registry tasks on the current tokio runtime. `listen` (the bound
-    /// address) makes the default advertised URL. Fails only on a config Redis' client
-    /// refuses (an unreachable Redis is not an error: the node serves and
-    /// retries).
+    /// address) makes the default advertised URL. `full_readers`: the
+    /// pubkeys this node shows every private event to (`auth.full_readers`,
+    /// with the repair key's), or `None` when it has no private kinds; the
+    /// registry advertises them, and a peer whose repair key is not among
+    /// them does not repair from this node (it could not read everything).
+    /// Fails only on a config Redis' client refuses (an unreachable Redis is
+    /// not an error: the node serves and retries).
     pub fn start(
         cfg: ClusterConfig,
         engine: Arc<Engine>,
         listen: std::net::SocketAddr,
         repair: RepairFn,
+        full_readers: Option<Vec<[u8; 32]>>,
     ) -> Result<Cluster, String> {
         let client = redis::Client::open(cfg.redis_url.as_str())
             .map_err(|e| format!("cluster.redis_url: {e}"))?;
@@ -224,6 +232,11 @@ impl Cluster {
             engine: engine.clone(),
             client,
             repair,
+            full_readers: full_readers.map(|pks| {
+                pks.iter()
+                    .map(|pk| sluice_proto::hex32::encode(pk))
+                    .collect()
+            }),
             up: std::array::from_fn(|_| AtomicBool::new(true)),
             down_since_ms: AtomicU64::new(0),
             repair_wanted: AtomicBool::new(false),

@@ -11,6 +11,15 @@
 //! back empty the peers register again one heartbeat at a time, so for
 //! [`SETTLE`] after a repair, a peer that appears in the registry and was
 //! not repaired from is repaired from too.
+//!
+//! A heartbeat also names who reads every private event on its node (its
+//! full readers, when it has private kinds). A peer that does not list this
+//! node's repair key would show a repair only its public events, silently:
+//! such a repair fails instead, at once, saying why (the keys differ
+//! between the nodes), and is tried again at the next repair, not at each
+//! heartbeat (a configuration error does not pass by itself). Any other
+//! failure (the peer unreachable, no challenge, AUTH refused) is tried
+//! again at the next heartbeat.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -91,9 +100,13 @@ pub(crate) async fn run(sh: Arc<Shared>) {
             if s.since.elapsed() > SETTLE || !sh.cfg.repair_peers.is_empty() {
                 settling = None;
             } else {
-                let late: Vec<String> = peers.into_iter().filter(|p| !s.done.contains(p)).collect();
+                let late: Vec<Peer> = peers
+                    .into_iter()
+                    .filter(|p| !s.done.contains(&p.url))
+                    .collect();
                 if !late.is_empty() {
-                    tracing::info!(peers = ?late, "cluster: peers registered after the repair; repairing from them too");
+                    let urls: Vec<&str> = late.iter().map(|p| p.url.as_str()).collect();
+                    tracing::info!(peers = ?urls, "cluster: peers registered after the repair; repairing from them too");
                     s.done.extend(repair(&sh, late).await);
                 }
             }
@@ -109,12 +122,19 @@ pub(crate) async fn run(sh: Arc<Shared>) {
     }
 }
 
-/// Heartbeat and lag; returns the other nodes' URLs with a fresh
-/// heartbeat.
+/// Another node, as its last heartbeat describes it.
+struct Peer {
+    url: String,
+    /// Who reads every private event there (hex pubkeys); `None`: nothing
+    /// is private there, or it does not say (`cluster.repair_peers`).
+    full_readers: Option<Vec<String>>,
+}
+
+/// Heartbeat and lag; returns the other nodes with a fresh heartbeat.
 async fn beat(
     sh: &Shared,
     conn: &mut Option<MultiplexedConnection>,
-) -> redis::RedisResult<Vec<String>> {
+) -> redis::RedisResult<Vec<Peer>> {
     if conn.is_none() {
         *conn = Some(sh.connect(Duration::ZERO).await?);
     }
@@ -122,7 +142,11 @@ async fn beat(
         return Ok(Vec::new());
     };
     let now = now_ms();
-    let me = serde_json::json!({"url": sh.advertise_url, "ms": now}).to_string();
+    let mut me = serde_json::json!({"url": sh.advertise_url, "ms": now});
+    if let Some(readers) = &sh.full_readers {
+        me["full_readers"] = serde_json::json!(readers);
+    }
+    let me = me.to_string();
     let nodes = sh.key("nodes");
     let (_, all, groups): ((), Vec<(String, String)>, Value) = redis::pipe()
         .cmd("HSET")
@@ -156,19 +180,52 @@ async fn beat(
         .filter_map(|(_, v)| {
             let v: serde_json::Value = serde_json::from_str(&v).ok()?;
             let fresh = now.saturating_sub(v["ms"].as_u64()?) < PEER_FRESH_MS;
-            fresh.then(|| v["url"].as_str().map(String::from))?
+            let url = fresh.then(|| v["url"].as_str().map(String::from))??;
+            let full_readers = v["full_readers"].as_array().map(|a| {
+                a.iter()
+                    .filter_map(|pk| pk.as_str().map(String::from))
+                    .collect()
+            });
+            Some(Peer { url, full_readers })
         })
         .collect();
     Ok(peers)
 }
 
-/// Repairs from every peer; returns the peers repaired from.
-async fn repair(sh: &Shared, registered: Vec<String>) -> std::collections::HashSet<String> {
+/// Why a repair from `peer` cannot read everything it holds: it names who
+/// reads its private events, and this node's repair key is not among them.
+/// `None` without a repair key here (repairs then read public events only,
+/// as documented) or when the peer does not say.
+fn unreadable(sh: &Shared, peer: &Peer) -> Option<String> {
+    let (_, pk) = sh.cfg.repair_key()?;
+    let readers = peer.full_readers.as_ref()?;
+    let pk = sluice_proto::hex32::encode(&pk);
+    (!readers.contains(&pk)).then(|| {
+        format!(
+            "the peer does not show its private events to this node's repair key \
+             (pubkey {pk} is not among its auth.full_readers): give every node the same \
+             cluster.repair_secret_key, or list this pubkey in the peer's auth.full_readers; \
+             not repaired from it, tried again at the next repair"
+        )
+    })
+}
+
+/// Repairs from every peer; returns the peers done with until the next
+/// repair: those repaired from, and those refused for their configuration
+/// ([`unreadable`]).
+async fn repair(sh: &Shared, registered: Vec<Peer>) -> std::collections::HashSet<String> {
     let mut done = std::collections::HashSet::new();
     let peers = if sh.cfg.repair_peers.is_empty() {
         registered
     } else {
-        sh.cfg.repair_peers.clone()
+        sh.cfg
+            .repair_peers
+            .iter()
+            .map(|url| Peer {
+                url: url.clone(),
+                full_readers: None,
+            })
+            .collect()
     };
     if peers.is_empty() {
         tracing::info!("cluster: no peer to repair from (this node is alone)");
@@ -182,7 +239,14 @@ async fn repair(sh: &Shared, registered: Vec<String>) -> std::collections::HashS
     // Every peer: each holds at least the events its own clients sent,
     // whatever gaps it has itself, so the union is complete.
     let mut failed = false;
-    for url in peers {
+    for peer in peers {
+        if let Some(why) = unreadable(sh, &peer) {
+            tracing::warn!(peer = %peer.url, error = %why, "cluster: repair failed");
+            metrics::counter!(m::CLUSTER_REPAIRS_TOTAL, "result" => "failed").increment(1);
+            done.insert(peer.url);
+            continue;
+        }
+        let url = peer.url;
         let started = Instant::now();
         tracing::info!(peer = %url, since, "cluster: repair by negentropy");
         match (sh.repair)(url.clone(), since).await {

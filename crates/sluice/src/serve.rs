@@ -164,8 +164,22 @@ async fn serve(
                  repaired (set the same key on every node to repair them)"
             );
         }
-        let c = sluice_cluster::Cluster::start(cfg.cluster.clone(), engine.clone(), addr, repair)
-            .map_err(anyhow::Error::msg)?;
+        // Who reads every private event here, for the registry: a peer
+        // whose repair key is not among them does not repair from this node.
+        let full_readers = (!auth.private_kinds.is_empty()).then(|| {
+            auth.full_readers
+                .iter()
+                .filter_map(|pk| sluice_proto::hex32::decode::<32>(pk))
+                .collect()
+        });
+        let c = sluice_cluster::Cluster::start(
+            cfg.cluster.clone(),
+            engine.clone(),
+            addr,
+            repair,
+            full_readers,
+        )
+        .map_err(anyhow::Error::msg)?;
         Some(c)
     } else {
         None
