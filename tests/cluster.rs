@@ -499,32 +499,51 @@ async fn a_node_killed_and_restarted_converges() {
 #[tokio::test]
 async fn a_flood_over_three_nodes_gets_the_global_rate() {
     let Some(redis) = Redis::start() else { return };
+    // One per-address bucket, shared by the nodes: 20 events/s; an active
+    // pool of 250 ms (5 events), which a key new on a node starts with; no
+    // catch-up (`burst_ratio` 1: the waiting pool is never spent); and a
+    // debt cap (`catch_up_ms` + `window_ms`) of 10 minutes, so the others'
+    // use charged to the bucket here is never forgiven during the test:
+    // what the reconcile's lag lets through is owed, not lost.
     let rate = 20.0;
+    let pool = rate * 0.25;
     let limits = [
         ("SLUICE_THROTTLE__MODE", "enforce"),
         ("SLUICE_THROTTLE__CLIENTS__EVENTS_PER_IP__RATE_PER_S", "20"),
         ("SLUICE_THROTTLE__CLIENTS__EVENTS_PER_IP__WINDOW_MS", "250"),
         ("SLUICE_THROTTLE__CLIENTS__EVENTS_PER_IP__BURST_RATIO", "1"),
-        ("SLUICE_THROTTLE__CLIENTS__EVENTS_PER_IP__CATCH_UP_MS", "0"),
+        (
+            "SLUICE_THROTTLE__CLIENTS__EVENTS_PER_IP__CATCH_UP_MS",
+            "600000",
+        ),
         (
             "SLUICE_THROTTLE__CLIENTS__EVENTS_PER_PUBKEY__RATE_PER_S",
             "100000",
         ),
+        ("SLUICE_CLUSTER__LIMITS_TICK_MS", "100"),
     ];
     let nodes: Vec<Relay> = ["a", "b", "c"]
         .iter()
         .map(|id| node(&redis, id, &limits))
         .collect();
-    let secs = 6.0;
+    // Each node flooded from one connection (all from 127.0.0.1) until the
+    // flood has lasted 6 s and that node has refused at least once: every
+    // node was held by the limit, however fast or slow the machine. The
+    // bounds use the duration measured around the whole flood.
+    let min_flood = Duration::from_secs(6);
+    let started = Instant::now();
     let mut tasks = Vec::new();
     for (k, n) in nodes.iter().enumerate() {
         let url = n.url();
         tasks.push(tokio::spawn(async move {
             let mut c = Client::connect(&url).await;
             let (mut ok, mut refused) = (0u64, 0u64);
-            let started = Instant::now();
             let mut i = 0;
-            while started.elapsed().as_secs_f64() < secs {
+            while started.elapsed() < min_flood || refused == 0 {
+                assert!(
+                    started.elapsed() < Duration::from_secs(120),
+                    "node {k} refused nothing in 120 s of flood ({ok} accepted)"
+                );
                 let e = note(43 + k as u8, i, "flood");
                 i += 1;
                 let (accepted, why) = c.publish(&e).await;
@@ -544,24 +563,38 @@ async fn a_flood_over_three_nodes_gets_the_global_rate() {
         ok += o;
         refused += r;
     }
-    // One rate across the nodes: what a single node would admit, plus a
-    // pool per node (rate × window) and a tick of lag, within 20%.
-    let single = rate * secs;
-    let pools = 3.0 * rate * 0.25;
+    let secs = started.elapsed().as_secs_f64();
+    let ok = ok as f64;
+    // Shared: a node admits only while its bucket, charged with every
+    // node's use, holds an event. Take the node that admitted last: its
+    // bucket paid for everything of the others it had been told of, so the
+    // total is at most its allowance (rate × time + one pool) plus what the
+    // two others admitted that it had not yet been told of, each at most a
+    // pool plus its refill over the reconcile's lag. The lag allowed is
+    // 2 s, twenty `limits_tick_ms` (the documented lag is one).
+    let lag = 2.0;
+    let shared = rate * secs + 3.0 * pool + 2.0 * rate * lag;
+    // Not shared (each node its own bucket): each node admits its own
+    // rate × time + pool, three times what one would; over 6 s or more that
+    // is above `shared` by 2 × rate × (time - lag), at least 160 events.
+    let unshared = 3.0 * (rate * secs + pool);
     eprintln!(
-        "cluster flood over 3 nodes for {secs} s at a global {rate}/s: {ok} accepted (one node alone: ~{single}), {refused} refused"
+        "cluster flood over 3 nodes for {secs:.1} s at a global {rate}/s: {ok} accepted \
+         (shared bound {shared:.0}; one node alone ~{:.0}; three unshared nodes ~{unshared:.0}), \
+         {refused} refused",
+        rate * secs + pool
     );
     assert!(
-        refused > ok,
-        "the flood was not limited: {ok} accepted, {refused} refused"
+        ok <= shared,
+        "{ok} accepted in {secs:.1} s: more than the global rate allows ({shared:.0}; \
+         unshared nodes would take ~{unshared:.0})"
     );
+    // And the limit is a rate, not a lockout: the bucket of the node that
+    // admitted last was charged everything and still got its refill, which
+    // is lost only while its pool sits full (no EVENT for 250 ms).
     assert!(
-        (ok as f64) <= (single + pools) * 1.2,
-        "{ok} accepted: more than the global rate allows (~{single} + {pools})"
-    );
-    assert!(
-        (ok as f64) >= single * 0.5,
-        "{ok} accepted: far below the global rate"
+        ok >= 0.5 * rate * secs,
+        "{ok} accepted in {secs:.1} s: far below the global rate"
     );
     let remote: f64 = {
         let mut sum = 0.0;
