@@ -273,3 +273,34 @@ async fn the_adaptive_difficulty_rises_under_an_outsider_flood_and_falls_back_wh
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_flood_of_reactions_spends_the_reaction_bucket_not_the_authors_notes() {
+    // Reactions and reposts: two per author back to back, one per 100 s
+    // after that (nothing refills within the test at any speed).
+    let relay = Relay::start_with_toml(
+        "[[throttle.clients.kinds]]\nname = \"reactions\"\nkinds = [7, 6]\nrate_per_s = 0.01\n\
+         window_ms = 200000\ncatch_up_ms = 0\n",
+        &[],
+    );
+    let mut c = relay.client().await;
+    let mut taken = 0;
+    let refusal = loop {
+        let (ok, msg) = c.publish(&ev(5, now(), 7, &[], &format!("+{taken}"))).await;
+        if !ok {
+            break msg;
+        }
+        taken += 1;
+        assert!(taken < 10, "ten reactions taken");
+    };
+    assert!(refusal.starts_with("rate-limited:"), "{refusal}");
+    let (ok, _) = c.publish(&ev(5, now(), 6, &[], "repost")).await;
+    assert!(!ok, "a repost is in the same class");
+    // The same author's notes have their own (general) bucket.
+    for i in 0..5 {
+        let (ok, msg) = c.publish(&note(5, &format!("note {i}"))).await;
+        assert!(ok, "note {i}: {msg}");
+    }
+    // Another author's reactions are theirs.
+    assert!(c.publish(&ev(6, now(), 7, &[], "+")).await.0);
+}
