@@ -20,5 +20,6 @@ pub mod rng;
 pub mod soak;
 pub mod source;
 pub mod stats;
+pub mod sybil;
 pub mod timeline;
 pub mod wire;

@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 use sluice_bench::generate::{self, GenConfig};
 use sluice_bench::report::{unix_now, write_json};
 use sluice_bench::{
-    audience, connections, fanout, overload, plot, publish, query, readflood, soak,
+    audience, connections, fanout, overload, plot, publish, query, readflood, soak, sybil,
 };
 
 #[derive(Parser)]
@@ -45,7 +45,11 @@ enum Command {
     /// over time, then checks that the newest and the exempt authors'
     /// events are still stored.
     Soak(soak::SoakArgs),
-    /// Draw an overload, readflood or soak JSON report as an SVG chart.
+    /// Fresh keys from many addresses, each under its per-IP rate, beside
+    /// polite clients the web of trust knows: spam accepted, polite
+    /// success, the proof-of-work difficulty and the store's growth.
+    Sybil(sybil::SybilArgs),
+    /// Draw an overload, readflood, soak or sybil JSON report as an SVG chart.
     Plot(plot::PlotArgs),
 }
 
@@ -125,6 +129,15 @@ async fn main() -> anyhow::Result<()> {
                 std::process::exit(1);
             }
             Ok(())
+        }
+        Command::Sybil(a) if a.print_seed => {
+            sybil::print_seed(&a);
+            Ok(())
+        }
+        Command::Sybil(a) => {
+            let r = sybil::run(&a).await?;
+            r.print();
+            write_json(a.json.as_deref(), &r)
         }
         Command::Plot(a) => plot::run(&a),
         Command::Query(a) => {
