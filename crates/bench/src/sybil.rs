@@ -26,7 +26,7 @@ use crate::generate::{Spec, sign_parallel, text_of_len};
 use crate::report::{RunInfo, unix_now};
 use crate::rng::Rng;
 use crate::source::{Phase, Schedule, Source};
-use crate::timeline::{PhasedRecorder, ScrapeTarget, Scrapes, scrape_loop};
+use crate::timeline::{PhasedRecorder, ScrapeTarget, Scrapes, SecondPoint, scrape_loop};
 use crate::wire::{Prepared, RelayUrl};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -111,6 +111,9 @@ pub struct SybilReport {
     pub difficulty_max: Option<f64>,
     pub difficulty_end: Option<f64>,
     pub samples: Vec<SybilPoint>,
+    /// Per second of the run: what each class offered and got.
+    pub spam_seconds: Vec<SecondPoint>,
+    pub polite_seconds: Vec<SecondPoint>,
     pub metrics: Option<Scrapes>,
 }
 
@@ -400,6 +403,8 @@ pub async fn run(args: &SybilArgs) -> anyhow::Result<SybilReport> {
         difficulty_max,
         difficulty_end: last(|p| p.pow_difficulty),
         samples,
+        spam_seconds: spam_rec.seconds(),
+        polite_seconds: polite_rec.seconds(),
         metrics: Some(metrics),
     })
 }
