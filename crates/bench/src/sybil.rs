@@ -157,24 +157,31 @@ fn sign_mined(specs: Vec<Spec>, bits: u32) -> Vec<Event> {
                 s.spawn(move || {
                     part.iter()
                         .map(|spec| {
-                            (0u64..)
-                                .map(|nonce| {
-                                    let mut tags = spec.tags.clone();
-                                    tags.push(vec![
-                                        "nonce".into(),
-                                        nonce.to_string(),
-                                        bits.to_string(),
-                                    ]);
-                                    Event::sign(
-                                        &spec.secret_key,
-                                        spec.created_at,
-                                        spec.kind,
-                                        tags,
-                                        &spec.content,
-                                    )
-                                })
-                                .find(|e| sluice_proto::pow::leading_zero_bits(&e.id) >= bits)
-                                .unwrap_or_else(|| unreachable!("an unbounded nonce search ends"))
+                            // Hash only while searching (the id is the
+                            // SHA-256 of the canonical form); sign the
+                            // winner once.
+                            let mut tags = spec.tags.clone();
+                            tags.push(vec!["nonce".into(), "0".into(), bits.to_string()]);
+                            let mut probe = Event::sign(
+                                &spec.secret_key,
+                                spec.created_at,
+                                spec.kind,
+                                tags,
+                                &spec.content,
+                            );
+                            let at = probe.tags.len() - 1;
+                            let mut nonce = 0u64;
+                            while sluice_proto::pow::leading_zero_bits(&probe.compute_id()) < bits {
+                                nonce += 1;
+                                probe.tags[at][1] = nonce.to_string();
+                            }
+                            Event::sign(
+                                &spec.secret_key,
+                                spec.created_at,
+                                spec.kind,
+                                probe.tags,
+                                &spec.content,
+                            )
                         })
                         .collect::<Vec<_>>()
                 })
