@@ -130,6 +130,7 @@ async fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Sybil(a) if a.spam_report.is_some() => sybil::run_spam_role(&a).await,
         Command::Sybil(a) if a.print_seed => {
             sybil::print_seed(&a);
             Ok(())

@@ -78,6 +78,21 @@ pub struct SybilArgs {
     pub seed: u64,
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Run the spam in this process instead of a child process (the
+    /// load generator's own scheduling then shows in the polite latency).
+    #[arg(long)]
+    pub in_process: bool,
+    /// Internal: this process is the spam half, writing its report here.
+    #[arg(long, hide = true)]
+    pub spam_report: Option<PathBuf>,
+}
+
+/// What the spam half measured.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct SpamPart {
+    pub tally: TallyReport,
+    pub seconds: Vec<SecondPoint>,
+    pub mine_secs_per_event: f64,
 }
 
 /// One sample of what the relay showed.
@@ -100,6 +115,8 @@ pub struct SybilReport {
     /// Bench-side seconds of mining per spam event (before the clock).
     pub mine_secs_per_event: f64,
     pub polite_mine_bits: u32,
+    #[serde(default)]
+    pub polite_clients: usize,
     pub polite_trusted: bool,
     pub spam: TallyReport,
     pub polite: TallyReport,
@@ -201,6 +218,199 @@ fn prepared(events: Vec<Event>) -> Vec<Prepared> {
         .collect()
 }
 
+/// Signs the spam: one fresh key per event, mined when asked. Returns one
+/// pool per source and the mining time per event.
+fn sign_spam(args: &SybilArgs, tag: &str, now: u64) -> (Vec<Vec<Prepared>>, f64) {
+    let mut rng = Rng::new(args.seed ^ unix_now() ^ 0x5eed);
+    let per_source = (args.rate_per_source * args.secs).ceil() as usize;
+    let specs: Vec<Spec> = (0..per_source * args.sources)
+        .map(|_| Spec {
+            secret_key: rng.secret_key(),
+            created_at: now,
+            kind: 1,
+            tags: vec![vec!["t".into(), tag.to_owned()]],
+            content: text_of_len(&mut rng, args.content_bytes),
+        })
+        .collect();
+    let mined_from = Instant::now();
+    let events = sign_mined(specs, args.mine_bits);
+    let mine_secs_per_event = if args.mine_bits > 0 {
+        mined_from.elapsed().as_secs_f64() / events.len().max(1) as f64
+    } else {
+        0.0
+    };
+    let mut all = prepared(events);
+    let mut pools = Vec::new();
+    for _ in 0..args.sources {
+        let rest = all.split_off(per_source.min(all.len()));
+        pools.push(all);
+        all = rest;
+    }
+    (pools, mine_secs_per_event)
+}
+
+fn publisher_cfg(
+    args: &SybilArgs,
+    relay: &RelayUrl,
+    bind: Option<std::net::IpAddr>,
+    t0: Instant,
+) -> PublisherConfig {
+    PublisherConfig {
+        relay: relay.clone(),
+        bind,
+        window: 1,
+        max_inflight: 1_000,
+        timeout: Duration::from_millis(args.timeout_ms),
+        stop_at: t0 + Duration::from_secs_f64(args.secs),
+    }
+}
+
+fn open_loop(
+    args: &SybilArgs,
+    rate: f64,
+    pool: Vec<Prepared>,
+    rec: Arc<PhasedRecorder>,
+    t0: Instant,
+) -> Shared {
+    let limit = pool.len() as u64;
+    Shared {
+        source: Arc::new(Source::pool(pool, limit)),
+        schedule: Arc::new(Schedule::Open(vec![Phase {
+            rate,
+            secs: args.secs,
+        }])),
+        recorder: rec as Arc<dyn Recorder>,
+        t0,
+    }
+}
+
+/// Runs the spam from `t0`: one publisher per source address.
+async fn run_spam(
+    args: &SybilArgs,
+    relay: &RelayUrl,
+    pools: Vec<Vec<Prepared>>,
+    t0: Instant,
+) -> anyhow::Result<(TallyReport, Vec<SecondPoint>)> {
+    let distinct = relay.host.starts_with("127.");
+    let phases = [args.secs];
+    let rec = Arc::new(PhasedRecorder::new(t0, &phases));
+    let mut tasks = Vec::new();
+    for (i, pool) in pools.into_iter().enumerate() {
+        let shared = open_loop(args, args.rate_per_source, pool, rec.clone(), t0);
+        let bind = distinct.then(|| loopback_source(6, i));
+        tasks.push(tokio::spawn(run_publisher(
+            publisher_cfg(args, relay, bind, t0),
+            shared,
+        )));
+    }
+    for t in tasks {
+        t.await?;
+    }
+    Ok((rec.phase_reports(&phases).remove(0), rec.seconds()))
+}
+
+/// The spam half in its own process: signs, says when it starts
+/// (`ready <t0 unix ms>` on stdout), runs, writes its report.
+pub async fn run_spam_role(args: &SybilArgs) -> anyhow::Result<()> {
+    let Some(path) = args.spam_report.as_deref() else {
+        bail!("--spam-report is internal");
+    };
+    let relay = RelayUrl::parse(args.relay.as_deref().unwrap_or_default())?;
+    let now = unix_now();
+    let (pools, mine_secs_per_event) = sign_spam(args, &format!("sluice-bench-sybil-{now}"), now);
+    let t0_ms = crate::readflood::unix_ms_now() + 500;
+    println!("ready {t0_ms}");
+    use std::io::Write as _;
+    std::io::stdout().flush()?;
+    let t0 = crate::readflood::instant_at_unix_ms(t0_ms);
+    let (tally, seconds) = run_spam(args, &relay, pools, t0).await?;
+    let part = SpamPart {
+        tally,
+        seconds,
+        mine_secs_per_event,
+    };
+    std::fs::write(path, serde_json::to_string(&part)?)?;
+    Ok(())
+}
+
+/// The spam half: a child process (or, with `--in-process`, tasks of this
+/// one); resolves to its start and then its report.
+async fn start_spam(
+    args: &SybilArgs,
+    relay: &RelayUrl,
+) -> anyhow::Result<(Instant, tokio::task::JoinHandle<anyhow::Result<SpamPart>>)> {
+    if args.in_process || args.sources == 0 {
+        let now = unix_now();
+        let (pools, mine_secs_per_event) =
+            sign_spam(args, &format!("sluice-bench-sybil-{now}"), now);
+        let t0 = Instant::now() + Duration::from_millis(300);
+        let (a, r) = (args.clone(), relay.clone());
+        let task = tokio::spawn(async move {
+            let (tally, seconds) = run_spam(&a, &r, pools, t0).await?;
+            Ok(SpamPart {
+                tally,
+                seconds,
+                mine_secs_per_event,
+            })
+        });
+        return Ok((t0, task));
+    }
+    let report = std::env::temp_dir().join(format!(
+        "sluice-bench-sybil-{}-{}.json",
+        std::process::id(),
+        unix_now()
+    ));
+    let exe = std::env::current_exe()?;
+    let mut child_args: Vec<String> = vec![
+        "sybil".into(),
+        args.relay.clone().unwrap_or_default(),
+        "--spam-report".into(),
+        report.display().to_string(),
+    ];
+    for (flag, value) in [
+        ("--sources", args.sources.to_string()),
+        ("--rate-per-source", args.rate_per_source.to_string()),
+        ("--secs", args.secs.to_string()),
+        ("--mine-bits", args.mine_bits.to_string()),
+        ("--content-bytes", args.content_bytes.to_string()),
+        ("--timeout-ms", args.timeout_ms.to_string()),
+        ("--seed", args.seed.to_string()),
+    ] {
+        child_args.push(flag.into());
+        child_args.push(value);
+    }
+    let mut child = std::process::Command::new(exe)
+        .args(child_args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let stdout = child.stdout.take();
+    let ready = tokio::task::spawn_blocking(move || -> anyhow::Result<u64> {
+        use std::io::BufRead as _;
+        let Some(out) = stdout else {
+            bail!("no stdout from the spam process")
+        };
+        for line in std::io::BufReader::new(out).lines() {
+            if let Some(ms) = line?.strip_prefix("ready ") {
+                return Ok(ms.trim().parse()?);
+            }
+        }
+        bail!("the spam process ended before it started")
+    })
+    .await??;
+    let t0 = crate::readflood::instant_at_unix_ms(ready);
+    let task = tokio::task::spawn_blocking(move || -> anyhow::Result<SpamPart> {
+        let status = child.wait()?;
+        let text = std::fs::read_to_string(&report);
+        let _ = std::fs::remove_file(&report);
+        if !status.success() {
+            bail!("the spam process failed ({status})");
+        }
+        Ok(serde_json::from_str(&text?)?)
+    });
+    Ok((t0, task))
+}
+
 pub async fn run(args: &SybilArgs) -> anyhow::Result<SybilReport> {
     let Some(url) = args.relay.as_deref() else {
         bail!("give the relay's URL (or --print-seed)");
@@ -252,60 +462,35 @@ pub async fn run(args: &SybilArgs) -> anyhow::Result<SybilReport> {
                 r.refused_prefixes
             );
         }
-        // The relay's trust thread takes the list after its commit.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-
-    let per_source = (args.rate_per_source * args.secs).ceil() as usize;
-    println!(
-        "sybil: signing {} spam events (one fresh key each{}) ...",
-        per_source * args.sources,
-        if args.mine_bits > 0 {
-            format!(", mined to {} bits", args.mine_bits)
-        } else {
-            String::new()
-        }
-    );
-    let spec = |rng: &mut Rng, sk: [u8; 32]| Spec {
-        secret_key: sk,
-        created_at: now,
-        kind: 1,
-        tags: vec![vec!["t".into(), tag.clone()]],
-        content: text_of_len(rng, args.content_bytes),
-    };
-    let spam_specs: Vec<Spec> = (0..per_source * args.sources)
-        .map(|_| {
-            let sk = rng.secret_key();
-            spec(&mut rng, sk)
-        })
-        .collect();
-    let mined_from = Instant::now();
-    let spam_events = sign_mined(spam_specs, args.mine_bits);
-    let mine_secs_per_event = if args.mine_bits > 0 {
-        mined_from.elapsed().as_secs_f64() / spam_events.len().max(1) as f64
-    } else {
-        0.0
-    };
-    let mut spam_pools: Vec<Vec<Prepared>> = Vec::new();
-    let mut spam = prepared(spam_events);
-    for _ in 0..args.sources {
-        let rest = spam.split_off(per_source.min(spam.len()));
-        spam_pools.push(spam);
-        spam = rest;
     }
     let polite_per = (args.polite_rate * args.secs).ceil() as usize;
     let polite_pools: Vec<Vec<Prepared>> = k
         .polite
         .iter()
         .map(|sk| {
-            let specs = (0..polite_per).map(|_| spec(&mut rng, *sk)).collect();
+            let specs = (0..polite_per)
+                .map(|_| Spec {
+                    secret_key: *sk,
+                    created_at: now,
+                    kind: 1,
+                    tags: vec![vec!["t".into(), tag.clone()]],
+                    content: text_of_len(&mut rng, args.content_bytes),
+                })
+                .collect();
             prepared(sign_mined(specs, args.polite_mine_bits))
         })
         .collect();
-
-    let t0 = Instant::now() + Duration::from_millis(300);
+    println!(
+        "sybil: signing {} spam events (one fresh key each{}) ...",
+        (args.rate_per_source * args.secs).ceil() as usize * args.sources,
+        if args.mine_bits > 0 {
+            format!(", mined to {} bits", args.mine_bits)
+        } else {
+            String::new()
+        }
+    );
+    let (t0, spam_task) = start_spam(args, &relay).await?;
     let phases = [args.secs];
-    let spam_rec = Arc::new(PhasedRecorder::new(t0, &phases));
     let polite_rec = Arc::new(PhasedRecorder::new(t0, &phases));
     let (stop_tx, stop_rx) = watch::channel(false);
     let target = ScrapeTarget {
@@ -329,43 +514,22 @@ pub async fn run(args: &SybilArgs) -> anyhow::Result<SybilReport> {
         Duration::from_millis(args.scrape_ms.max(50)),
         stop_rx,
     ));
-    let cfg = |bind| PublisherConfig {
-        relay: relay.clone(),
-        bind,
-        window: 1,
-        max_inflight: 1_000,
-        timeout,
-        stop_at: t0 + Duration::from_secs_f64(args.secs),
-    };
     let mut tasks = Vec::new();
-    let open = |rate: f64, pool: Vec<Prepared>, rec: Arc<PhasedRecorder>| {
-        let limit = pool.len() as u64;
-        Shared {
-            source: Arc::new(Source::pool(pool, limit)),
-            schedule: Arc::new(Schedule::Open(vec![Phase {
-                rate,
-                secs: args.secs,
-            }])),
-            recorder: rec as Arc<dyn Recorder>,
-            t0,
-        }
-    };
-    for (i, pool) in spam_pools.into_iter().enumerate() {
-        let shared = open(args.rate_per_source, pool, spam_rec.clone());
-        let bind = distinct.then(|| loopback_source(6, i));
-        tasks.push(tokio::spawn(run_publisher(cfg(bind), shared)));
-    }
     for (i, pool) in polite_pools.into_iter().enumerate() {
-        let shared = open(args.polite_rate, pool, polite_rec.clone());
+        let shared = open_loop(args, args.polite_rate, pool, polite_rec.clone(), t0);
         let bind = distinct.then(|| loopback_source(2, i));
-        tasks.push(tokio::spawn(run_publisher(cfg(bind), shared)));
+        tasks.push(tokio::spawn(run_publisher(
+            publisher_cfg(args, &relay, bind, t0),
+            shared,
+        )));
     }
     for t in tasks {
         t.await?;
     }
+    let spam_part = spam_task.await??;
     stop_tx.send(true).ok();
     let metrics = scraper.await?;
-    let spam = spam_rec.phase_reports(&phases).remove(0);
+    let spam = spam_part.tally;
     let polite = polite_rec.phase_reports(&phases).remove(0);
     let samples: Vec<SybilPoint> = metrics
         .points
@@ -398,8 +562,9 @@ pub async fn run(args: &SybilArgs) -> anyhow::Result<SybilReport> {
         rate_per_source: args.rate_per_source,
         secs: args.secs,
         mine_bits: args.mine_bits,
-        mine_secs_per_event,
+        mine_secs_per_event: spam_part.mine_secs_per_event,
         polite_mine_bits: args.polite_mine_bits,
+        polite_clients: args.polite,
         polite_trusted: !args.polite_untrusted,
         spam_accepted_per_sec: spam.stored_per_sec,
         spam,
@@ -410,7 +575,7 @@ pub async fn run(args: &SybilArgs) -> anyhow::Result<SybilReport> {
         difficulty_max,
         difficulty_end: last(|p| p.pow_difficulty),
         samples,
-        spam_seconds: spam_rec.seconds(),
+        spam_seconds: spam_part.seconds,
         polite_seconds: polite_rec.seconds(),
         metrics: Some(metrics),
     })
@@ -433,7 +598,7 @@ impl SybilReport {
             } else {
                 String::new()
             },
-            self.polite.offered,
+            self.polite_clients,
             if self.polite_trusted {
                 "in the web of trust"
             } else {
