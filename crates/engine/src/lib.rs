@@ -408,7 +408,18 @@ impl Engine {
         received: Instant,
         lone: bool,
     ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
-        self.writer.submit(event, received, true, lone)
+        self.writer.submit(event, received, true, (lone, false))
+    }
+
+    /// [`Engine::submit`] of an event whose author is outside the web of
+    /// trust: it waits (at most 100 ms) to ride on the writer's next
+    /// commit, so strangers' floods cost few commits.
+    pub fn submit_outsider(
+        &self,
+        event: Arc<Event>,
+        received: Instant,
+    ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
+        self.writer.submit(event, received, true, (false, true))
     }
 
     /// Queues an event another node stored (the cluster's consumer): the
@@ -418,7 +429,8 @@ impl Engine {
         &self,
         event: Arc<Event>,
     ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
-        self.writer.submit(event, Instant::now(), false, false)
+        self.writer
+            .submit(event, Instant::now(), false, (false, false))
     }
 
     /// Attaches the replication tap: from now on every event a client
@@ -683,6 +695,51 @@ mod tests {
         assert_eq!(rx.blocking_recv().unwrap(), Ok(WriteOutcome::Duplicate));
         assert_eq!(engine.write_batch_blocking(Vec::new()).unwrap(), vec![]);
         engine.shutdown();
+    }
+
+    #[test]
+    fn outsiders_ride_on_the_next_commit_or_their_own_after_a_wait_and_shutdown_commits_them() {
+        let (_dir, engine) = start();
+        let ev = |i: u8| Arc::new(Event::sign(&[i; 32], 1_700_000_000, 1, vec![], "x"));
+        let batches = || engine.writer.signals.batches.load(Ordering::Relaxed);
+        // Alone, an outsider's event is committed once it has waited.
+        let rx = engine.submit_outsider(ev(1), Instant::now()).unwrap();
+        assert!(matches!(
+            rx.blocking_recv().unwrap(),
+            Ok(WriteOutcome::Stored { .. })
+        ));
+        // Several outsiders and then someone else's event: one commit for
+        // all (the outsiders ride on it), unless their wait ran out first.
+        let before = batches();
+        let started = Instant::now();
+        let waiting: Vec<_> = (2..6)
+            .map(|i| engine.submit_outsider(ev(i), Instant::now()).unwrap())
+            .collect();
+        let trusted = engine.submit(ev(9), Instant::now(), true).unwrap();
+        assert!(matches!(
+            trusted.blocking_recv().unwrap(),
+            Ok(WriteOutcome::Stored { .. })
+        ));
+        for rx in waiting {
+            assert!(matches!(
+                rx.blocking_recv().unwrap(),
+                Ok(WriteOutcome::Stored { .. })
+            ));
+        }
+        if started.elapsed() < writer::OUTSIDERS_WAIT {
+            assert_eq!(
+                batches() - before,
+                1,
+                "the outsiders rode on the one commit"
+            );
+        }
+        // Waiting at shutdown: committed before the writer stops.
+        let last = engine.submit_outsider(ev(7), Instant::now()).unwrap();
+        engine.shutdown();
+        assert!(matches!(
+            last.blocking_recv().unwrap(),
+            Ok(WriteOutcome::Stored { .. })
+        ));
     }
 
     #[test]

@@ -103,7 +103,15 @@ struct Request {
     /// Its connection had no other EVENT awaiting an OK (a person, not a
     /// pipelining bulk writer): it is committed ahead of a large batch.
     lone: bool,
+    /// Its author is outside the web of trust: it waits (at most
+    /// [`OUTSIDERS_WAIT`]) to ride on the next commit, so a flood of
+    /// strangers' events costs the writer few commits and the web's
+    /// authors none of their latency.
+    outsider: bool,
 }
+
+/// Longest an outsider's event waits for a commit to ride on.
+pub(crate) const OUTSIDERS_WAIT: Duration = Duration::from_millis(100);
 
 /// What an operator asks the writer to do.
 #[derive(Debug, Clone)]
@@ -255,6 +263,8 @@ pub(crate) fn spawn(
         bulk_cost: CommitCost::default(),
         retainer: Retainer::new(plan),
         disk,
+        outsiders: Vec::new(),
+        outsiders_since: None,
     };
     let exit = ThreadExit::new("writer", alive.clone());
     let thread = std::thread::Builder::new()
@@ -284,7 +294,7 @@ impl WriterHandle {
         event: Arc<Event>,
         received: Instant,
         replicate: bool,
-        lone: bool,
+        (lone, outsider): (bool, bool),
     ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
         let (reply, rx) = oneshot::channel();
         let msg = Msg::Write(Request {
@@ -293,6 +303,7 @@ impl WriterHandle {
             reply,
             replicate,
             lone,
+            outsider,
         });
         // Count before sending so the writer's decrement never underflows.
         self.queued.fetch_add(1, Ordering::Relaxed);
@@ -430,6 +441,9 @@ struct Writer {
     bulk_cost: CommitCost,
     retainer: Retainer,
     disk: Arc<DiskGate>,
+    /// Outsiders' events waiting for a commit to ride on, and since when.
+    outsiders: Vec<Request>,
+    outsiders_since: Option<Instant>,
 }
 
 #[expect(
@@ -458,12 +472,16 @@ impl Writer {
                         None => Duration::ZERO,
                         Some(due) => due
                             .min(next_purge)
+                            .min(self.outsiders_due())
                             .saturating_duration_since(Instant::now()),
                     };
                     match self.rx.recv_timeout(wait) {
                         Ok(msg) => msg,
                         Err(RecvTimeoutError::Disconnected) => break,
                         Err(RecvTimeoutError::Timeout) => {
+                            if Instant::now() >= self.outsiders_due() {
+                                self.flush_outsiders();
+                            }
                             if Instant::now() >= next_purge {
                                 self.purge_expired();
                                 next_purge = Instant::now() + purge_every;
@@ -497,6 +515,7 @@ impl Writer {
             };
             self.handle(msg, &mut held);
         }
+        self.flush_outsiders();
         tracing::info!("writer stopped");
     }
 
@@ -506,6 +525,27 @@ impl Writer {
             Msg::Write(first) => {
                 let mut batch = vec![first];
                 *held = self.fill(&mut batch);
+                // Outsiders wait for a commit to ride on: the next one of
+                // anyone else's events, or their own once the oldest has
+                // waited OUTSIDERS_WAIT (or a batch's worth is waiting).
+                if batch.iter().any(|r| r.outsider) {
+                    let (outsiders, rest): (Vec<Request>, Vec<Request>) =
+                        batch.into_iter().partition(|r| r.outsider);
+                    if self.outsiders.is_empty() {
+                        self.outsiders_since = Some(Instant::now());
+                    }
+                    self.outsiders.extend(outsiders);
+                    batch = rest;
+                    let full = self.outsiders.len() >= self.cfg.max_batch_events;
+                    if batch.is_empty() {
+                        if full || Instant::now() >= self.outsiders_due() {
+                            self.flush_outsiders();
+                        }
+                        return true;
+                    }
+                    batch.append(&mut self.outsiders);
+                    self.outsiders_since = None;
+                }
                 // Lone events (a connection with nothing else awaiting an
                 // OK) in a large batch of pipelined ones are committed
                 // first, in a small transaction of their own: a person
@@ -533,6 +573,24 @@ impl Writer {
             Msg::Panic => panic!("writer panic requested by a test"),
         }
         true
+    }
+
+    /// When the oldest waiting outsider's event is due for a commit of its
+    /// own (far off when none waits).
+    fn outsiders_due(&self) -> Instant {
+        match self.outsiders_since {
+            Some(t) => t + OUTSIDERS_WAIT,
+            None => Instant::now() + Duration::from_secs(3600),
+        }
+    }
+
+    /// Commits the outsiders' events waiting, if any.
+    fn flush_outsiders(&mut self) {
+        self.outsiders_since = None;
+        if !self.outsiders.is_empty() {
+            let batch = std::mem::take(&mut self.outsiders);
+            self.write(batch);
+        }
     }
 
     /// One bounded retention step, if any is due (not while the disk is

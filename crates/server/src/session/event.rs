@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use sluice_engine::plugin::{PluginVerdict, Source};
 use sluice_engine::{Op, Verdict, WriteResult, unix_now};
 use sluice_proto::{Event, KindClass, RelayMessage};
+use sluice_throttle::trust::WriteStanding;
 use tokio::time::Sleep;
 
 use super::out::{Out, Step};
@@ -71,6 +72,22 @@ pub(super) async fn held_until(held: &mut Option<Held>) {
     match held {
         Some(h) => h.until.as_mut().await,
         None => std::future::pending().await,
+    }
+}
+
+/// Hands an event to the writer: an outsider's to wait for a commit to
+/// ride on, anyone else's to be committed at once.
+fn submit(
+    engine: &sluice_engine::Engine,
+    ev: Arc<Event>,
+    admitted: Instant,
+    lone: bool,
+    outsider: bool,
+) -> Result<tokio::sync::oneshot::Receiver<WriteResult>, sluice_engine::SubmitError> {
+    if outsider {
+        engine.submit_outsider(ev, admitted)
+    } else {
+        engine.submit(ev, admitted, lone)
     }
 }
 
@@ -185,6 +202,10 @@ impl Session {
             &standing,
             sluice_proto::pow::difficulty(&ev),
         )?;
+        // With a web of trust, a stranger's event waits to ride on the
+        // writer's next commit (strangers wait, the web does not).
+        let outsider = matches!(standing, WriteStanding::Outsider(_))
+            && self.st.engine.trust().settings().trust.enabled();
         let id = ev.id;
         let ev = Arc::new(*ev);
         if let Some(plugin) = self.st.engine.plugin() {
@@ -210,7 +231,7 @@ impl Session {
                         engine.publish_ephemeral(ev);
                         Answer::Taken("ephemeral")
                     }
-                    PluginVerdict::Accept => match engine.submit(ev, admitted, lone) {
+                    PluginVerdict::Accept => match submit(&engine, ev, admitted, lone, outsider) {
                         Ok(rx) => Answer::Written(rx.await.ok()),
                         Err(e) => Answer::Refused(e.into()),
                     },
@@ -228,7 +249,7 @@ impl Session {
             return Ok(Queued::Ephemeral);
         }
         let lone = self.writes.is_empty();
-        let rx = self.st.engine.submit(ev, admitted, lone)?;
+        let rx = submit(&self.st.engine, ev, admitted, lone, outsider)?;
         self.writes.push(Box::pin(async move {
             WriteDone {
                 started: received,
