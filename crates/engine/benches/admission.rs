@@ -85,7 +85,7 @@ fn main() {
             t.admit(Op::Request, &Principal::anonymous(ip(i)), &mut conn)
         });
         percentiles(&format!("admit_author {label}"), |i| {
-            t.admit_author(&author(i), 1, &ANYONE, 0)
+            t.admit_author(&author(i), 1, &ANYONE)
         });
     }
 
@@ -132,7 +132,7 @@ fn main() {
         g.bench_function(format!("admit_author {label}"), |b| {
             b.iter(|| {
                 i = i.wrapping_add(1);
-                t.admit_author(black_box(&author(i)), 1, &ANYONE, 0)
+                t.admit_author(black_box(&author(i)), 1, &ANYONE)
             })
         });
     }

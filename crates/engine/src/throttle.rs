@@ -386,16 +386,24 @@ impl Throttle {
     }
 
     /// Admission of one EVENT after its signature: its author's bucket
-    /// and, for an outsider, the outsiders' budget (see
-    /// `sluice_throttle::policy::Checks::author`).
+    /// (see `sluice_throttle::policy::Checks::author`).
     pub fn admit_author(
         &self,
         pubkey: &[u8; 32],
         kind: u16,
         standing: &WriteStanding,
+    ) -> Result<(), AuthorRefusal> {
+        self.checks(|c| c.author(pubkey, kind, standing))
+    }
+
+    /// An outsider's EVENT before its signature: the outsiders' budget
+    /// (see `sluice_throttle::policy::Checks::outsiders`).
+    pub fn admit_outsider(
+        &self,
+        standing: &WriteStanding,
         difficulty: u32,
     ) -> Result<(), AuthorRefusal> {
-        self.checks(|c| c.author(pubkey, kind, standing, difficulty))
+        self.checks(|c| c.outsiders(standing, difficulty))
     }
 
     /// Sets the outsiders' budget (`trust.outsider_events_per_s`): one

@@ -26,14 +26,14 @@
 //!    when one lists its kind, else the pubkey bucket of the tier its
 //!    distance in the web of trust gives it (`trust.distance_tiers`), else
 //!    the author map;
-//! 5. for an author outside the web when `trust.outsider_writes` is
-//!    `limited`, the outsiders' shared budget ([`Layer::OutsiderBudget`]),
-//!    unless the event carries the current adaptive proof of work; with
-//!    `[pow] adaptive` the refusal asks for that work (`pow:`).
 //!
-//! An outsider's proof-of-work floor and `deny` are checked before the
-//! signature ([`crate::trust::before_signature`]): a count of leading zero
-//! bits, not curve arithmetic.
+//! Before the signature, on the claimed author's standing: `deny` and an
+//! outsider's proof-of-work floor ([`crate::trust::before_signature`]: a
+//! count of leading zero bits), then for an outsider when
+//! `trust.outsider_writes` is `limited` the outsiders' shared budget
+//! ([`Checks::outsiders`], [`Layer::OutsiderBudget`]), unless the event
+//! carries the current adaptive proof of work; with `[pow] adaptive` the
+//! refusal asks for that work (`pow:`).
 //!
 //! A REQ or COUNT takes steps 1-3 with its request buckets and the read
 //! controller (reads are refused, never delayed). Its query is then
@@ -318,15 +318,12 @@ impl<B: Buckets, T: Tally> Checks<'_, B, T> {
     }
 
     /// An EVENT after its signature: its author's bucket (its kind
-    /// class's, else its trust tier's, else the author map), then for an outsider in `limited` the
-    /// outsiders' budget, which a mined event at the current adaptive
-    /// difficulty passes (see the module docs).
+    /// class's, else its trust tier's, else the author map).
     pub fn author(
         &mut self,
         pubkey: &[u8; 32],
         kind: u16,
         standing: &WriteStanding,
-        difficulty: u32,
     ) -> Result<(), AuthorRefusal> {
         if self.mode() == Mode::Off {
             return Ok(());
@@ -348,6 +345,23 @@ impl<B: Buckets, T: Tally> Checks<'_, B, T> {
             1,
             AUTHOR_TEXT,
         )?;
+        Ok(())
+    }
+
+    /// An outsider's EVENT in `limited`, before its signature: the
+    /// outsiders' shared budget, which a mined event at the current
+    /// adaptive difficulty passes. Before the signature because the budget
+    /// is nobody's: keys are free, so an unsigned claim spends no one
+    /// else's share, and a flood of strangers then costs no curve
+    /// arithmetic.
+    pub fn outsiders(
+        &mut self,
+        standing: &WriteStanding,
+        difficulty: u32,
+    ) -> Result<(), AuthorRefusal> {
+        if self.mode() == Mode::Off {
+            return Ok(());
+        }
         let WriteStanding::Outsider(rule) = standing else {
             return Ok(());
         };
@@ -907,9 +921,9 @@ mod tests {
             tier: None,
         };
         for _ in 0..2 {
-            assert_eq!(w.at(0, |c| c.author(&LISTED, 1, &anyone, 0)), Ok(()));
+            assert_eq!(w.at(0, |c| c.author(&LISTED, 1, &anyone)), Ok(()));
         }
-        let Err(AuthorRefusal::Limited(r)) = w.at(0, |c| c.author(&LISTED, 1, &anyone, 0)) else {
+        let Err(AuthorRefusal::Limited(r)) = w.at(0, |c| c.author(&LISTED, 1, &anyone)) else {
             panic!("not limited")
         };
         assert_eq!(r.layer, Layer::PubkeyBucket);
@@ -994,35 +1008,21 @@ mod tests {
             })
         };
         // Two outsiders' EVENTs take the shared budget, whoever signs them.
-        assert_eq!(
-            w.at(0, |c| c.author(&[1; 32], 1, &limited(false, 0), 0)),
-            Ok(())
-        );
-        assert_eq!(
-            w.at(0, |c| c.author(&[2; 32], 1, &limited(false, 0), 0)),
-            Ok(())
-        );
-        let Err(AuthorRefusal::Limited(r)) =
-            w.at(0, |c| c.author(&[3; 32], 1, &limited(false, 0), 0))
-        else {
+        assert_eq!(w.at(0, |c| c.outsiders(&limited(false, 0), 0)), Ok(()));
+        assert_eq!(w.at(0, |c| c.outsiders(&limited(false, 0), 0)), Ok(()));
+        let Err(AuthorRefusal::Limited(r)) = w.at(0, |c| c.outsiders(&limited(false, 0), 0)) else {
             panic!("the budget is spent")
         };
         assert_eq!((r.layer, r.cause), (Layer::OutsiderBudget, Cause::Rate));
         assert_eq!(r.message, OUTSIDER_TEXT);
         // Adaptive: the refusal asks for the work, and the work passes.
         assert_eq!(
-            w.at(0, |c| c.author(&[3; 32], 1, &limited(true, 9), 8)),
+            w.at(0, |c| c.outsiders(&limited(true, 9), 8)),
             Err(AuthorRefusal::Pow { required: 9 })
         );
-        assert_eq!(
-            w.at(0, |c| c.author(&[3; 32], 1, &limited(true, 9), 9)),
-            Ok(())
-        );
+        assert_eq!(w.at(0, |c| c.outsiders(&limited(true, 9), 9)), Ok(()));
         // Work counts only when adaptive asks for it.
-        assert!(
-            w.at(0, |c| c.author(&[3; 32], 1, &limited(false, 9), 30))
-                .is_err()
-        );
+        assert!(w.at(0, |c| c.outsiders(&limited(false, 9), 30)).is_err());
         // The other modes do not touch the budget here.
         let pow = WriteStanding::Outsider(OutsiderRule {
             writes: OutsiderWrites::Pow,
@@ -1030,20 +1030,17 @@ mod tests {
             current: 0,
             adaptive: false,
         });
-        assert_eq!(w.at(0, |c| c.author(&[4; 32], 1, &pow, 0)), Ok(()));
+        assert_eq!(w.at(0, |c| c.outsiders(&pow, 0)), Ok(()));
         // A trusted author with a tier: that tier's pubkey bucket.
         let tiered = WriteStanding::Trusted {
             distance: 1,
             tier: Some(2),
         };
         w.maps.log.clear();
-        assert_eq!(w.at(0, |c| c.author(&[5; 32], 1, &tiered, 0)), Ok(()));
+        assert_eq!(w.at(0, |c| c.author(&[5; 32], 1, &tiered)), Ok(()));
         assert_eq!(w.maps.log, ["tier 2 Events"]);
         // After a second the budget holds one more.
-        assert_eq!(
-            w.at(SECOND, |c| c.author(&[6; 32], 1, &limited(false, 0), 0)),
-            Ok(())
-        );
+        assert_eq!(w.at(SECOND, |c| c.outsiders(&limited(false, 0), 0)), Ok(()));
     }
 
     #[test]
@@ -1065,16 +1062,16 @@ mod tests {
         };
         // Three reactions back to back, then the class's bucket refuses...
         for _ in 0..3 {
-            assert_eq!(w.at(0, |c| c.author(&PUBKEY, 7, &anyone, 0)), Ok(()));
+            assert_eq!(w.at(0, |c| c.author(&PUBKEY, 7, &anyone)), Ok(()));
         }
-        assert!(w.at(0, |c| c.author(&PUBKEY, 6, &anyone, 0)).is_err());
+        assert!(w.at(0, |c| c.author(&PUBKEY, 6, &anyone)).is_err());
         // ...while the same author's notes still have their two.
-        assert_eq!(w.at(0, |c| c.author(&PUBKEY, 1, &anyone, 0)), Ok(()));
-        assert_eq!(w.at(0, |c| c.author(&PUBKEY, 1, &anyone, 0)), Ok(()));
-        assert!(w.at(0, |c| c.author(&PUBKEY, 1, &anyone, 0)).is_err());
+        assert_eq!(w.at(0, |c| c.author(&PUBKEY, 1, &anyone)), Ok(()));
+        assert_eq!(w.at(0, |c| c.author(&PUBKEY, 1, &anyone)), Ok(()));
+        assert!(w.at(0, |c| c.author(&PUBKEY, 1, &anyone)).is_err());
         assert!(w.maps.log.contains(&"kind class 0".to_string()));
         // Another author's reactions are their own.
-        assert_eq!(w.at(0, |c| c.author(&LISTED, 7, &anyone, 0)), Ok(()));
+        assert_eq!(w.at(0, |c| c.author(&LISTED, 7, &anyone)), Ok(()));
     }
 
     #[test]
@@ -1091,7 +1088,7 @@ mod tests {
             adaptive: false,
         });
         for _ in 0..10 {
-            assert_eq!(w.at(0, |c| c.author(&PUBKEY, 1, &outsider, 0)), Ok(()));
+            assert_eq!(w.at(0, |c| c.outsiders(&outsider, 0)), Ok(()));
         }
         let mut conn = TokenBucket::new(w.cfg.clients.read_cost_per_connection, 0).unwrap();
         for _ in 0..3 {

@@ -224,7 +224,9 @@ fn admission_policy_does_not_allocate() {
         };
         let who = &who[(k % 100) as usize];
         c.operation(op, who, &mut pacer, published[(k % 3) as usize]);
-        let _ = c.author(&[(k % 100) as u8; 32], 1, &standing[(k % 2) as usize], 0);
+        let standing = &standing[(k % 2) as usize];
+        let _ = c.outsiders(standing, 0);
+        let _ = c.author(&[(k % 100) as u8; 32], 1, standing);
     };
     for k in 0..1000 {
         run(k, &mut maps, &mut count);

@@ -5,11 +5,12 @@
 //! The order is fixed, cheapest refusal first: the event's limits, this
 //! connection's EVENTs in flight (`server.max_pending_writes`), the IP's
 //! bucket and the write controller (before the signature: a flood costs a
-//! bucket lookup, not curve arithmetic), the web of trust's `deny` and the
+//! bucket lookup, not curve arithmetic), the web of trust's `deny`, the
 //! proof of work an outsider must carry (a lookup and a count of zero
-//! bits), then the signature, then the author's bucket and an outsider's
-//! shared budget (only after the signature: an unsigned claim must not
-//! spend someone else's budget), then the writer's queue.
+//! bits) and the outsiders' shared budget (nobody's own: keys are free),
+//! then the signature, then the author's bucket (only after the signature:
+//! an unsigned claim must not spend someone else's budget), then the
+//! writer's queue.
 //!
 //! A controller delay (`Verdict::Delay`) parks the EVENT in [`Held`] (one at
 //! most: the session reads no client frame while it holds one) with a timer;
@@ -146,7 +147,12 @@ impl Session {
         // The web of trust and proof of work on the claimed author: a
         // lookup and a count of zero bits (the signature comes later).
         let standing = self.st.engine.trust().standing(&ev.pubkey, ev.kind);
-        sluice_throttle::trust::before_signature(&standing, sluice_proto::pow::difficulty(ev))?;
+        let difficulty = sluice_proto::pow::difficulty(ev);
+        sluice_throttle::trust::before_signature(&standing, difficulty)?;
+        self.st
+            .engine
+            .throttle()
+            .admit_outsider(&standing, difficulty)?;
         let max = self.st.server.max_pending_writes;
         if self.writes.len() >= max {
             return Err(Refusal::InFlight { max });
@@ -196,12 +202,7 @@ impl Session {
         self.check_vanish(&ev)?;
         let throttle = self.st.engine.throttle();
         let standing = self.st.engine.trust().standing(&ev.pubkey, ev.kind);
-        throttle.admit_author(
-            &ev.pubkey,
-            ev.kind,
-            &standing,
-            sluice_proto::pow::difficulty(&ev),
-        )?;
+        throttle.admit_author(&ev.pubkey, ev.kind, &standing)?;
         // With a web of trust, a stranger's event waits to ride on the
         // writer's next commit (strangers wait, the web does not).
         let outsider = matches!(standing, WriteStanding::Outsider(_))
