@@ -265,20 +265,30 @@ fn publisher_cfg(
     }
 }
 
+/// An open-loop publisher's schedule at `rate`, its first event `i/n` of
+/// a period after `t0`: independent clients are not phase-locked, so the
+/// flood arrives smoothly rather than as bursts of every source at once.
 fn open_loop(
     args: &SybilArgs,
-    rate: f64,
+    (rate, i, n): (f64, usize, usize),
     pool: Vec<Prepared>,
     rec: Arc<PhasedRecorder>,
     t0: Instant,
 ) -> Shared {
     let limit = pool.len() as u64;
+    let offset = (i as f64 / n.max(1) as f64) / rate;
     Shared {
         source: Arc::new(Source::pool(pool, limit)),
-        schedule: Arc::new(Schedule::Open(vec![Phase {
-            rate,
-            secs: args.secs,
-        }])),
+        schedule: Arc::new(Schedule::Open(vec![
+            Phase {
+                rate: 0.0,
+                secs: offset,
+            },
+            Phase {
+                rate,
+                secs: (args.secs - offset).max(0.0),
+            },
+        ])),
         recorder: rec as Arc<dyn Recorder>,
         t0,
     }
@@ -296,7 +306,13 @@ async fn run_spam(
     let rec = Arc::new(PhasedRecorder::new(t0, &phases));
     let mut tasks = Vec::new();
     for (i, pool) in pools.into_iter().enumerate() {
-        let shared = open_loop(args, args.rate_per_source, pool, rec.clone(), t0);
+        let shared = open_loop(
+            args,
+            (args.rate_per_source, i, args.sources),
+            pool,
+            rec.clone(),
+            t0,
+        );
         let bind = distinct.then(|| loopback_source(6, i));
         tasks.push(tokio::spawn(run_publisher(
             publisher_cfg(args, relay, bind, t0),
@@ -516,7 +532,14 @@ pub async fn run(args: &SybilArgs) -> anyhow::Result<SybilReport> {
     ));
     let mut tasks = Vec::new();
     for (i, pool) in polite_pools.into_iter().enumerate() {
-        let shared = open_loop(args, args.polite_rate, pool, polite_rec.clone(), t0);
+        // Half a slot later than evenly spread: not on a spam source's beat.
+        let shared = open_loop(
+            args,
+            (args.polite_rate, 2 * i + 1, 2 * args.polite),
+            pool,
+            polite_rec.clone(),
+            t0,
+        );
         let bind = distinct.then(|| loopback_source(2, i));
         tasks.push(tokio::spawn(run_publisher(
             publisher_cfg(args, &relay, bind, t0),
