@@ -115,6 +115,9 @@ pub struct SybilReport {
     /// Bench-side seconds of mining per spam event (before the clock).
     pub mine_secs_per_event: f64,
     pub polite_mine_bits: u32,
+    /// Bench-side seconds of mining per polite event.
+    #[serde(default)]
+    pub polite_mine_secs_per_event: f64,
     #[serde(default)]
     pub polite_clients: usize,
     pub polite_trusted: bool,
@@ -480,6 +483,7 @@ pub async fn run(args: &SybilArgs) -> anyhow::Result<SybilReport> {
         }
     }
     let polite_per = (args.polite_rate * args.secs).ceil() as usize;
+    let polite_mined_from = Instant::now();
     let polite_pools: Vec<Vec<Prepared>> = k
         .polite
         .iter()
@@ -496,6 +500,11 @@ pub async fn run(args: &SybilArgs) -> anyhow::Result<SybilReport> {
             prepared(sign_mined(specs, args.polite_mine_bits))
         })
         .collect();
+    let polite_mine_secs_per_event = if args.polite_mine_bits > 0 {
+        polite_mined_from.elapsed().as_secs_f64() / (polite_per * args.polite).max(1) as f64
+    } else {
+        0.0
+    };
     println!(
         "sybil: signing {} spam events (one fresh key each{}) ...",
         (args.rate_per_source * args.secs).ceil() as usize * args.sources,
@@ -587,6 +596,7 @@ pub async fn run(args: &SybilArgs) -> anyhow::Result<SybilReport> {
         mine_bits: args.mine_bits,
         mine_secs_per_event: spam_part.mine_secs_per_event,
         polite_mine_bits: args.polite_mine_bits,
+        polite_mine_secs_per_event,
         polite_clients: args.polite,
         polite_trusted: !args.polite_untrusted,
         spam_accepted_per_sec: spam.stored_per_sec,
@@ -640,6 +650,13 @@ impl SybilReport {
             self.polite.success_ratio * 100.0,
             self.polite.accepted_latency.p99_ms
         );
+        if self.polite_mine_bits > 0 {
+            println!(
+                "  polite events mined to {} bits: {:.1} ms of mining per event here",
+                self.polite_mine_bits,
+                self.polite_mine_secs_per_event * 1e3
+            );
+        }
         println!(
             "  store grew {}, resident memory {} -> {}, difficulty max {:?} end {:?}",
             mb(self.store_growth_bytes),
