@@ -44,6 +44,21 @@ fn bench(c: &mut Criterion) {
     g.bench_function("verify (id + BIP-340 signature)", |b| {
         b.iter(|| black_box(&event).verify().unwrap())
     });
+    // What the relay asks of an outsider's EVENT before its signature: the
+    // nonce tag's target and the id's leading zero bits.
+    let mined = Event::sign(
+        &[1; 32],
+        1_700_000_000,
+        1,
+        vec![
+            vec!["t".into(), "nostr".into()],
+            vec!["nonce".into(), "12345".into(), "16".into()],
+        ],
+        "a mined note",
+    );
+    g.bench_function("NIP-13 difficulty (nonce tag + id bits)", |b| {
+        b.iter(|| sluice_proto::pow::difficulty(black_box(&mined)))
+    });
 
     let author = hex::encode(event.pubkey);
     let p = event.first_tag_value("p").expect("has a p tag").to_owned();
