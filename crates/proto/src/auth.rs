@@ -242,6 +242,24 @@ mod tests {
     }
 
     #[test]
+    fn created_at_exactly_max_skew_away_is_still_fresh() {
+        let urls = vec!["wss://relay.example.com".to_string()];
+        let c = check(&urls, None);
+        for created_at in [1_000_000 - 600, 1_000_000 + 600] {
+            let e = auth_event(AUTH_KIND, created_at, "abc", "wss://relay.example.com");
+            assert_eq!(check_auth_event(&e, &c), Ok(()), "created_at {created_at}");
+        }
+        for created_at in [1_000_000 - 601, 1_000_000 + 601] {
+            let e = auth_event(AUTH_KIND, created_at, "abc", "wss://relay.example.com");
+            assert_eq!(
+                check_auth_event(&e, &c),
+                Err(AuthError::Stale),
+                "created_at {created_at}"
+            );
+        }
+    }
+
+    #[test]
     fn relay_urls_compare_normalised() {
         let urls = vec!["wss://Relay.Example.com:443/".to_string()];
         assert!(relay_matches("wss://relay.example.com", &urls, None));
@@ -267,6 +285,18 @@ mod tests {
         ));
         assert!(relay_matches("ws://[::1]:7777/", &[], Some("[::1]:7777")));
         assert!(relay_matches("wss://anything", &[], None));
+    }
+
+    /// The session reads these to know whether (and as whom) a connection
+    /// is authenticated: for `auth-required:` answers, the per-connection
+    /// cap on AUTHs and the pubkey-keyed throttle.
+    #[test]
+    fn readers_report_the_authenticated_pubkeys_as_given() {
+        let me = crate::event::public_key_of(&SK);
+        let them = crate::event::public_key_of(&OTHER);
+        assert!(Readers::new(vec![4], vec![]).pubkeys().is_empty());
+        assert_eq!(Readers::new(vec![4], vec![me]).pubkeys(), &[me]);
+        assert_eq!(Readers::new(vec![], vec![them, me]).pubkeys(), &[them, me]);
     }
 
     #[test]

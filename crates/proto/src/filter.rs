@@ -293,4 +293,61 @@ mod tests {
         assert!(f(json!({"since":5,"until":4})).is_empty_match());
         assert!(!f(json!({"since":5,"until":5})).is_empty_match());
     }
+
+    /// Each empty list alone makes the filter match nothing (the store and
+    /// the live index skip it); non-empty lists do not.
+    #[test]
+    fn any_one_empty_list_matches_nothing() {
+        for empty in [
+            json!({"ids":[]}),
+            json!({"authors":[]}),
+            json!({"kinds":[]}),
+            json!({"#e":[]}),
+            json!({"#p":["x"],"#t":[]}),
+        ] {
+            assert!(f(empty.clone()).is_empty_match(), "{empty}");
+            assert!(!f(empty).matches(&ev(1, 10, vec![vec!["p", "x"], vec!["t", "y"]])));
+        }
+        let full = json!({
+            "ids":["00".repeat(32)],
+            "authors":["11".repeat(32)],
+            "kinds":[1],
+            "#e":["x"],
+        });
+        assert!(!f(full).is_empty_match());
+        assert!(!f(json!({})).is_empty_match());
+    }
+
+    /// NIP-50 `search` and other fields this relay does not implement are
+    /// ignored, not refused as tag filters.
+    #[test]
+    fn unknown_fields_are_ignored() {
+        let with_search = f(json!({"search":"best nostr apps","kinds":[1],"x":5}));
+        assert_eq!(with_search, f(json!({"kinds":[1]})));
+        assert!(with_search.matches(&ev(1, 10, vec![])));
+    }
+
+    #[test]
+    fn a_field_takes_up_to_max_values_and_refuses_one_more() {
+        let kinds = |n: u16| json!({ "kinds": (0..n).collect::<Vec<u16>>() });
+        let at_max = u16::try_from(MAX_VALUES_PER_FIELD).unwrap();
+        assert_eq!(
+            f(kinds(at_max)).kinds.map(|k| k.len()),
+            Some(MAX_VALUES_PER_FIELD)
+        );
+        assert_eq!(
+            Filter::from_value(&kinds(at_max + 1)),
+            Err(FilterError::TooManyValues {
+                field: "kinds".into(),
+                count: MAX_VALUES_PER_FIELD + 1,
+                max: MAX_VALUES_PER_FIELD,
+            })
+        );
+        let tag_values = |n: usize| json!({ "#t": vec!["x"; n] });
+        f(tag_values(MAX_VALUES_PER_FIELD));
+        assert!(matches!(
+            Filter::from_value(&tag_values(MAX_VALUES_PER_FIELD + 1)),
+            Err(FilterError::TooManyValues { ref field, .. }) if field == "#t"
+        ));
+    }
 }

@@ -40,4 +40,21 @@ mod tests {
         assert!(decode::<2>("0af").is_none());
         assert!(decode::<2>("0afg").is_none());
     }
+
+    #[test]
+    fn mixed_case_and_the_characters_next_to_each_range_are_refused() {
+        // NIP-01 hex is lowercase: one uppercase digit anywhere spoils it.
+        assert!(decode::<2>("0aFf").is_none());
+        assert!(decode::<2>("A0ff").is_none());
+        // The bytes just outside '0'..='9' and 'a'..='f'.
+        for c in ['/', ':', '`', 'g', 'G', '@', ' '] {
+            let s = format!("0{c}ff");
+            assert!(decode::<2>(&s).is_none(), "{s:?}");
+        }
+        // Every digit at both positions of a byte.
+        let all: [u8; 8] = decode("0123456789abcdef").unwrap();
+        assert_eq!(all, [0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef]);
+        let swapped: [u8; 8] = decode("1032547698badcfe").unwrap();
+        assert_eq!(swapped, [0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe]);
+    }
 }

@@ -52,4 +52,18 @@ mod tests {
         assert_eq!(KindClass::of(30023), KindClass::Addressable);
         assert_eq!(KindClass::of(40000), KindClass::Regular);
     }
+
+    /// The `kind_class` label of `sluice_events_received_total`: the values
+    /// docs/metrics.md lists, one per class.
+    #[test]
+    fn each_class_has_its_documented_metric_label() {
+        for (kind, label) in [
+            (1, "regular"),
+            (0, "replaceable"),
+            (20001, "ephemeral"),
+            (30023, "addressable"),
+        ] {
+            assert_eq!(KindClass::of(kind).as_str(), label, "kind {kind}");
+        }
+    }
 }

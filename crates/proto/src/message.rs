@@ -485,6 +485,107 @@ mod tests {
         );
     }
 
+    /// The `type` label of `sluice_messages_received_total` (the REQ
+    /// refusal-ratio alert and dashboard panel select `type=~"req|count"`).
+    #[test]
+    fn each_message_type_has_its_metric_label() {
+        let ev = Event::sign(&[3; 32], 1, 1, vec![], "");
+        let auth = Event::sign(&[3; 32], 1, 22242, vec![], "");
+        for (msg, label) in [
+            (format!("[\"EVENT\",{}]", ev.raw()), "event"),
+            (r#"["REQ","s",{}]"#.to_string(), "req"),
+            (r#"["COUNT","s",{}]"#.to_string(), "count"),
+            (r#"["CLOSE","s"]"#.to_string(), "close"),
+            (format!("[\"AUTH\",{}]", auth.raw()), "auth"),
+            (r#"["NEG-OPEN","n",{},"6100"]"#.to_string(), "neg_open"),
+            (r#"["NEG-MSG","n","6100"]"#.to_string(), "neg_msg"),
+            (r#"["NEG-CLOSE","n"]"#.to_string(), "neg_close"),
+        ] {
+            assert_eq!(ClientMessage::parse(&msg).unwrap().type_label(), label);
+        }
+    }
+
+    /// NIP-77: `["NEG-OPEN", sub_id, filter, hex]` and `["NEG-MSG", sub_id,
+    /// hex]`; the hex is handed on as sent.
+    #[test]
+    fn negentropy_messages_keep_their_parts() {
+        match ClientMessage::parse(r#"["NEG-OPEN","n1",{"kinds":[1]},"61AB00"]"#).unwrap() {
+            ClientMessage::NegOpen {
+                sub_id,
+                filter,
+                message,
+            } => {
+                assert_eq!(sub_id, "n1");
+                assert_eq!(filter.kinds, Some(vec![1]));
+                assert_eq!(message, "61AB00");
+            }
+            other => panic!("{other:?}"),
+        }
+        match ClientMessage::parse(r#"["NEG-MSG","n1","ff00"]"#).unwrap() {
+            ClientMessage::NegMsg { sub_id, message } => {
+                assert_eq!((sub_id.as_str(), message.as_str()), ("n1", "ff00"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A negentropy message that cannot be used is answered NEG-ERR for its
+    /// subscription: wrong arity, a bad filter, or a message that is not an
+    /// even-length string of hex digits.
+    #[test]
+    fn bad_negentropy_messages_name_their_subscription() {
+        let neg_err = |msg: &str| match ClientMessage::parse(msg) {
+            Err(MessageError::BadNeg { sub_id, error }) => {
+                assert_eq!(sub_id, "n1", "{msg}");
+                error
+            }
+            other => panic!("{msg}: {other:?}"),
+        };
+        for msg in [
+            r#"["NEG-OPEN","n1",{}]"#,
+            r#"["NEG-OPEN","n1",{},"00","00"]"#,
+            r#"["NEG-MSG","n1"]"#,
+            r#"["NEG-MSG","n1","00","00"]"#,
+        ] {
+            assert!(neg_err(msg).contains("takes"), "{msg}");
+        }
+        assert!(neg_err(r#"["NEG-OPEN","n1",{"kinds":"x"},"00"]"#).contains("kinds"));
+        for bad in [r#""abc""#, r#""0g""#, r#""zz""#, r#""00 0""#, "0", "[]"] {
+            for msg in [
+                format!(r#"["NEG-OPEN","n1",{{}},{bad}]"#),
+                format!(r#"["NEG-MSG","n1",{bad}]"#),
+            ] {
+                assert_eq!(neg_err(&msg), "message must be a hex string", "{msg}");
+            }
+        }
+    }
+
+    /// The NOTICE for an unknown type echoes it, cut to 32 characters.
+    #[test]
+    fn an_unknown_type_is_named_in_at_most_32_characters() {
+        assert_eq!(
+            ClientMessage::parse(r#"["HELLO"]"#).unwrap_err(),
+            MessageError::UnknownType("HELLO".into())
+        );
+        let long = "é".repeat(40);
+        assert_eq!(
+            ClientMessage::parse(&format!("[\"{long}\"]")).unwrap_err(),
+            MessageError::UnknownType("é".repeat(32))
+        );
+    }
+
+    #[test]
+    fn negentropy_answers_are_framed_as_nip77_says() {
+        assert_eq!(
+            RelayMessage::neg_msg("n\"1", "61ab"),
+            r#"["NEG-MSG","n\"1","61ab"]"#
+        );
+        assert_eq!(
+            RelayMessage::neg_err("n1", "closed: no such session"),
+            r#"["NEG-ERR","n1","closed: no such session"]"#
+        );
+    }
+
     #[test]
     fn relay_messages_are_valid_json() {
         for s in [

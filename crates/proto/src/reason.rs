@@ -40,3 +40,42 @@ impl Reason {
         format!("{}: {}", self.as_str(), detail)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The machine-readable prefixes clients act on (NIP-01 OK and CLOSED,
+    /// NIP-42 `auth-required`, NIP-77 `closed`), also the `reason` label of
+    /// the refusal metrics.
+    #[test]
+    fn each_reason_is_its_wire_prefix() {
+        for (reason, prefix) in [
+            (Reason::Duplicate, "duplicate"),
+            (Reason::Pow, "pow"),
+            (Reason::Blocked, "blocked"),
+            (Reason::RateLimited, "rate-limited"),
+            (Reason::Invalid, "invalid"),
+            (Reason::Restricted, "restricted"),
+            (Reason::AuthRequired, "auth-required"),
+            (Reason::Unsupported, "unsupported"),
+            (Reason::Error, "error"),
+            (Reason::Closed, "closed"),
+        ] {
+            assert_eq!(reason.as_str(), prefix, "{reason:?}");
+        }
+    }
+
+    #[test]
+    fn a_message_is_the_prefix_a_colon_a_space_and_the_detail() {
+        assert_eq!(
+            Reason::RateLimited.message("slow down"),
+            "rate-limited: slow down"
+        );
+        assert_eq!(
+            Reason::AuthRequired.message("we only serve DMs to their parties"),
+            "auth-required: we only serve DMs to their parties"
+        );
+        assert_eq!(Reason::Invalid.message(""), "invalid: ");
+    }
+}
