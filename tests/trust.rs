@@ -304,3 +304,35 @@ async fn a_flood_of_reactions_spends_the_reaction_bucket_not_the_authors_notes()
     // Another author's reactions are theirs.
     assert!(c.publish(&ev(6, now(), 7, &[], "+")).await.0);
 }
+
+#[tokio::test]
+async fn an_authenticated_pubkey_in_the_web_reads_in_its_distance_tier() {
+    let toml = format!(
+        "{}distance_tiers = [\"friends\"]\n[[throttle.tiers.listed]]\nname = \"friends\"\nweight = 3\n",
+        trust_toml("allow", "")
+    );
+    let relay = Relay::start_with_toml(&toml, &[]);
+    let mut c = relay.client().await;
+    assert!(c.publish(&follows(SEED, now() - 10, &[2])).await.0);
+    wait_for("2 in the web", async || {
+        relay.metric("sluice_trust_pubkeys", &[]).await == 2.0
+    })
+    .await;
+    // Key 2 (distance 1, tier "friends") and key 3 (outside: authenticated).
+    for (key, tier) in [(2u8, "friends"), (3, "authenticated")] {
+        let mut conn = relay.client().await;
+        let challenge = conn.challenge().await;
+        let auth = ev(
+            key,
+            now(),
+            22242,
+            &[&["relay", &relay.url()], &["challenge", &challenge]],
+            "",
+        );
+        conn.send_text(&format!("[\"AUTH\",{}]", auth.raw())).await;
+        let (ok, msg) = conn.expect_ok(&auth.id_hex()).await;
+        assert!(ok, "{msg}");
+        let label = format!("tier=\"{tier}\"");
+        assert_eq!(relay.metric("sluice_auth_tier_total", &[&label]).await, 1.0);
+    }
+}

@@ -377,6 +377,20 @@ impl Throttle {
         self.tiers.load().tiers.principal(ip, pubkeys)
     }
 
+    /// [`Throttle::principal`], an unlisted pubkey taking the tier its
+    /// distance in the web of trust gives it (`trust_tier`).
+    pub fn principal_with(
+        &self,
+        ip: IpAddr,
+        pubkeys: &[[u8; 32]],
+        trust_tier: impl Fn(&[u8; 32]) -> Option<u8>,
+    ) -> Principal {
+        self.tiers
+            .load()
+            .tiers
+            .principal_with(ip, pubkeys, trust_tier)
+    }
+
     /// Admission of one EVENT before its signature, or of one REQ, COUNT
     /// or NEG-OPEN (see `sluice_throttle::policy::Checks::operation`).
     pub fn admit(&self, op: Op, who: &Principal, pacer: &mut ConnPacer) -> Verdict {

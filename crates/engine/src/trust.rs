@@ -142,6 +142,13 @@ impl Trust {
         })
     }
 
+    /// The tier a pubkey's distance in the web gives it, if any (an
+    /// authenticated connection's read tier, NIP-42).
+    pub fn tier_of(&self, pubkey: &[u8; 32]) -> Option<u8> {
+        let d = *self.distances.load().get(pubkey)?;
+        self.settings.load().tier_of_distance[usize::from(d.min(4))]
+    }
+
     /// The difficulty an outsider's note must carry now (NIP-11
     /// `limitation.min_pow_difficulty`).
     pub fn difficulty_now(&self) -> u32 {

@@ -269,9 +269,27 @@ impl Tiers {
     /// The principal of a connection from `ip` authenticated as `pubkeys`
     /// (none: anonymous): the pubkey of the highest tier among them.
     pub fn principal(&self, ip: IpAddr, pubkeys: &[[u8; 32]]) -> Principal {
+        self.principal_with(ip, pubkeys, |_| None)
+    }
+
+    /// [`Tiers::principal`], where a pubkey no tier lists may get a tier
+    /// from `other` (its distance in the web of trust): a listed tier wins,
+    /// then `other`'s, then authenticated.
+    pub fn principal_with(
+        &self,
+        ip: IpAddr,
+        pubkeys: &[[u8; 32]],
+        other: impl Fn(&[u8; 32]) -> Option<u8>,
+    ) -> Principal {
         let mut best = Principal::anonymous(ip);
         for p in pubkeys {
-            let tier = self.tiers[self.by_pubkey.get(p).copied().unwrap_or(1) as usize];
+            let index = self
+                .by_pubkey
+                .get(p)
+                .copied()
+                .or_else(|| other(p).filter(|i| usize::from(*i) < self.tiers.len() && *i > 0))
+                .unwrap_or(1);
+            let tier = self.tiers[usize::from(index)];
             if best.tier.index == 0 || tier.weight > best.tier.weight {
                 best = Principal {
                     ip: best.ip,

@@ -142,11 +142,14 @@ impl Session {
         self.auth
             .counted
             .get_or_insert_with(|| sluice_engine::GaugeGuard::hold(m::CONNECTIONS_AUTHENTICATED));
-        self.principal = self
-            .st
-            .engine
-            .throttle()
-            .principal(self.ip, self.auth.pubkeys());
+        // Its tier: a listed one, else the one its distance in the web of
+        // trust gives it (its reads and requests are charged there).
+        let trust = self.st.engine.trust();
+        self.principal =
+            self.st
+                .engine
+                .throttle()
+                .principal_with(self.ip, self.auth.pubkeys(), |p| trust.tier_of(p));
         metrics::counter!(m::AUTH_TIER_TOTAL, "tier" => self.principal.tier.name).increment(1);
         Ok(())
     }
