@@ -331,12 +331,21 @@ const HOW_RAISED: &[(&str, Raised)] = &[
         "sluice_query_window_in_flight",
         Raised::ImpliedBy("sluice_query_steps_total"),
     ),
-    ("sluice_query_window_queued", Raised::Seen),
+    // Sampled by the monitor from the scheduler's counts every tick, so a
+    // short queue may fall between samples; every admitted query joins
+    // the queue (and its client the rotation) before its first step.
+    (
+        "sluice_query_window_queued",
+        Raised::ImpliedBy("sluice_query_admitted_total"),
+    ),
     ("sluice_query_open", Raised::Seen),
     ("sluice_query_open_units", Raised::Seen),
     ("sluice_query_parked", Raised::Seen),
     ("sluice_query_clients", Raised::Seen),
-    ("sluice_query_clients_waiting", Raised::Seen),
+    (
+        "sluice_query_clients_waiting",
+        Raised::ImpliedBy("sluice_query_admitted_total"),
+    ),
     // Every event written waited in the writer's queue.
     (
         "sluice_writer_queue_events",
@@ -408,6 +417,12 @@ const NOT_PER_CLIENT: &[&str] = &[
     "sluice_cluster_outbound_queued",
     // The per-IP read budget's current rate: scaled by the read controller.
     "sluice_query_read_budget_units_per_second",
+    // The web of trust's size and cap (the store's follow lists, not who is
+    // connected), and the difficulty asked of outsiders (0 without
+    // `[pow]`; the adaptive part falls back when calm).
+    "sluice_trust_pubkeys",
+    "sluice_trust_truncated",
+    "sluice_pow_difficulty",
     // The store's content and size, the disk it is on, retention's target.
     "sluice_store_map_size_bytes",
     "sluice_store_used_bytes",

@@ -272,7 +272,12 @@ async fn a_refused_reload_changes_no_section() {
         "refused",
     )
     .await;
-    assert!(relay.log_text().contains("reload refused"));
+    // The log line follows the count: wait for it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !relay.log_text().contains("reload refused") {
+        assert!(Instant::now() < deadline, "the refusal was not logged");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let doc = nip11(&relay).await;
     assert_eq!(doc["name"], "before");
     assert_eq!(doc["limitation"]["max_subscriptions"], 20);

@@ -327,7 +327,7 @@ async fn a_rule_added_by_sighup_is_applied() {
     })
     .await;
     eventually("the reload is logged", || async {
-        relay.log_text().contains("retention settings reloaded")
+        relay.log_text().contains("SIGHUP: settings reloaded")
     })
     .await;
     relay.stop();

@@ -245,7 +245,7 @@ async fn reload_on_sighup(config_file: Option<PathBuf>, state: Arc<AppState>) {
         metrics::counter!("sluice_config_reloads_total", "result" => result).increment(1);
         match applied {
             Ok(()) => tracing::info!(
-                "SIGHUP: throttle, retention, policy, limits and relay settings reloaded"
+                "SIGHUP: settings reloaded (throttle, retention, trust, pow, policy, limits, relay)"
             ),
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), "SIGHUP: reload refused, keeping the running settings")
