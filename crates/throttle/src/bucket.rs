@@ -383,6 +383,116 @@ impl TokenBucket {
 mod tests {
     use super::*;
 
+    const MS: u64 = 1_000_000;
+
+    /// The pools in ms, for exact comparisons.
+    fn pools(b: &TokenBucket) -> (u64, u64, u64, u64) {
+        let s = &b.state;
+        (s.pool_ns, s.burst_ns, s.wait_ns, s.debt_ns)
+    }
+
+    #[test]
+    fn charge_debt_refund_refill_and_the_retry_hint_are_exact() {
+        // 1 ms per operation, a 10 ms pool, a burst pool as large (burst
+        // ratio 2) and 20 ms of banked catch-up.
+        let cfg = BucketConfig {
+            rate_per_s: 1000.0,
+            burst_ratio: 2.0,
+            window_ms: 10,
+            catch_up_ms: 20,
+        };
+        let mut b = TokenBucket::new(cfg, 0).unwrap();
+        assert_eq!(b.rate_per_s(), 1000.0);
+        assert_eq!(b.config(), &cfg);
+        assert_eq!(pools(&b), (10 * MS, 10 * MS, 20 * MS, 0));
+        // 25 operations charged: the pool, then the burst pool, then 5 of debt.
+        b.settle(0, 25);
+        assert_eq!(pools(&b), (0, 0, 20 * MS, 5 * MS));
+        // Refused while in debt: the debt, then half a ms (the burst pool
+        // refills at twice the rate while banked time lasts), plus 1 ns.
+        assert_eq!(
+            b.try_take(0, 1),
+            Err(Duration::from_nanos(5 * MS + MS / 2 + 1))
+        );
+        // 3 ms later the debt is 2; a refund of 4 pays it and puts 2 in the pool.
+        b.settle(3 * MS, -4);
+        assert_eq!(pools(&b), (2 * MS, 0, 20 * MS, 0));
+        // 3 ms more: 3 into the pool, 3 of banked time into the burst pool.
+        b.refund(6 * MS, 0);
+        assert_eq!(pools(&b), (5 * MS, 3 * MS, 17 * MS, 0));
+        // 7 operations: 5 from the pool, 2 from the burst pool.
+        assert_eq!(b.try_take(6 * MS, 7), Ok(()));
+        assert_eq!(pools(&b), (0, MS, 17 * MS, 0));
+        // 2 more are 1 short: half a ms at the doubled rate, plus 1 ns.
+        assert_eq!(b.try_take(6 * MS, 2), Err(Duration::from_nanos(MS / 2 + 1)));
+        assert_eq!(pools(&b), (0, MS, 17 * MS, 0), "a refusal takes nothing");
+        // A long idle fills every pool; the bank is capped.
+        b.refund(1000 * MS, 0);
+        assert_eq!(pools(&b), (10 * MS, 10 * MS, 20 * MS, 0));
+        assert!(b.is_full(1000 * MS));
+    }
+
+    #[test]
+    fn the_retry_hint_counts_the_burst_refill_only_while_banked_time_and_room_last() {
+        // 1 ms per operation, a 60 ms pool, a 30 ms burst pool (ratio 1.5:
+        // it refills at half the rate on top) and 12 ms banked.
+        let cfg = BucketConfig {
+            rate_per_s: 1000.0,
+            burst_ratio: 1.5,
+            window_ms: 60,
+            catch_up_ms: 12,
+        };
+        let ns = Duration::from_nanos;
+        let mut b = TokenBucket::new(cfg, 0).unwrap();
+        assert_eq!(b.try_take(0, 60), Ok(()));
+        assert_eq!(b.try_take(0, 20), Ok(()));
+        assert_eq!(pools(&b), (0, 10 * MS, 12 * MS, 0));
+        // 30 ms short: at 1.5 per ms, 20 ms, the bank (12 ms, room 20 ms)
+        // covering the extra 10 ms.
+        assert_eq!(b.try_take(0, 40), Err(ns(20 * MS + 1)));
+        // 25 ms in the burst pool, 5 ms of room: 35 ms short is 23.3 ms at
+        // 1.5 per ms, but the burst refill stops after 5 ms of extra, so
+        // 35 - 5 = 30 ms.
+        let mut b = TokenBucket::new(cfg, 0).unwrap();
+        assert_eq!(b.try_take(0, 60), Ok(()));
+        assert_eq!(b.try_take(0, 5), Ok(()));
+        assert_eq!(pools(&b), (0, 25 * MS, 12 * MS, 0));
+        assert_eq!(b.try_take(0, 60), Err(ns(30 * MS + 1)));
+        // A half-full pool refills to its cap, not past it (a take of
+        // nothing refills without clamping anything after).
+        let mut b = TokenBucket::new(cfg, 0).unwrap();
+        assert_eq!(b.try_take(0, 30), Ok(()));
+        assert_eq!(b.try_take(1000 * MS, 0), Ok(()));
+        assert_eq!(pools(&b), (60 * MS, 30 * MS, 12 * MS, 0));
+        // Emptied, then 4 ms: 4 into the pool, 2 (half the time) of banked
+        // time into the burst pool.
+        assert_eq!(b.try_take(1000 * MS, 60), Ok(()));
+        assert_eq!(b.try_take(1000 * MS, 30), Ok(()));
+        assert_eq!(b.try_take(1004 * MS, 0), Ok(()));
+        assert_eq!(pools(&b), (4 * MS, 2 * MS, 10 * MS, 0));
+        // 60 wanted, 6 held: 54 short; 36 ms at 1.5 per ms would need 18 of
+        // extra, the bank has 10: 54 - 10 = 44 ms.
+        assert_eq!(b.try_take(1004 * MS, 60), Err(ns(44 * MS + 1)));
+        assert_eq!(Params::new(&cfg, 1000.0).rate_per_s(), 1000.0);
+    }
+
+    #[test]
+    fn debt_is_capped_at_the_pool_and_the_bank() {
+        let cfg = BucketConfig {
+            rate_per_s: 1000.0,
+            burst_ratio: 1.0,
+            window_ms: 10,
+            catch_up_ms: 20,
+        };
+        let mut b = TokenBucket::new(cfg, 0).unwrap();
+        b.charge(0, 1000);
+        assert_eq!(pools(&b), (0, 0, 20 * MS, 30 * MS));
+        // Without a burst ratio nothing moves into the burst pool: the
+        // refill after the debt goes to the pool and the bank only.
+        b.refund(35 * MS, 0);
+        assert_eq!(pools(&b), (5 * MS, 0, 20 * MS, 0));
+    }
+
     const SEC: u64 = 1_000_000_000;
 
     fn bucket(rate: f64, burst: f64, window_ms: u64, catch_up_ms: u64) -> TokenBucket {
