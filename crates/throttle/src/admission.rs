@@ -379,4 +379,14 @@ mod tests {
         assert_eq!(Mode::Shadow.as_str(), "shadow");
         assert_eq!(Mode::default(), Mode::Enforce);
     }
+
+    #[test]
+    fn verdicts_serialize_with_the_delay_in_nanoseconds_and_back() {
+        let d = Verdict::Delay(Duration::from_millis(250));
+        let json = serde_json::to_string(&d).unwrap();
+        assert_eq!(json, r#"{"delay_ns":250000000}"#);
+        assert_eq!(serde_json::from_str::<Verdict>(&json).unwrap(), d);
+        let allow = serde_json::to_string(&Verdict::Allow).unwrap();
+        assert_eq!(serde_json::from_str::<Verdict>(&allow).unwrap(), Verdict::Allow);
+    }
 }

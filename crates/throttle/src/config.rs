@@ -530,6 +530,18 @@ mod tests {
         import.validate().unwrap();
     }
 
+    #[test]
+    fn either_weight_alone_is_enough() {
+        for (memory, load) in [(0.0, 1.0), (1.0, 0.0), (0.5, 0.5)] {
+            let c = ThrottleConfig {
+                memory_weight: memory,
+                load_weight: load,
+                ..ThrottleConfig::default()
+            };
+            c.validate().unwrap();
+        }
+    }
+
     /// Every error names the key as the operator writes it in TOML.
     #[test]
     fn errors_name_the_whole_key() {

@@ -197,4 +197,16 @@ mod tests {
             assert_eq!(s.action(), Verdict::Allow);
         }
     }
+
+    #[test]
+    fn a_connection_at_exactly_the_polite_rate_is_not_polite() {
+        // The first operation's rate is exactly 1/s: polite means below.
+        let over = refuse(Cause::OverCap);
+        let mut adm = ConnPacer::new(1);
+        let d = adm.check(Direction::Write, Mode::Enforce, over, 1.0, MS);
+        assert_eq!(d.action(), over);
+        let mut adm = ConnPacer::new(1);
+        let d = adm.check(Direction::Write, Mode::Enforce, over, 1.0 + 1e-9, MS);
+        assert_eq!(d.action(), Verdict::Allow);
+    }
 }

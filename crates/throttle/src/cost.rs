@@ -264,4 +264,50 @@ mod tests {
         assert_eq!(c.step(100, 10 * 1024), 110);
         assert!(c.estimate_count(&[FilterShape::Ids { ids: 2 }], 500) <= 10 + 502);
     }
+
+    #[test]
+    fn many_full_scans_are_capped_at_the_scan_limit_plus_a_margin_per_filter() {
+        let c = CostConfig::default();
+        let full = FilterShape::Scan {
+            prefixes: 1,
+            limit: None,
+            keyed: false,
+            post_filter: false,
+        };
+        // Each filter reads 10,001 rows (the limit and a seek); three of
+        // them are capped at 10,000 + 3 * 4096 rows.
+        let cost = c.estimate_req(&[full, full, full], 10_000);
+        assert_eq!(
+            cost,
+            c.actual(10_000 + 3 * 4096, 30_000 * c.estimated_event_bytes)
+        );
+        // One is under its cap.
+        assert_eq!(
+            c.estimate_req(&[full], 10_000),
+            c.actual(10_001, 10_000 * c.estimated_event_bytes)
+        );
+    }
+
+    #[test]
+    fn a_count_costs_its_estimate_plus_a_seek_per_id_and_prefix() {
+        let c = CostConfig::default();
+        let shapes = [
+            FilterShape::Ids { ids: 3 },
+            FilterShape::Scan {
+                prefixes: 2,
+                limit: None,
+                keyed: true,
+                post_filter: false,
+            },
+            FilterShape::Empty,
+        ];
+        let big = c.count_estimate_rows + 1_000;
+        assert_eq!(
+            c.estimate_count(&shapes, big),
+            c.actual(c.count_estimate_rows + 5, 0)
+        );
+        // The per-query row limit caps the estimate.
+        assert_eq!(c.estimate_count(&shapes, 7), c.actual(7 + 5, 0));
+        assert!(c.estimate_count(&shapes, 7) > c.base_units);
+    }
 }
