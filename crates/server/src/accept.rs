@@ -228,17 +228,15 @@ async fn connection(
     state: Arc<AppState>,
 ) {
     let timeout = Duration::from_millis(state.server.handshake_timeout_ms);
-    let io = crate::cork::Cork::new(tcp);
-    let switch = io.switch();
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(ConnectInfo(peer));
-        req.extensions_mut().insert(switch.clone());
         router.clone().oneshot(req)
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(timeout)
-        .serve_connection(TokioIo::new(io), service)
+        // The session takes the socket back as this type (`ws::take_socket`).
+        .serve_connection(TokioIo::new(tcp), service)
         .with_upgrades();
     let mut conn = std::pin::pin!(conn);
     let shutdown: CancellationToken = state.shutdown.clone();

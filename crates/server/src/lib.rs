@@ -9,11 +9,11 @@
 mod accept;
 pub mod address;
 pub mod config;
-mod cork;
 pub mod metrics_names;
 pub mod nip11;
 pub mod nip86;
 mod session;
+mod ws;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,8 +21,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use axum::Router;
-use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::{ConnectInfo, State, WebSocketUpgrade};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -168,11 +167,15 @@ pub async fn serve(listener: tokio::net::TcpListener, state: Arc<AppState>) -> s
 async fn root(
     State(st): State<Arc<AppState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    cork: Option<axum::Extension<cork::CorkSwitch>>,
-    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    mut req: Request,
 ) -> Response {
-    if let Ok(ws) = ws {
+    let headers = std::mem::take(req.headers_mut());
+    if ws::wants_upgrade(&headers) {
+        let on_upgrade = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>();
+        let upgrade = match ws::Upgrade::check(req.method(), &headers, on_upgrade) {
+            Ok(u) => u,
+            Err(answer) => return answer,
+        };
         // The list was validated at load (and at each reload); one that
         // does not parse trusts no proxy.
         let proxies = st
@@ -205,29 +208,10 @@ async fn root(
             .map(str::to_owned);
         // The session keeps the sections current at its upgrade.
         let front = st.front();
-        let hard_max = front.limits.max_message_bytes.saturating_mul(2);
-        return ws
-            .read_buffer_size(st.server.read_buffer_bytes)
-            .write_buffer_size(st.server.write_buffer_bytes)
-            .max_write_buffer_size(
-                st.server
-                    .max_write_buffer_bytes
-                    .max(st.server.write_buffer_bytes + 1),
-            )
-            .max_message_size(hard_max)
-            .max_frame_size(hard_max)
-            .on_upgrade(move |socket| {
-                let tracker = st.sessions.clone();
-                let cork = cork.map(|c| c.0).unwrap_or_default();
-                tracker.track_future(session::run(
-                    socket,
-                    (st, front),
-                    ip,
-                    host,
-                    cork,
-                    (permit, per_ip),
-                ))
-            });
+        let (answer, on_upgrade) = upgrade.respond();
+        let session = session::run(on_upgrade, (st.clone(), front), ip, host, (permit, per_ip));
+        tokio::spawn(st.sessions.track_future(session));
+        return answer;
     }
     let wants_nip11 = headers
         .get(header::ACCEPT)

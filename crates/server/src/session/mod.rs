@@ -33,8 +33,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::ws::{Message, WebSocket, close_code};
-use futures_util::stream::{FuturesUnordered, SplitStream, StreamExt};
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use sluice_engine::throttle::Principal;
 use sluice_engine::throttle::{ConnPacer, ConnReadBudget, ConnectionGuard};
 use sluice_engine::{LiveConn, ReadSink};
@@ -48,6 +47,7 @@ use self::refusal::{NegError, Refusal};
 use self::subs::Subs;
 use crate::AppState;
 use crate::metrics_names as m;
+use crate::ws::{Message, WsError, WsRead, WsWrite, close_code};
 
 /// Parsed author keys one connection keeps (a few hundred bytes at most).
 const SESSION_PUBKEY_CACHE: usize = 4;
@@ -94,18 +94,29 @@ struct Session {
 }
 
 pub(crate) async fn run(
-    socket: WebSocket,
+    on_upgrade: hyper::upgrade::OnUpgrade,
     (st, front): (Arc<AppState>, Arc<crate::Reloadable>),
     ip: IpAddr,
     host: Option<String>,
-    cork: crate::cork::CorkSwitch,
     _permits: (OwnedSemaphorePermit, ConnectionGuard),
 ) {
+    let Some((tcp, already)) = crate::ws::take_socket(on_upgrade).await else {
+        return;
+    };
     metrics::counter!(m::CONNECTIONS_OPENED_TOTAL).increment(1);
     let _open = sluice_engine::GaugeGuard::hold(m::CONNECTIONS_OPEN);
     tracing::debug!(peer = %ip, "connection opened");
-    let (sink, mut stream) = socket.split();
-    let mut out = Out::new(sink, cork, Duration::from_millis(st.server.send_timeout_ms));
+    let (read_half, write_half) = tcp.into_split();
+    // Frames are bounded at twice the message limit, so that a message
+    // over the limit is answered by the session (with its id when it is an
+    // EVENT) rather than cut off by the WebSocket layer.
+    let hard_max = front.limits.max_message_bytes.saturating_mul(2);
+    let mut stream = WsRead::new(read_half, &already, hard_max, st.server.read_buffer_bytes);
+    drop(already);
+    let mut out = Out::new(
+        WsWrite::new(write_half),
+        Duration::from_millis(st.server.send_timeout_ms),
+    );
     let mut s = Session::new(st.clone(), front, ip, host);
     if st.auth.challenge_on_connect && s.send_challenge(&mut out).await.is_err() {
         let reason = CloseReason::IoError.label();
@@ -207,34 +218,33 @@ impl Session {
             && self.held.is_none()
     }
 
-    /// One WebSocket frame from the client (`None`: the stream ended).
-    async fn on_frame(
-        &mut self,
-        out: &mut Out,
-        frame: Option<Result<Message, axum::Error>>,
-    ) -> Step {
+    /// One WebSocket message from the client (`None`: the stream ended).
+    async fn on_frame(&mut self, out: &mut Out, frame: Option<Result<Message, WsError>>) -> Step {
         match frame {
-            Some(Ok(Message::Text(t))) => self.on_text(out, t.as_str()).await,
+            Some(Ok(Message::Text(t))) => self.on_text(out, &t).await,
             Some(Ok(Message::Binary(_))) => out.send(Refusal::Binary.notice()).await,
-            Some(Ok(Message::Close(_))) => {
-                // The WebSocket layer has queued the echo of the client's
-                // Close; send it before the socket goes.
-                let _ = out.flush().await;
+            Some(Ok(Message::Ping(payload))) => out.pong(&payload).await,
+            Some(Ok(Message::Close(frame))) => {
+                // Echo the client's code (RFC 6455 section 5.5.1).
+                let code = frame.map_or(close_code::NORMAL, |f| f.code);
+                out.close(code, "").await;
                 Err(CloseReason::ClientClosed)
             }
             None => Err(CloseReason::ClientClosed),
-            Some(Ok(_)) => Ok(()),
-            Some(Err(e)) => match FrameError::of(&e) {
-                FrameError::TooLarge => {
-                    let _ = out.send(Refusal::FrameTooLarge.notice()).await;
-                    out.close(close_code::SIZE, "message too large").await;
-                    Err(CloseReason::MessageTooLarge)
+            Some(Err(WsError::TooLarge)) => {
+                let _ = out.send(Refusal::FrameTooLarge.notice()).await;
+                out.close(close_code::SIZE, "message too large").await;
+                Err(CloseReason::MessageTooLarge)
+            }
+            Some(Err(e)) => {
+                tracing::debug!(peer = %self.ip, error = %e, "websocket error");
+                match e {
+                    WsError::BadUtf8 => out.close(close_code::INVALID_DATA, "not UTF-8").await,
+                    WsError::Protocol(what) => out.close(close_code::PROTOCOL, what).await,
+                    WsError::Io(_) | WsError::TooLarge => {}
                 }
-                FrameError::Other => {
-                    tracing::debug!(peer = %self.ip, error = %e, "websocket error");
-                    Err(CloseReason::ProtocolError)
-                }
-            },
+                Err(CloseReason::ProtocolError)
+            }
         }
     }
 
@@ -311,7 +321,7 @@ impl Session {
     async fn finish_for_shutdown(
         &mut self,
         out: &mut Out,
-        stream: &mut SplitStream<WebSocket>,
+        stream: &mut WsRead,
     ) -> CloseReason {
         let deadline =
             tokio::time::Instant::now() + Duration::from_millis(self.st.server.shutdown_grace_ms);
@@ -335,56 +345,5 @@ impl Session {
         })
         .await;
         CloseReason::Shutdown
-    }
-}
-
-/// A WebSocket read error, by what it means for the session.
-#[derive(Debug, PartialEq, Eq)]
-enum FrameError {
-    /// A frame (or message) over the WebSocket layer's bound
-    /// (`limits.max_message_bytes` × 2): answered, then closed with 1009.
-    TooLarge,
-    /// Anything else: a protocol or I/O error; the connection just ends.
-    Other,
-}
-
-impl FrameError {
-    /// axum wraps the WebSocket library's error; its variant says what
-    /// happened.
-    fn of(e: &axum::Error) -> FrameError {
-        use std::error::Error as _;
-        use tungstenite::error::{CapacityError, Error as WsError};
-        match e.source().and_then(|s| s.downcast_ref::<WsError>()) {
-            Some(WsError::Capacity(CapacityError::MessageTooLong { .. })) => FrameError::TooLarge,
-            _ => FrameError::Other,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::FrameError;
-    use tungstenite::error::{CapacityError, Error as WsError, ProtocolError};
-
-    #[test]
-    fn a_frame_over_the_bound_is_told_apart_by_its_type() {
-        let too_long = WsError::Capacity(CapacityError::MessageTooLong {
-            size: 10,
-            max_size: 5,
-        });
-        assert_eq!(
-            FrameError::of(&axum::Error::new(too_long)),
-            FrameError::TooLarge
-        );
-        for other in [
-            WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake),
-            WsError::Capacity(CapacityError::TooManyHeaders),
-            WsError::ConnectionClosed,
-        ] {
-            assert_eq!(FrameError::of(&axum::Error::new(other)), FrameError::Other);
-        }
-        // Words alone do not make a frame too large.
-        let words = std::io::Error::other("Space limit exceeded: Message too long");
-        assert_eq!(FrameError::of(&axum::Error::new(words)), FrameError::Other);
     }
 }

@@ -5,11 +5,7 @@
 
 use std::time::Duration;
 
-use axum::extract::ws::{CloseFrame, Message, WebSocket};
-use futures_util::SinkExt;
-use futures_util::stream::SplitSink;
-
-use crate::cork::{CorkSwitch, Corked};
+use crate::ws::WsWrite;
 
 /// Why a connection ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,58 +46,43 @@ impl CloseReason {
 pub(super) type Step = Result<(), CloseReason>;
 
 pub(super) struct Out {
-    sink: SplitSink<WebSocket, Message>,
-    cork: CorkSwitch,
+    ws: WsWrite,
     timeout: Duration,
 }
 
 impl Out {
-    pub(super) fn new(
-        sink: SplitSink<WebSocket, Message>,
-        cork: CorkSwitch,
-        timeout: Duration,
-    ) -> Out {
-        Out {
-            sink,
-            cork,
-            timeout,
-        }
+    pub(super) fn new(ws: WsWrite, timeout: Duration) -> Out {
+        Out { ws, timeout }
     }
 
-    /// Holds what is fed back from the socket until the next flush, while
-    /// the guard lives (`crate::cork`): a query chunk leaves in one write.
-    pub(super) fn cork(&self) -> Corked {
-        self.cork.close()
-    }
-
-    /// Sends one message and flushes.
+    /// Sends one message now.
     pub(super) async fn send(&mut self, text: String) -> Step {
-        let sent = self.sink.send(Message::Text(text.into()));
-        outcome(tokio::time::timeout(self.timeout, sent).await)
+        outcome(tokio::time::timeout(self.timeout, self.ws.send(&text)).await)
     }
 
-    /// Queues a message without flushing (a chunk of events is flushed once).
+    /// Holds a message until the next flush or send (a query chunk's
+    /// events leave in one write; `crate::ws::WsWrite::feed`).
     pub(super) async fn feed(&mut self, text: String) -> Step {
-        let fed = self.sink.feed(Message::Text(text.into()));
-        outcome(tokio::time::timeout(self.timeout, fed).await)
+        outcome(tokio::time::timeout(self.timeout, self.ws.feed(&text)).await)
     }
 
     pub(super) async fn flush(&mut self) -> Step {
-        outcome(tokio::time::timeout(self.timeout, self.sink.flush()).await)
+        outcome(tokio::time::timeout(self.timeout, self.ws.flush()).await)
     }
 
-    /// Sends a close frame; the connection is ending, so errors (and a
+    /// Answers a client's Ping.
+    pub(super) async fn pong(&mut self, payload: &[u8]) -> Step {
+        outcome(tokio::time::timeout(self.timeout, self.ws.pong(payload)).await)
+    }
+
+    /// Sends a Close frame; the connection is ending, so errors (and a
     /// timeout) are moot.
-    pub(super) async fn close(&mut self, code: u16, reason: &'static str) {
-        let frame = Message::Close(Some(CloseFrame {
-            code,
-            reason: reason.into(),
-        }));
-        let _ = tokio::time::timeout(self.timeout, self.sink.send(frame)).await;
+    pub(super) async fn close(&mut self, code: u16, reason: &str) {
+        let _ = tokio::time::timeout(self.timeout, self.ws.close(code, reason)).await;
     }
 }
 
-fn outcome(r: Result<Result<(), axum::Error>, tokio::time::error::Elapsed>) -> Step {
+fn outcome(r: Result<std::io::Result<()>, tokio::time::error::Elapsed>) -> Step {
     match r {
         Ok(Ok(())) => Ok(()),
         Ok(Err(_)) => Err(CloseReason::IoError),

@@ -151,9 +151,8 @@ impl Session {
         };
         let events = std::mem::take(&mut msg.events);
         let n = events.len();
-        // The chunk (and its EOSE and held live events) leaves in one write
-        // at the flush that ends every path below.
-        let _corked = out.cork();
+        // The chunk (and its EOSE and held live events) is fed, held until
+        // the flush or send that ends every path below: one write.
         for raw in events {
             out.feed(RelayMessage::event(&sub_id, &raw)).await?;
         }

@@ -1,0 +1,251 @@
+//! RFC 6455 frames, pure: the header of a client's frame read from bytes
+//! ([`parse_header`]), its payload unmasked in place ([`unmask`]), and the
+//! header of a frame the relay sends ([`server_header`]; server frames are
+//! not masked).
+
+/// Opcodes (RFC 6455 section 5.2).
+pub(crate) const CONTINUATION: u8 = 0x0;
+pub(crate) const TEXT: u8 = 0x1;
+pub(crate) const BINARY: u8 = 0x2;
+pub(crate) const CLOSE: u8 = 0x8;
+pub(crate) const PING: u8 = 0x9;
+pub(crate) const PONG: u8 = 0xA;
+
+/// The longest header: 2 bytes, an 8-byte length, a 4-byte mask.
+pub(crate) const MAX_HEADER: usize = 14;
+
+/// A client frame's header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub fin: bool,
+    pub opcode: u8,
+    pub mask: [u8; 4],
+    /// Bytes of the header itself.
+    pub header_len: usize,
+    pub payload_len: usize,
+}
+
+impl Header {
+    /// The frame's whole length on the wire.
+    pub(crate) fn frame_len(&self) -> usize {
+        self.header_len + self.payload_len
+    }
+}
+
+/// Why a frame is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FrameFault {
+    /// A payload longer than the bound.
+    TooLarge,
+    /// Against RFC 6455: what is wrong, for the log.
+    Protocol(&'static str),
+}
+
+/// Reads a client frame's header from the start of `buf`: `Ok(None)` when
+/// more bytes are needed to know it. A frame whose payload exceeds
+/// `max_payload` is refused from its header, before its payload is read.
+pub(crate) fn parse_header(buf: &[u8], max_payload: usize) -> Result<Option<Header>, FrameFault> {
+    let [b0, b1, ..] = *buf else {
+        return Ok(None);
+    };
+    if b0 & 0x70 != 0 {
+        return Err(FrameFault::Protocol("reserved bits set (no extension was agreed)"));
+    }
+    let fin = b0 & 0x80 != 0;
+    let opcode = b0 & 0x0F;
+    match opcode {
+        CONTINUATION | TEXT | BINARY => {}
+        CLOSE | PING | PONG => {
+            if !fin {
+                return Err(FrameFault::Protocol("fragmented control frame"));
+            }
+        }
+        _ => return Err(FrameFault::Protocol("unknown opcode")),
+    }
+    if b1 & 0x80 == 0 {
+        return Err(FrameFault::Protocol("unmasked frame from a client"));
+    }
+    let (len, len_bytes) = match b1 & 0x7F {
+        126 => {
+            let Some(b) = buf.get(2..4) else {
+                return Ok(None);
+            };
+            (u64::from(u16::from_be_bytes([b[0], b[1]])), 2)
+        }
+        127 => {
+            let Some(b) = buf.get(2..10) else {
+                return Ok(None);
+            };
+            let mut a = [0u8; 8];
+            a.copy_from_slice(b);
+            let len = u64::from_be_bytes(a);
+            if len >> 63 != 0 {
+                return Err(FrameFault::Protocol("payload length with its top bit set"));
+            }
+            (len, 8)
+        }
+        n => (u64::from(n), 0),
+    };
+    if opcode & 0x8 != 0 && len > 125 {
+        return Err(FrameFault::Protocol("control frame over 125 bytes"));
+    }
+    let mask_at = 2 + len_bytes;
+    let Some(m) = buf.get(mask_at..mask_at + 4) else {
+        return Ok(None);
+    };
+    let payload_len = match usize::try_from(len) {
+        Ok(n) if n <= max_payload => n,
+        _ => return Err(FrameFault::TooLarge),
+    };
+    Ok(Some(Header {
+        fin,
+        opcode,
+        mask: [m[0], m[1], m[2], m[3]],
+        header_len: mask_at + 4,
+        payload_len,
+    }))
+}
+
+/// XORs `payload` with the frame's mask (its own inverse).
+pub(crate) fn unmask(payload: &mut [u8], mask: [u8; 4]) {
+    let word = u32::from_ne_bytes(mask);
+    let wide = u64::from(word) | (u64::from(word) << 32);
+    let mut chunks = payload.chunks_exact_mut(8);
+    for c in &mut chunks {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(c);
+        c.copy_from_slice(&(u64::from_ne_bytes(a) ^ wide).to_ne_bytes());
+    }
+    for (i, b) in chunks.into_remainder().iter_mut().enumerate() {
+        *b ^= mask[i & 3];
+    }
+}
+
+/// The header of an unmasked, final frame of `len` payload bytes; returns
+/// the buffer and how many of its bytes are the header.
+pub(crate) fn server_header(opcode: u8, len: usize) -> ([u8; 10], usize) {
+    let mut h = [0u8; 10];
+    h[0] = 0x80 | opcode;
+    if len < 126 {
+        h[1] = len as u8;
+        (h, 2)
+    } else if let Ok(n) = u16::try_from(len) {
+        h[1] = 126;
+        h[2..4].copy_from_slice(&n.to_be_bytes());
+        (h, 4)
+    } else {
+        h[1] = 127;
+        h[2..10].copy_from_slice(&(len as u64).to_be_bytes());
+        (h, 10)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A client frame as a client library writes it.
+    pub(crate) fn client_frame(fin: bool, opcode: u8, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
+        let mut f = vec![(u8::from(fin) << 7) | opcode];
+        let len = payload.len();
+        if len < 126 {
+            f.push(0x80 | len as u8);
+        } else if len <= 0xFFFF {
+            f.push(0x80 | 126);
+            f.extend_from_slice(&(len as u16).to_be_bytes());
+        } else {
+            f.push(0x80 | 127);
+            f.extend_from_slice(&(len as u64).to_be_bytes());
+        }
+        f.extend_from_slice(&mask);
+        let mut p = payload.to_vec();
+        for (i, b) in p.iter_mut().enumerate() {
+            *b ^= mask[i % 4];
+        }
+        f.extend_from_slice(&p);
+        f
+    }
+
+    #[test]
+    fn headers_of_each_length_form_parse_and_need_more_until_whole() {
+        for len in [0usize, 5, 125, 126, 300, 65_535, 65_536, 200_000] {
+            let payload = vec![7u8; len];
+            let f = client_frame(true, TEXT, &payload, [1, 2, 3, 4]);
+            let h = parse_header(&f, usize::MAX).unwrap().unwrap();
+            assert_eq!(h.payload_len, len);
+            assert_eq!(h.frame_len(), f.len());
+            assert!(h.fin && h.opcode == TEXT && h.mask == [1, 2, 3, 4]);
+            for cut in 0..h.header_len {
+                assert_eq!(parse_header(&f[..cut], usize::MAX), Ok(None), "{len} {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_payload_over_the_bound_is_refused_from_the_header() {
+        let f = client_frame(true, TEXT, &[0u8; 1000], [0; 4]);
+        assert_eq!(parse_header(&f, 999), Err(FrameFault::TooLarge));
+        assert!(parse_header(&f, 1000).unwrap().is_some());
+        // Only the header is needed to refuse it.
+        assert_eq!(parse_header(&f[..8], 999), Err(FrameFault::TooLarge));
+        let mut huge = vec![0x81, 0xFF];
+        huge.extend_from_slice(&(1u64 << 62).to_be_bytes());
+        huge.extend_from_slice(&[0; 4]);
+        assert_eq!(parse_header(&huge, 1 << 40), Err(FrameFault::TooLarge));
+        huge[2] = 0x80;
+        assert!(matches!(
+            parse_header(&huge, usize::MAX),
+            Err(FrameFault::Protocol(_))
+        ));
+    }
+
+    #[test]
+    fn frames_against_the_rfc_are_refused() {
+        let bad = |f: &[u8]| matches!(parse_header(f, usize::MAX), Err(FrameFault::Protocol(_)));
+        // Unmasked.
+        assert!(bad(&[0x81, 0x05, b'h', b'e', b'l', b'l', b'o']));
+        // Reserved bits.
+        assert!(bad(&client_frame(true, TEXT, b"x", [0; 4])
+            .iter()
+            .enumerate()
+            .map(|(i, b)| if i == 0 { b | 0x40 } else { *b })
+            .collect::<Vec<_>>()));
+        // Unknown opcodes, data and control.
+        assert!(bad(&client_frame(true, 0x3, b"", [0; 4])));
+        assert!(bad(&client_frame(true, 0xB, b"", [0; 4])));
+        // A fragmented or long control frame.
+        assert!(bad(&client_frame(false, PING, b"", [0; 4])));
+        assert!(bad(&client_frame(true, PING, &[0; 126], [0; 4])));
+        assert!(!bad(&client_frame(true, PING, &[0; 125], [0; 4])));
+    }
+
+    #[test]
+    fn unmask_is_its_own_inverse_at_every_length_and_alignment() {
+        let mask = [0xA1, 0x02, 0xF3, 0x44];
+        for len in 0..40 {
+            let plain: Vec<u8> = (0..len as u8).collect();
+            let mut p = plain.clone();
+            unmask(&mut p, mask);
+            let expect: Vec<u8> = plain
+                .iter()
+                .enumerate()
+                .map(|(i, b)| b ^ mask[i % 4])
+                .collect();
+            assert_eq!(p, expect);
+            unmask(&mut p, mask);
+            assert_eq!(p, plain);
+        }
+    }
+
+    #[test]
+    fn server_headers_use_the_shortest_length_form() {
+        assert_eq!(server_header(TEXT, 5), ([0x81, 5, 0, 0, 0, 0, 0, 0, 0, 0], 2));
+        let (h, n) = server_header(TEXT, 126);
+        assert_eq!((&h[..n], n), (&[0x81, 126, 0, 126][..], 4));
+        let (h, n) = server_header(CLOSE, 70_000);
+        assert_eq!(n, 10);
+        assert_eq!(h[0], 0x88);
+        assert_eq!(h[1], 127);
+        assert_eq!(u64::from_be_bytes(h[2..10].try_into().unwrap()), 70_000);
+    }
+}

@@ -1,0 +1,71 @@
+//! The relay's own WebSocket server side (RFC 6455), built for many idle
+//! connections: an idle connection holds no buffer at all.
+//!
+//! - `handshake`: the upgrade request's checks and the 101 answer; the
+//!   TCP socket is taken back from hyper after it ([`take_socket`]).
+//! - `frame`: client frame headers, unmasking, server frame headers (pure).
+//! - `read`: [`WsRead`], messages parsed in the worker thread's read
+//!   buffer; a connection keeps only bytes of a frame not yet whole.
+//! - `write`: [`WsWrite`], frames written at once or held until a flush,
+//!   the held bytes freed once written.
+//!
+//! No extension (permessage-deflate) and no subprotocol is agreed. Frames
+//! and messages are bounded by one limit (twice `limits.max_message_bytes`,
+//! so that an oversized message gets its NIP-01 answer from the session).
+
+mod frame;
+mod handshake;
+mod read;
+mod write;
+
+pub(crate) use handshake::{Upgrade, take_socket, wants_upgrade};
+pub(crate) use read::WsRead;
+pub(crate) use write::WsWrite;
+
+/// Close codes the relay sends (RFC 6455 section 7.4.1).
+pub(crate) mod close_code {
+    pub(crate) const NORMAL: u16 = 1000;
+    pub(crate) const AWAY: u16 = 1001;
+    pub(crate) const PROTOCOL: u16 = 1002;
+    pub(crate) const INVALID_DATA: u16 = 1007;
+    pub(crate) const SIZE: u16 = 1009;
+}
+
+/// A message from the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Message {
+    Text(String),
+    /// A binary message, by its length (the relay answers it with a NOTICE).
+    Binary(usize),
+    Ping(Vec<u8>),
+    Close(Option<CloseFrame>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CloseFrame {
+    pub code: u16,
+    pub reason: String,
+}
+
+/// Why reading from a client failed.
+#[derive(Debug)]
+pub(crate) enum WsError {
+    /// A frame or message over the bound.
+    TooLarge,
+    /// A text message (or a close reason) that is not UTF-8.
+    BadUtf8,
+    /// Against RFC 6455.
+    Protocol(&'static str),
+    Io(std::io::Error),
+}
+
+impl std::fmt::Display for WsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WsError::TooLarge => f.write_str("frame over the size bound"),
+            WsError::BadUtf8 => f.write_str("text that is not UTF-8"),
+            WsError::Protocol(what) => write!(f, "protocol error: {what}"),
+            WsError::Io(e) => write!(f, "I/O error: {e}"),
+        }
+    }
+}

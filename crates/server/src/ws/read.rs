@@ -1,0 +1,449 @@
+//! The incoming half: client messages read from the socket with no buffer
+//! of the connection's own while it is idle.
+//!
+//! Bytes are read into a buffer of the worker thread, shared by every
+//! connection it polls (`server.read_buffer_bytes`), and whole frames are
+//! parsed there. Only what is left over (the start of a frame not yet
+//! whole, or frames after the message returned) is copied into the
+//! connection's `pending` bytes, which are read into directly until they
+//! are used up and then freed. A fragmented message is assembled in a
+//! buffer of its own, freed when the message is whole. Every buffer is
+//! bounded by the frame limit.
+
+use std::cell::RefCell;
+use std::future::poll_fn;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use tokio::io::{AsyncRead, ReadBuf};
+use tokio::net::tcp::OwnedReadHalf;
+
+use super::frame::{self, FrameFault, Header};
+use super::{CloseFrame, Message, WsError};
+
+thread_local! {
+    /// The worker thread's read buffer (see the module docs).
+    static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A data message being assembled from fragments.
+struct Partial {
+    text: bool,
+    bytes: Vec<u8>,
+}
+
+/// What parsing the start of some bytes gave.
+enum Parsed {
+    /// A message, and how many bytes it used.
+    Message(Message, usize),
+    /// A frame that is not a message by itself (a fragment, a Pong), and
+    /// how many bytes it used.
+    Used(usize),
+    /// The frame at the start needs this many bytes in all.
+    Need(usize),
+}
+
+pub(crate) struct WsRead<R = OwnedReadHalf> {
+    io: R,
+    /// Bytes read and not yet parsed, from `start`; no allocation when
+    /// there are none.
+    pending: Vec<u8>,
+    start: usize,
+    partial: Option<Box<Partial>>,
+    /// The frame and message bound.
+    max_message: usize,
+    /// Most bytes read from the socket at once.
+    read_size: usize,
+    /// A Close was received or the stream failed: nothing more is read.
+    done: bool,
+}
+
+impl<R: AsyncRead + Unpin> WsRead<R> {
+    /// `already`: bytes the HTTP layer read past the upgrade request.
+    pub(crate) fn new(io: R, already: &[u8], max_message: usize, read_size: usize) -> WsRead<R> {
+        WsRead {
+            io,
+            pending: already.to_vec(),
+            start: 0,
+            partial: None,
+            max_message,
+            read_size: read_size.max(frame::MAX_HEADER),
+            done: false,
+        }
+    }
+
+    /// The next message; `None` once the client closed (after its Close
+    /// message), the stream ended, or an error was returned.
+    pub(crate) async fn next(&mut self) -> Option<Result<Message, WsError>> {
+        poll_fn(|cx| self.poll_next(cx)).await
+    }
+
+    /// Bytes this connection holds for incoming data (for tests).
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.pending.capacity() + self.partial.as_ref().map_or(0, |p| p.bytes.capacity())
+    }
+
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Message, WsError>>> {
+        loop {
+            if self.done {
+                return Poll::Ready(None);
+            }
+            if self.start < self.pending.len() {
+                let parsed = parse_frame(
+                    &mut self.pending[self.start..],
+                    &mut self.partial,
+                    self.max_message,
+                );
+                match parsed {
+                    Err(e) => return Poll::Ready(Some(self.fail(e))),
+                    Ok(Parsed::Message(msg, used)) => {
+                        self.consume(used);
+                        return Poll::Ready(Some(Ok(self.deliver(msg))));
+                    }
+                    Ok(Parsed::Used(used)) => {
+                        self.consume(used);
+                        continue;
+                    }
+                    Ok(Parsed::Need(total)) => {
+                        // Keep only the frame's start, with room for all of it.
+                        self.pending.drain(..self.start);
+                        self.start = 0;
+                        let want = total.max(self.pending.len() + 1);
+                        self.pending.reserve_exact(want - self.pending.len());
+                        let n = match ready!(self.read_into_pending(cx)) {
+                            Ok(n) => n,
+                            Err(e) => return Poll::Ready(Some(self.fail(WsError::Io(e)))),
+                        };
+                        if n == 0 {
+                            return Poll::Ready(self.end_of_stream());
+                        }
+                        continue;
+                    }
+                }
+            }
+            // Nothing pending: read into the thread's buffer and parse there.
+            return match self.poll_read_shared(cx) {
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(Ok(Some(msg))) => Poll::Ready(Some(Ok(self.deliver(msg)))),
+                Poll::Ready(Ok(None)) => continue,
+                Poll::Ready(Err(Eof)) => Poll::Ready(self.end_of_stream()),
+                Poll::Ready(Err(Failed(e))) => Poll::Ready(Some(self.fail(e))),
+            };
+        }
+    }
+
+    /// After a Close nothing more is read.
+    fn deliver(&mut self, msg: Message) -> Message {
+        if matches!(msg, Message::Close(_)) {
+            self.done = true;
+            self.pending = Vec::new();
+            self.partial = None;
+        }
+        msg
+    }
+
+    fn fail(&mut self, e: WsError) -> Result<Message, WsError> {
+        self.done = true;
+        self.pending = Vec::new();
+        self.partial = None;
+        Err(e)
+    }
+
+    /// The socket ended without a Close: the stream ends.
+    fn end_of_stream(&mut self) -> Option<Result<Message, WsError>> {
+        self.done = true;
+        self.pending = Vec::new();
+        self.partial = None;
+        None
+    }
+
+    fn consume(&mut self, used: usize) {
+        self.start += used;
+        if self.start >= self.pending.len() {
+            self.pending = Vec::new();
+            self.start = 0;
+        }
+    }
+
+    fn read_into_pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let spare = self.pending.spare_capacity_mut();
+        let room = spare.len().min(self.read_size.max(1));
+        let mut buf = ReadBuf::uninit(&mut spare[..room]);
+        ready!(Pin::new(&mut self.io).poll_read(cx, &mut buf))?;
+        let n = buf.filled().len();
+        // SAFETY: `poll_read` initialised the first `n` spare bytes.
+        unsafe { self.pending.set_len(self.pending.len() + n) };
+        Poll::Ready(Ok(n))
+    }
+
+    /// Reads once into the thread's buffer; returns the first message in
+    /// what was read (`None`: none yet), keeping the rest in `pending`.
+    fn poll_read_shared(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Message>, Stop>> {
+        READ_BUF.with_borrow_mut(|shared| {
+            if shared.len() < self.read_size {
+                shared.resize(self.read_size, 0);
+            }
+            let mut buf = ReadBuf::new(&mut shared[..self.read_size]);
+            match Pin::new(&mut self.io).poll_read(cx, &mut buf) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(Failed(WsError::Io(e)))),
+                Poll::Ready(Ok(())) => {}
+            }
+            let n = buf.filled().len();
+            if n == 0 {
+                return Poll::Ready(Err(Eof));
+            }
+            let bytes = &mut shared[..n];
+            let mut at = 0;
+            while at < n {
+                match parse_frame(
+                    &mut bytes[at..],
+                    &mut self.partial,
+                    self.max_message,
+                ) {
+                    Err(e) => return Poll::Ready(Err(Failed(e))),
+                    Ok(Parsed::Used(used)) => at += used,
+                    Ok(Parsed::Message(msg, used)) => {
+                        at += used;
+                        if at < n {
+                            self.pending = bytes[at..].to_vec();
+                        }
+                        return Poll::Ready(Ok(Some(msg)));
+                    }
+                    Ok(Parsed::Need(total)) => {
+                        let mut keep = Vec::with_capacity(total.max(n - at));
+                        keep.extend_from_slice(&bytes[at..]);
+                        self.pending = keep;
+                        return Poll::Ready(Ok(None));
+                    }
+                }
+            }
+            Poll::Ready(Ok(None))
+        })
+    }
+}
+
+/// Why reading stopped without a message.
+enum Stop {
+    Eof,
+    Failed(WsError),
+}
+use Stop::{Eof, Failed};
+
+/// Parses the frame at the start of `bytes`, unmasking it in place.
+fn parse_frame(
+    bytes: &mut [u8],
+    partial: &mut Option<Box<Partial>>,
+    max_message: usize,
+) -> Result<Parsed, WsError> {
+    let header: Header = match frame::parse_header(bytes, max_message) {
+        Ok(Some(h)) => h,
+        Ok(None) => return Ok(Parsed::Need(frame::MAX_HEADER.min(bytes.len() + 1).max(2))),
+        Err(FrameFault::TooLarge) => return Err(WsError::TooLarge),
+        Err(FrameFault::Protocol(what)) => return Err(WsError::Protocol(what)),
+    };
+    let total = header.frame_len();
+    if bytes.len() < total {
+        return Ok(Parsed::Need(total));
+    }
+    let payload = &mut bytes[header.header_len..total];
+    frame::unmask(payload, header.mask);
+    let payload = &*payload;
+    let msg = match header.opcode {
+        frame::PING => Message::Ping(payload.to_vec()),
+        frame::PONG => return Ok(Parsed::Used(total)),
+        frame::CLOSE => Message::Close(close_frame(payload)?),
+        frame::TEXT | frame::BINARY => {
+            if partial.is_some() {
+                return Err(WsError::Protocol("a new message before the last one ended"));
+            }
+            let text = header.opcode == frame::TEXT;
+            if !header.fin {
+                *partial = Some(Box::new(Partial {
+                    text,
+                    bytes: payload.to_vec(),
+                }));
+                return Ok(Parsed::Used(total));
+            }
+            data_message(text, payload)?
+        }
+        _ => {
+            // A continuation (the header check admits no other opcode).
+            let Some(p) = partial.as_mut() else {
+                return Err(WsError::Protocol("a continuation with no message begun"));
+            };
+            if p.bytes.len() + payload.len() > max_message {
+                return Err(WsError::TooLarge);
+            }
+            p.bytes.extend_from_slice(payload);
+            if !header.fin {
+                return Ok(Parsed::Used(total));
+            }
+            let Some(p) = partial.take() else {
+                return Err(WsError::Protocol("a continuation with no message begun"));
+            };
+            if p.text {
+                Message::Text(String::from_utf8(p.bytes).map_err(|_| WsError::BadUtf8)?)
+            } else {
+                Message::Binary(p.bytes.len())
+            }
+        }
+    };
+    Ok(Parsed::Message(msg, total))
+}
+
+fn data_message(text: bool, payload: &[u8]) -> Result<Message, WsError> {
+    if text {
+        let s = std::str::from_utf8(payload).map_err(|_| WsError::BadUtf8)?;
+        Ok(Message::Text(s.to_owned()))
+    } else {
+        Ok(Message::Binary(payload.len()))
+    }
+}
+
+/// A Close frame's body: nothing, or a valid code and a UTF-8 reason.
+fn close_frame(payload: &[u8]) -> Result<Option<CloseFrame>, WsError> {
+    match payload {
+        [] => Ok(None),
+        [_] => Err(WsError::Protocol("a close frame of one byte")),
+        [a, b, reason @ ..] => {
+            let code = u16::from_be_bytes([*a, *b]);
+            let valid = matches!(code, 1000..=1003 | 1007..=1011 | 3000..=4999);
+            if !valid {
+                return Err(WsError::Protocol("an invalid close code"));
+            }
+            let reason = std::str::from_utf8(reason).map_err(|_| WsError::BadUtf8)?;
+            Ok(Some(CloseFrame {
+                code,
+                reason: reason.to_owned(),
+            }))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::frame::tests::client_frame;
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    const MASK: [u8; 4] = [0x11, 0x22, 0x33, 0x44];
+
+    fn text(s: &str) -> Vec<u8> {
+        client_frame(true, frame::TEXT, s.as_bytes(), MASK)
+    }
+
+    /// A reader over an in-memory pipe, and the client's end.
+    fn pair(max: usize, read_size: usize) -> (WsRead<tokio::io::DuplexStream>, tokio::io::DuplexStream) {
+        let (a, b) = tokio::io::duplex(1 << 20);
+        (WsRead::new(a, &[], max, read_size), b)
+    }
+
+    #[tokio::test]
+    async fn messages_split_anywhere_and_packed_together_come_out_whole_and_in_order() {
+        let words: Vec<String> = (0..50).map(|i| format!("[\"REQ\",\"{i}\",{{}}]").repeat(i % 7 + 1)).collect();
+        let mut wire = Vec::new();
+        for w in &words {
+            wire.extend_from_slice(&text(w));
+        }
+        for cut in [1usize, 2, 3, 7, 13, 64, 1000, wire.len()] {
+            let (mut r, mut c) = pair(1 << 16, 16);
+            let w2 = wire.clone();
+            let writer = tokio::spawn(async move {
+                for chunk in w2.chunks(cut) {
+                    c.write_all(chunk).await.unwrap();
+                    tokio::task::yield_now().await;
+                }
+                c
+            });
+            for w in &words {
+                assert_eq!(r.next().await.unwrap().unwrap(), Message::Text(w.clone()), "cut {cut}");
+            }
+            drop(writer.await.unwrap());
+            assert!(r.next().await.is_none());
+            assert_eq!(r.held(), 0, "nothing held once read");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_holds_no_buffer_between_messages() {
+        let (mut r, mut c) = pair(1 << 16, 4096);
+        let big = "x".repeat(20_000);
+        let f = text(&big);
+        c.write_all(&f[..5000]).await.unwrap();
+        let task = tokio::spawn(async move {
+            let m = r.next().await;
+            (r, m)
+        });
+        tokio::task::yield_now().await;
+        c.write_all(&f[5000..]).await.unwrap();
+        let (mut r, m) = task.await.unwrap();
+        assert_eq!(m.unwrap().unwrap(), Message::Text(big));
+        assert_eq!(r.held(), 0);
+        c.write_all(&text("[]")).await.unwrap();
+        assert_eq!(r.next().await.unwrap().unwrap(), Message::Text("[]".into()));
+        assert_eq!(r.held(), 0);
+    }
+
+    #[tokio::test]
+    async fn fragments_with_a_ping_between_them_assemble_into_one_message() {
+        let (mut r, mut c) = pair(1 << 16, 4096);
+        let mut wire = client_frame(false, frame::TEXT, b"[\"CLO", MASK);
+        wire.extend(client_frame(true, frame::PING, b"hi", MASK));
+        wire.extend(client_frame(false, frame::CONTINUATION, b"SE\",", MASK));
+        wire.extend(client_frame(true, frame::PONG, b"", MASK));
+        wire.extend(client_frame(true, frame::CONTINUATION, b"\"x\"]", MASK));
+        wire.extend(client_frame(true, frame::CLOSE, &[0x03, 0xE8, b'o', b'k'], MASK));
+        c.write_all(&wire).await.unwrap();
+        assert_eq!(r.next().await.unwrap().unwrap(), Message::Ping(b"hi".to_vec()));
+        assert_eq!(r.next().await.unwrap().unwrap(), Message::Text("[\"CLOSE\",\"x\"]".into()));
+        assert_eq!(
+            r.next().await.unwrap().unwrap(),
+            Message::Close(Some(CloseFrame { code: 1000, reason: "ok".into() }))
+        );
+        // Nothing is read after a Close.
+        c.write_all(&text("late")).await.unwrap();
+        assert!(r.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn bad_input_is_an_error_and_ends_the_stream() {
+        let cases: Vec<(Vec<u8>, fn(&WsError) -> bool)> = vec![
+            (client_frame(true, frame::TEXT, &[0xFF, 0xFE], MASK), |e| matches!(e, WsError::BadUtf8)),
+            (client_frame(true, frame::TEXT, &[b'a'; 101], MASK), |e| matches!(e, WsError::TooLarge)),
+            (client_frame(true, frame::CONTINUATION, b"x", MASK), |e| matches!(e, WsError::Protocol(_))),
+            (
+                [client_frame(false, frame::TEXT, b"x", MASK), text("y")].concat(),
+                |e| matches!(e, WsError::Protocol(_)),
+            ),
+            (
+                [client_frame(false, frame::TEXT, &[b'a'; 60], MASK), client_frame(true, frame::CONTINUATION, &[b'a'; 60], MASK)].concat(),
+                |e| matches!(e, WsError::TooLarge),
+            ),
+            (client_frame(true, frame::CLOSE, &[0x03, 0xED], MASK), |e| matches!(e, WsError::Protocol(_))),
+            (client_frame(true, frame::CLOSE, &[0x03], MASK), |e| matches!(e, WsError::Protocol(_))),
+            (vec![0x81, 0x02, b'h', b'i'], |e| matches!(e, WsError::Protocol(_))),
+        ];
+        for (wire, expect) in cases {
+            let (mut r, mut c) = pair(100, 4096);
+            c.write_all(&wire).await.unwrap();
+            let e = r.next().await.unwrap().unwrap_err();
+            assert!(expect(&e), "{e:?}");
+            assert!(r.next().await.is_none());
+            assert_eq!(r.held(), 0);
+        }
+    }
+
+    #[tokio::test]
+    async fn bytes_read_with_the_upgrade_come_first() {
+        let (a, mut c) = tokio::io::duplex(1 << 16);
+        let first = text("one");
+        let mut r = WsRead::new(a, &first[..4], 1 << 16, 4096);
+        c.write_all(&first[4..]).await.unwrap();
+        c.write_all(&text("two")).await.unwrap();
+        assert_eq!(r.next().await.unwrap().unwrap(), Message::Text("one".into()));
+        assert_eq!(r.next().await.unwrap().unwrap(), Message::Text("two".into()));
+    }
+}
