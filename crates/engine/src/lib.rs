@@ -31,6 +31,7 @@
 mod config;
 mod gauge;
 pub mod live;
+pub mod mailbox;
 pub mod metrics_names;
 mod monitor;
 pub mod plugin;

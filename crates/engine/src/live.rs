@@ -34,9 +34,8 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
 use sluice_proto::{Event, Filter, Readers};
-use tokio::sync::mpsc;
-
 use crate::LiveEvent;
+use crate::mailbox::Mailbox;
 use crate::metrics_names as m;
 
 /// A subscription's handle, unique within its connection.
@@ -79,13 +78,13 @@ enum Key {
 }
 
 struct ConnEntry {
-    tx: mpsc::Sender<LiveDelivery>,
     shared: Arc<ConnShared>,
 }
 
-/// What a connection's queue and its session share.
-#[derive(Default)]
+/// What the hub and a connection's session share: its queue (allocated
+/// only while events wait in it), its state and its readers.
 struct ConnShared {
+    queue: Mailbox<LiveDelivery>,
     lagged: AtomicBool,
     /// Bytes of event JSON queued and not yet taken.
     queued_bytes: AtomicUsize,
@@ -133,19 +132,21 @@ impl LiveHub {
     /// A connection's entry and the receiving end of its queue.
     pub fn connect(self: &Arc<Self>) -> LiveConn {
         let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::channel(self.queue_events);
-        let shared = Arc::new(ConnShared::default());
+        let shared = Arc::new(ConnShared {
+            queue: Mailbox::new(self.queue_events),
+            lagged: AtomicBool::new(false),
+            queued_bytes: AtomicUsize::new(0),
+            readers: RwLock::default(),
+        });
         self.write().conns.insert(
             id,
             ConnEntry {
-                tx,
                 shared: shared.clone(),
             },
         );
         LiveConn {
             hub: self.clone(),
             id,
-            rx,
             shared,
             next_sub: 1,
         }
@@ -188,7 +189,7 @@ impl LiveHub {
                     event: ev.clone(),
                     subs: group.iter().map(|k| k.sub).collect(),
                 };
-                let sent = bytes <= self.queue_bytes && conn.tx.try_send(delivery).is_ok();
+                let sent = bytes <= self.queue_bytes && shared.queue.try_send(delivery).is_ok();
                 if sent {
                     deliveries += 1;
                 } else {
@@ -353,7 +354,6 @@ fn remove_from<
 pub struct LiveConn {
     hub: Arc<LiveHub>,
     id: u64,
-    rx: mpsc::Receiver<LiveDelivery>,
     shared: Arc<ConnShared>,
     next_sub: SubHandle,
 }
@@ -378,24 +378,19 @@ impl LiveConn {
         if self.shared.lagged.load(Ordering::Acquire) {
             return Err(Lagged);
         }
-        match self.rx.recv().await {
-            Some(d) => {
-                self.shared
-                    .queued_bytes
-                    .fetch_sub(d.event.event.raw().len(), Ordering::AcqRel);
-                if self.shared.lagged.load(Ordering::Acquire) {
-                    return Err(Lagged);
-                }
-                Ok(d)
-            }
-            // The hub holds the sender while this exists: not reached.
-            None => Err(Lagged),
+        let d = self.shared.queue.recv().await;
+        self.shared
+            .queued_bytes
+            .fetch_sub(d.event.event.raw().len(), Ordering::AcqRel);
+        if self.shared.lagged.load(Ordering::Acquire) {
+            return Err(Lagged);
         }
+        Ok(d)
     }
 
     /// A delivery already queued, if any (it does not report lagging).
     pub fn try_recv(&mut self) -> Option<LiveDelivery> {
-        let d = self.rx.try_recv().ok()?;
+        let d = self.shared.queue.try_recv()?;
         self.shared
             .queued_bytes
             .fetch_sub(d.event.event.raw().len(), Ordering::AcqRel);
@@ -421,6 +416,7 @@ impl LiveConn {
 impl Drop for LiveConn {
     fn drop(&mut self) {
         self.hub.write().conns.remove(&self.id);
+        self.shared.queue.close();
     }
 }
 

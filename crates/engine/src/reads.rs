@@ -44,8 +44,9 @@ use sluice_throttle::{
     AfterStep, ClientKey, FairQueue, FairStats, FilterShape, JobId, Principal, RateLimited,
     StepFate,
 };
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::mailbox::{Mailbox, SendError};
 use crate::metrics_names as m;
 use crate::throttle::{ConnReadBudget, QueriesConfig, Throttle};
 use crate::{QueryError, unix_now};
@@ -86,7 +87,7 @@ enum Work {
 
 struct Body {
     work: Work,
-    tx: mpsc::Sender<Box<ReadMsg>>,
+    tx: Arc<Mailbox<Box<ReadMsg>>>,
     credits: Arc<Semaphore>,
     sink: u64,
     who: Principal,
@@ -155,21 +156,23 @@ impl Drop for Credit {
 /// A session's receiving end for all its queries' answers.
 pub struct ReadSink {
     id: u64,
-    /// Boxed: a tokio channel allocates its first block of 32 slots when
-    /// it is made, and every connection has one (8-byte slots, not 113).
-    rx: mpsc::Receiver<Box<ReadMsg>>,
-    tx: mpsc::Sender<Box<ReadMsg>>,
+    /// Allocated only while answers wait in it; boxed so that what an
+    /// emptied queue keeps is small (8-byte slots, not 113).
+    tx: Arc<Mailbox<Box<ReadMsg>>>,
     credits: Arc<Semaphore>,
+}
+
+impl Drop for ReadSink {
+    fn drop(&mut self) {
+        // Answers still queued return their credits now.
+        self.tx.close();
+    }
 }
 
 impl ReadSink {
     /// The next message of any of this session's queries. Cancel-safe.
     pub async fn recv(&mut self) -> ReadMsg {
-        // The sink holds a sender itself, so the channel never closes.
-        match self.rx.recv().await {
-            Some(m) => *m,
-            None => std::future::pending().await,
-        }
+        *self.tx.recv().await
     }
 }
 
@@ -261,10 +264,9 @@ impl Reads {
         drop(st);
         // Room for every chunk in flight and one final message per open
         // query (plus queries just replaced whose end was already sent).
-        let (tx, rx) = mpsc::channel(chunks + 2 * max_open + 2);
+        let tx = Arc::new(Mailbox::new(chunks + 2 * max_open + 2));
         ReadSink {
             id,
-            rx,
             tx,
             credits: Arc::new(Semaphore::new(chunks)),
         }
@@ -663,10 +665,10 @@ impl Inner {
 
 /// Hands a message to its session's sink. It never waits: the sink has
 /// room for every credited chunk and one end per open query.
-fn deliver(tx: &mpsc::Sender<Box<ReadMsg>>, msg: ReadMsg) {
+fn deliver(tx: &Mailbox<Box<ReadMsg>>, msg: ReadMsg) {
     let job = msg.job;
     if let Err(e) = tx.try_send(Box::new(msg)) {
-        if matches!(e, mpsc::error::TrySendError::Full(_)) {
+        if matches!(e, SendError::Full(_)) {
             metrics::counter!(m::QUERY_ANSWERS_DROPPED_TOTAL).increment(1);
             tracing::warn!(job, "query answer dropped: the session's sink is full");
         }
