@@ -37,6 +37,35 @@ use crate::metrics_names as m;
 /// The answer of one EVENT handed to the writer.
 pub(super) type WriteFut = Pin<Box<dyn Future<Output = WriteDone> + Send>>;
 
+/// The EVENTs handed on and awaiting their answer. The set is made at the
+/// first EVENT: a connection that only reads never holds one.
+#[derive(Default)]
+pub(super) struct Writes(Option<futures_util::stream::FuturesUnordered<WriteFut>>);
+
+impl Writes {
+    pub(super) fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |w| w.len())
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn push(&mut self, fut: WriteFut) {
+        self.0.get_or_insert_with(Default::default).push(fut);
+    }
+
+    /// The next answer; pending forever while there is none (the session
+    /// polls it only when some are awaited).
+    pub(super) async fn next(&mut self) -> Option<WriteDone> {
+        use futures_util::StreamExt;
+        match self.0.as_mut() {
+            Some(w) => w.next().await,
+            None => None,
+        }
+    }
+}
+
 pub(super) struct WriteDone {
     started: Instant,
     id: [u8; 32],

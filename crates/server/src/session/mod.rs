@@ -30,18 +30,19 @@ mod req;
 mod subs;
 
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::stream::{FuturesUnordered, StreamExt};
 use sluice_engine::throttle::Principal;
 use sluice_engine::throttle::{ConnPacer, ConnReadBudget, ConnectionGuard};
 use sluice_engine::{LiveConn, ReadSink};
 use sluice_proto::message::sniff_id;
 use sluice_proto::{ClientMessage, MessageError, PubkeyCache};
 use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Sleep;
 
-use self::event::{Held, WriteFut};
+use self::event::{Held, Writes};
 use self::out::{CloseReason, Out, Step};
 use self::refusal::{NegError, Refusal};
 use self::subs::Subs;
@@ -69,7 +70,7 @@ struct Session {
     /// Parsed author keys: a client mostly publishes as one or a few.
     keys: PubkeyCache,
     /// EVENTs handed to the writer, awaiting its answer.
-    writes: FuturesUnordered<WriteFut>,
+    writes: Writes,
     /// The EVENT waiting out a write delay; no client frame is read while
     /// there is one.
     held: Option<Held>,
@@ -125,12 +126,25 @@ pub(crate) async fn run(
     }
     let idle_after =
         (st.server.idle_timeout_ms > 0).then(|| Duration::from_millis(st.server.idle_timeout_ms));
-    let idle = tokio::time::sleep(idle_after.unwrap_or(Duration::MAX / 4));
-    let mut idle = std::pin::pin!(idle);
+    // The idle timer exists only while the session is idle (a connection
+    // with a subscription holds none).
+    let mut last_frame = tokio::time::Instant::now();
+    let mut idle: Option<Pin<Box<Sleep>>> = None;
     // The handlers but live delivery (the fan-out's hot path) are boxed:
     // the task of every connection, idle or not, would otherwise be sized
     // for the largest of them.
     let reason: CloseReason = loop {
+        match idle_after.filter(|_| s.is_idle()) {
+            Some(after) => {
+                let at = last_frame + after;
+                match idle.as_mut() {
+                    Some(sleep) if sleep.deadline() != at => sleep.as_mut().reset(at),
+                    Some(_) => {}
+                    None => idle = Some(Box::pin(tokio::time::sleep_until(at))),
+                }
+            }
+            None => idle = None,
+        }
         let step = tokio::select! {
             biased;
             // Bounded by shutdown_grace_ms; an EVENT the writer has not answered by then gets no OK.
@@ -152,15 +166,15 @@ pub(crate) async fn run(
             // One message at a time, at most limits.max_message_bytes; a client that sends faster
             // than it is answered is held back by its own socket buffers.
             msg = stream.next(), if s.held.is_none() => {
-                if let Some(after) = idle_after {
-                    idle.as_mut().reset(tokio::time::Instant::now() + after);
+                if idle_after.is_some() {
+                    last_frame = tokio::time::Instant::now();
                 }
                 Box::pin(s.on_frame(&mut out, msg)).await
             }
             // Nothing open and nothing sent for server.idle_timeout_ms: the connection only
             // holds a socket and a connection slot.
-            () = idle.as_mut(), if idle_after.is_some() && s.is_idle() => {
-                out.close(close_code::NORMAL, "idle").await;
+            () = idle_elapsed(&mut idle), if idle.is_some() => {
+                Box::pin(out.close(close_code::NORMAL, "idle")).await;
                 break CloseReason::Idle;
             }
         };
@@ -176,6 +190,14 @@ pub(crate) async fn run(
     let reason = reason.label();
     metrics::counter!(m::CONNECTIONS_CLOSED_TOTAL, "reason" => reason).increment(1);
     tracing::debug!(peer = %ip, reason, "connection closed");
+}
+
+/// Waits for the idle timer (polled only while there is one).
+async fn idle_elapsed(idle: &mut Option<Pin<Box<Sleep>>>) {
+    match idle {
+        Some(sleep) => sleep.as_mut().await,
+        None => std::future::pending().await,
+    }
 }
 
 impl Session {
@@ -194,7 +216,7 @@ impl Session {
             write_adm: throttle.pacer(),
             read_adm: throttle.pacer(),
             keys: PubkeyCache::new(SESSION_PUBKEY_CACHE),
-            writes: FuturesUnordered::new(),
+            writes: Writes::default(),
             held: None,
             subs: Subs::default(),
             reads: st.engine.reads().sink(front.limits.max_subscriptions),

@@ -55,18 +55,34 @@ impl Out {
         Out { ws, timeout }
     }
 
-    /// Sends one message now.
+    /// Sends one message now. When the socket takes it at once (the usual
+    /// case) nothing waits, and the waiting path is boxed: every handler's
+    /// future, held by the connection's task, stays small.
     pub(super) async fn send(&mut self, text: String) -> Step {
-        outcome(tokio::time::timeout(self.timeout, self.ws.send(&text)).await)
+        match self.ws.try_send(&text) {
+            Ok(true) => Ok(()),
+            Ok(false) => Box::pin(self.flush()).await,
+            Err(_) => Err(CloseReason::IoError),
+        }
     }
 
     /// Holds a message until the next flush or send (a query chunk's
     /// events leave in one write; `crate::ws::WsWrite::feed`).
     pub(super) async fn feed(&mut self, text: String) -> Step {
-        outcome(tokio::time::timeout(self.timeout, self.ws.feed(&text)).await)
+        if !self.ws.must_flush_to_feed() {
+            self.ws.hold_text(&text);
+            return Ok(());
+        }
+        Box::pin(async {
+            outcome(tokio::time::timeout(self.timeout, self.ws.feed(&text)).await)
+        })
+        .await
     }
 
     pub(super) async fn flush(&mut self) -> Step {
+        if self.ws.is_flushed() {
+            return Ok(());
+        }
         outcome(tokio::time::timeout(self.timeout, self.ws.flush()).await)
     }
 

@@ -16,7 +16,6 @@
 //! - Subscriptions plus running COUNTs are what `limits.max_subscriptions`
 //!   bounds ([`Subs::open_len`]).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use sluice_engine::{LiveEvent, LiveSub, ReadGuard, SubHandle};
@@ -45,12 +44,30 @@ pub(super) struct Count {
     _query: ReadGuard,
 }
 
+/// Lists, not maps: a connection has a few subscriptions at most
+/// (`limits.max_subscriptions`), and most have one; each list grows by one
+/// entry at a time, so a connection holds exactly what it has open.
 #[derive(Default)]
 pub(super) struct Subs {
-    reqs: HashMap<String, Sub>,
-    /// Each open subscription's live handle, to its id.
-    handles: HashMap<SubHandle, String>,
-    counts: HashMap<JobId, Count>,
+    reqs: Vec<(String, Sub)>,
+    counts: Vec<(JobId, Count)>,
+}
+
+/// Adds an entry without the spare room a `Vec` would otherwise keep.
+fn push_exact<T>(v: &mut Vec<T>, item: T) {
+    v.reserve_exact(1);
+    v.push(item);
+}
+
+/// Removes an entry, giving back the room it took.
+fn remove_at<T>(v: &mut Vec<T>, at: usize) -> T {
+    let item = v.swap_remove(at);
+    if v.is_empty() {
+        *v = Vec::new();
+    } else {
+        v.shrink_to_fit();
+    }
+    item
 }
 
 impl Subs {
@@ -59,8 +76,12 @@ impl Subs {
         self.reqs.len() + self.counts.len()
     }
 
+    fn position(&self, sub_id: &str) -> Option<usize> {
+        self.reqs.iter().position(|(id, _)| id == sub_id)
+    }
+
     pub(super) fn contains(&self, sub_id: &str) -> bool {
-        self.reqs.contains_key(sub_id)
+        self.position(sub_id).is_some()
     }
 
     /// Opens `sub_id`, registered in the live index (`live`) with its
@@ -68,7 +89,6 @@ impl Subs {
     /// subscription with the same id is replaced: its query is cancelled
     /// and it leaves the live index.
     pub(super) fn open(&mut self, sub_id: String, live: LiveSub) {
-        self.handles.insert(live.handle(), sub_id.clone());
         let sub = Sub {
             live,
             query: None,
@@ -76,16 +96,18 @@ impl Subs {
             snapshot_serial: 0,
             _open: sluice_engine::GaugeGuard::hold(m::SUBSCRIPTIONS_OPEN),
         };
-        if let Some(old) = self.reqs.insert(sub_id, sub) {
-            self.handles.remove(&old.live.handle());
+        match self.position(&sub_id) {
+            // The old one drops here, after its replacement is in place.
+            Some(at) => drop(std::mem::replace(&mut self.reqs[at].1, sub)),
+            None => push_exact(&mut self.reqs, (sub_id, sub)),
         }
     }
 
     /// Closes `sub_id` (cancelling its query); false if it was not open.
     pub(super) fn close(&mut self, sub_id: &str) -> bool {
-        match self.reqs.remove(sub_id) {
-            Some(old) => {
-                self.handles.remove(&old.live.handle());
+        match self.position(sub_id) {
+            Some(at) => {
+                drop(remove_at(&mut self.reqs, at));
                 true
             }
             None => false,
@@ -94,13 +116,15 @@ impl Subs {
 
     /// The open subscription a live delivery names, with its id.
     pub(super) fn by_handle(&mut self, handle: SubHandle) -> Option<(String, &mut Sub)> {
-        let sub_id = self.handles.get(&handle)?;
-        let sub = self.reqs.get_mut(sub_id)?;
-        Some((sub_id.clone(), sub))
+        self.reqs
+            .iter_mut()
+            .find(|(_, s)| s.live.handle() == handle)
+            .map(|(id, s)| (id.clone(), s))
     }
 
     pub(super) fn get_mut(&mut self, sub_id: &str) -> Option<&mut Sub> {
-        self.reqs.get_mut(sub_id)
+        let at = self.position(sub_id)?;
+        Some(&mut self.reqs[at].1)
     }
 
     /// The subscription whose stored query is `job`, if still open.
@@ -113,21 +137,26 @@ impl Subs {
 
     /// Keeps a COUNT's query until its answer arrives.
     pub(super) fn start_count(&mut self, sub_id: String, query: ReadGuard) {
-        self.counts.insert(
-            query.job(),
-            Count {
-                sub_id,
-                _query: query,
-            },
+        let job = query.job();
+        push_exact(
+            &mut self.counts,
+            (
+                job,
+                Count {
+                    sub_id,
+                    _query: query,
+                },
+            ),
         );
     }
 
     pub(super) fn is_count(&self, job: JobId) -> bool {
-        self.counts.contains_key(&job)
+        self.counts.iter().any(|(j, _)| *j == job)
     }
 
     /// Removes the COUNT whose query is `job` (it has answered).
     pub(super) fn finish_count(&mut self, job: JobId) -> Option<Count> {
-        self.counts.remove(&job)
+        let at = self.counts.iter().position(|(j, _)| *j == job)?;
+        Some(remove_at(&mut self.counts, at).1)
     }
 }

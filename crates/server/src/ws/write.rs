@@ -59,17 +59,34 @@ impl<W: TryWrite> WsWrite<W> {
     }
 
     /// Writes a text message now (with whatever was held before it).
+    #[cfg(test)]
     pub(crate) async fn send(&mut self, text: &str) -> io::Result<()> {
         self.send_frame(frame::TEXT, text.as_bytes()).await
     }
 
     /// Holds a text message until the next flush (see the module docs).
     pub(crate) async fn feed(&mut self, text: &str) -> io::Result<()> {
-        if self.held.len() - self.sent >= HOLD_BYTES {
+        if self.must_flush_to_feed() {
             self.flush().await?;
         }
-        self.hold(frame::TEXT, text.as_bytes());
+        self.hold_text(text);
         Ok(())
+    }
+
+    /// Whether what is held must be written before more is fed.
+    pub(crate) fn must_flush_to_feed(&self) -> bool {
+        self.held.len() - self.sent >= HOLD_BYTES
+    }
+
+    /// Holds a text message without writing anything (see
+    /// [`WsWrite::feed`], which bounds what is held).
+    pub(crate) fn hold_text(&mut self, text: &str) {
+        self.hold(frame::TEXT, text.as_bytes());
+    }
+
+    /// Nothing is held.
+    pub(crate) fn is_flushed(&self) -> bool {
+        self.held.is_empty()
     }
 
     /// Writes what is held.
@@ -104,35 +121,49 @@ impl<W: TryWrite> WsWrite<W> {
     }
 
     async fn send_frame(&mut self, opcode: u8, payload: &[u8]) -> io::Result<()> {
-        if self.held.is_empty() {
-            let (h, n) = frame::server_header(opcode, payload.len());
-            let header = &h[..n];
-            let total = n + payload.len();
-            let taken = match self
-                .io
-                .try_write_vectored(&[IoSlice::new(header), IoSlice::new(payload)])
-            {
-                Ok(k) => k,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
-                Err(e) => return Err(e),
-            };
-            if taken == total {
-                return Ok(());
-            }
-            // Keep what the socket did not take.
-            let mut rest = Vec::with_capacity(total - taken);
-            if taken < n {
-                rest.extend_from_slice(&header[taken..]);
-                rest.extend_from_slice(payload);
-            } else {
-                rest.extend_from_slice(&payload[taken - n..]);
-            }
-            self.held = rest;
-            self.sent = 0;
-        } else {
-            self.hold(opcode, payload);
+        if self.try_send_frame(opcode, payload)? {
+            return Ok(());
         }
         self.flush().await
+    }
+
+    /// Writes a text message if the socket takes all of it now (true);
+    /// else what it did not take is held, and the caller must
+    /// [`WsWrite::flush`] before the message counts as sent.
+    pub(crate) fn try_send(&mut self, text: &str) -> io::Result<bool> {
+        self.try_send_frame(frame::TEXT, text.as_bytes())
+    }
+
+    fn try_send_frame(&mut self, opcode: u8, payload: &[u8]) -> io::Result<bool> {
+        if !self.held.is_empty() {
+            self.hold(opcode, payload);
+            return Ok(false);
+        }
+        let (h, n) = frame::server_header(opcode, payload.len());
+        let header = &h[..n];
+        let total = n + payload.len();
+        let taken = match self
+            .io
+            .try_write_vectored(&[IoSlice::new(header), IoSlice::new(payload)])
+        {
+            Ok(k) => k,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+            Err(e) => return Err(e),
+        };
+        if taken == total {
+            return Ok(true);
+        }
+        // Keep what the socket did not take.
+        let mut rest = Vec::with_capacity(total - taken);
+        if taken < n {
+            rest.extend_from_slice(&header[taken..]);
+            rest.extend_from_slice(payload);
+        } else {
+            rest.extend_from_slice(&payload[taken - n..]);
+        }
+        self.held = rest;
+        self.sent = 0;
+        Ok(false)
     }
 
     fn hold(&mut self, opcode: u8, payload: &[u8]) {
