@@ -33,10 +33,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
-use sluice_proto::{Event, Filter, Readers};
 use crate::LiveEvent;
 use crate::mailbox::Mailbox;
 use crate::metrics_names as m;
+use sluice_proto::{Event, Filter, Readers};
 
 /// A subscription's handle, unique within its connection.
 pub type SubHandle = u64;

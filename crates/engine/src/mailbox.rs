@@ -193,7 +193,11 @@ mod tests {
             m.try_send(Counted(dropped.clone())),
             Err(SendError::Closed(_))
         ));
-        assert_eq!(dropped.load(Ordering::SeqCst), 3, "the refused item dropped by the caller");
+        assert_eq!(
+            dropped.load(Ordering::SeqCst),
+            3,
+            "the refused item dropped by the caller"
+        );
     }
 
     #[test]

@@ -174,7 +174,7 @@ async fn root(
         let on_upgrade = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>();
         let upgrade = match ws::Upgrade::check(req.method(), &headers, on_upgrade) {
             Ok(u) => u,
-            Err(answer) => return answer,
+            Err(refused) => return refused.into_response(),
         };
         // The list was validated at load (and at each reload); one that
         // does not parse trusts no proxy.

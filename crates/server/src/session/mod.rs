@@ -340,11 +340,7 @@ impl Session {
     /// (and drop) what the client still sends until its Close, so the
     /// socket is not reset with those answers unread. All within
     /// `shutdown_grace_ms`.
-    async fn finish_for_shutdown(
-        &mut self,
-        out: &mut Out,
-        stream: &mut WsRead,
-    ) -> CloseReason {
+    async fn finish_for_shutdown(&mut self, out: &mut Out, stream: &mut WsRead) -> CloseReason {
         let deadline =
             tokio::time::Instant::now() + Duration::from_millis(self.st.server.shutdown_grace_ms);
         let _ = tokio::time::timeout_at(deadline, async {

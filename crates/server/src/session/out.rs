@@ -73,10 +73,8 @@ impl Out {
             self.ws.hold_text(&text);
             return Ok(());
         }
-        Box::pin(async {
-            outcome(tokio::time::timeout(self.timeout, self.ws.feed(&text)).await)
-        })
-        .await
+        Box::pin(async { outcome(tokio::time::timeout(self.timeout, self.ws.feed(&text)).await) })
+            .await
     }
 
     pub(super) async fn flush(&mut self) -> Step {

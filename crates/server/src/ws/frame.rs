@@ -49,7 +49,9 @@ pub(crate) fn parse_header(buf: &[u8], max_payload: usize) -> Result<Option<Head
         return Ok(None);
     };
     if b0 & 0x70 != 0 {
-        return Err(FrameFault::Protocol("reserved bits set (no extension was agreed)"));
+        return Err(FrameFault::Protocol(
+            "reserved bits set (no extension was agreed)",
+        ));
     }
     let fin = b0 & 0x80 != 0;
     let opcode = b0 & 0x0F;
@@ -239,7 +241,10 @@ pub(crate) mod tests {
 
     #[test]
     fn server_headers_use_the_shortest_length_form() {
-        assert_eq!(server_header(TEXT, 5), ([0x81, 5, 0, 0, 0, 0, 0, 0, 0, 0], 2));
+        assert_eq!(
+            server_header(TEXT, 5),
+            ([0x81, 5, 0, 0, 0, 0, 0, 0, 0, 0], 2)
+        );
         let (h, n) = server_header(TEXT, 126);
         assert_eq!((&h[..n], n), (&[0x81, 126, 0, 126][..], 4));
         let (h, n) = server_header(CLOSE, 70_000);

@@ -18,6 +18,40 @@ pub(crate) struct Upgrade {
     on_upgrade: OnUpgrade,
 }
 
+/// Why an upgrade request is refused; [`Refused::into_response`] is the
+/// HTTP answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// 400, saying what is wrong.
+    BadRequest(&'static str),
+    /// 426 with `Sec-WebSocket-Version: 13`.
+    Version,
+    /// 426: the connection cannot be taken over (not HTTP/1.1 upgradable).
+    CannotUpgrade,
+}
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        match self {
+            Refused::BadRequest(why) => (StatusCode::BAD_REQUEST, why).into_response(),
+            Refused::Version => {
+                let mut r =
+                    (StatusCode::UPGRADE_REQUIRED, "WebSocket version 13 only\n").into_response();
+                r.headers_mut().insert(
+                    header::SEC_WEBSOCKET_VERSION,
+                    HeaderValue::from_static("13"),
+                );
+                r
+            }
+            Refused::CannotUpgrade => (
+                StatusCode::UPGRADE_REQUIRED,
+                "this connection cannot upgrade\n",
+            )
+                .into_response(),
+        }
+    }
+}
+
 /// Whether the request asks for a WebSocket at all (`Upgrade: websocket`);
 /// one that does not is an ordinary HTTP request.
 pub(crate) fn wants_upgrade(headers: &HeaderMap) -> bool {
@@ -30,8 +64,8 @@ impl Upgrade {
         method: &Method,
         headers: &HeaderMap,
         on_upgrade: Option<OnUpgrade>,
-    ) -> Result<Upgrade, Response> {
-        let bad = |why: &'static str| (StatusCode::BAD_REQUEST, why).into_response();
+    ) -> Result<Upgrade, Refused> {
+        let bad = Refused::BadRequest;
         if method != Method::GET {
             return Err(bad("a WebSocket upgrade is a GET\n"));
         }
@@ -42,12 +76,7 @@ impl Upgrade {
             .get(header::SEC_WEBSOCKET_VERSION)
             .is_none_or(|v| v.as_bytes() != b"13")
         {
-            let mut r = (StatusCode::UPGRADE_REQUIRED, "WebSocket version 13 only\n").into_response();
-            r.headers_mut().insert(
-                header::SEC_WEBSOCKET_VERSION,
-                HeaderValue::from_static("13"),
-            );
-            return Err(r);
+            return Err(Refused::Version);
         }
         let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY) else {
             return Err(bad("Sec-WebSocket-Key is missing\n"));
@@ -59,7 +88,7 @@ impl Upgrade {
             return Err(bad("Sec-WebSocket-Key is not 16 bytes in base64\n"));
         }
         let Some(on_upgrade) = on_upgrade else {
-            return Err((StatusCode::UPGRADE_REQUIRED, "this connection cannot upgrade\n").into_response());
+            return Err(Refused::CannotUpgrade);
         };
         Ok(Upgrade {
             accept: accept_key(key.as_bytes()),
@@ -90,10 +119,8 @@ fn accept_key(key: &[u8]) -> HeaderValue {
 
 fn has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
     headers.get_all(name).iter().any(|v| {
-        v.to_str().is_ok_and(|s| {
-            s.split(',')
-                .any(|t| t.trim().eq_ignore_ascii_case(token))
-        })
+        v.to_str()
+            .is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
     })
 }
 
@@ -132,8 +159,14 @@ mod tests {
     fn request() -> HeaderMap {
         let mut h = HeaderMap::new();
         h.insert(header::UPGRADE, HeaderValue::from_static("WebSocket"));
-        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, Upgrade"));
-        h.insert(header::SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, Upgrade"),
+        );
+        h.insert(
+            header::SEC_WEBSOCKET_VERSION,
+            HeaderValue::from_static("13"),
+        );
         h.insert(
             header::SEC_WEBSOCKET_KEY,
             HeaderValue::from_static("dGhlIHNhbXBsZSBub25jZQ=="),
@@ -147,14 +180,18 @@ mod tests {
         assert!(wants_upgrade(&h));
         // Good headers pass every check up to the upgrade itself.
         let r = Upgrade::check(&Method::GET, &h, None).err().unwrap();
-        assert_eq!(r.status(), StatusCode::UPGRADE_REQUIRED);
-        assert_eq!(
-            Upgrade::check(&Method::POST, &h, None).err().unwrap().status(),
-            StatusCode::BAD_REQUEST
-        );
+        assert_eq!(r, Refused::CannotUpgrade);
+        assert_eq!(r.into_response().status(), StatusCode::UPGRADE_REQUIRED);
+        assert!(matches!(
+            Upgrade::check(&Method::POST, &h, None).err().unwrap(),
+            Refused::BadRequest(_)
+        ));
         let mut v = request();
         v.insert(header::SEC_WEBSOCKET_VERSION, HeaderValue::from_static("8"));
-        let r = Upgrade::check(&Method::GET, &v, None).err().unwrap();
+        let r = Upgrade::check(&Method::GET, &v, None)
+            .err()
+            .unwrap()
+            .into_response();
         assert_eq!(r.status(), StatusCode::UPGRADE_REQUIRED);
         assert_eq!(r.headers()[header::SEC_WEBSOCKET_VERSION], "13");
         for (name, value) in [
@@ -164,7 +201,7 @@ mod tests {
             let mut b = request();
             b.insert(name, HeaderValue::from_static(value));
             let r = Upgrade::check(&Method::GET, &b, None).err().unwrap();
-            assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+            assert!(matches!(r, Refused::BadRequest(_)), "{r:?}");
         }
         let mut plain = request();
         plain.remove(header::UPGRADE);

@@ -198,11 +198,7 @@ impl<R: AsyncRead + Unpin> WsRead<R> {
             let bytes = &mut shared[..n];
             let mut at = 0;
             while at < n {
-                match parse_frame(
-                    &mut bytes[at..],
-                    &mut self.partial,
-                    self.max_message,
-                ) {
+                match parse_frame(&mut bytes[at..], &mut self.partial, self.max_message) {
                     Err(e) => return Poll::Ready(Err(Failed(e))),
                     Ok(Parsed::Used(used)) => at += used,
                     Ok(Parsed::Message(msg, used)) => {
@@ -336,14 +332,19 @@ mod tests {
     }
 
     /// A reader over an in-memory pipe, and the client's end.
-    fn pair(max: usize, read_size: usize) -> (WsRead<tokio::io::DuplexStream>, tokio::io::DuplexStream) {
+    fn pair(
+        max: usize,
+        read_size: usize,
+    ) -> (WsRead<tokio::io::DuplexStream>, tokio::io::DuplexStream) {
         let (a, b) = tokio::io::duplex(1 << 20);
         (WsRead::new(a, &[], max, read_size), b)
     }
 
     #[tokio::test]
     async fn messages_split_anywhere_and_packed_together_come_out_whole_and_in_order() {
-        let words: Vec<String> = (0..50).map(|i| format!("[\"REQ\",\"{i}\",{{}}]").repeat(i % 7 + 1)).collect();
+        let words: Vec<String> = (0..50)
+            .map(|i| format!("[\"REQ\",\"{i}\",{{}}]").repeat(i % 7 + 1))
+            .collect();
         let mut wire = Vec::new();
         for w in &words {
             wire.extend_from_slice(&text(w));
@@ -359,7 +360,11 @@ mod tests {
                 c
             });
             for w in &words {
-                assert_eq!(r.next().await.unwrap().unwrap(), Message::Text(w.clone()), "cut {cut}");
+                assert_eq!(
+                    r.next().await.unwrap().unwrap(),
+                    Message::Text(w.clone()),
+                    "cut {cut}"
+                );
             }
             drop(writer.await.unwrap());
             assert!(r.next().await.is_none());
@@ -395,13 +400,27 @@ mod tests {
         wire.extend(client_frame(false, frame::CONTINUATION, b"SE\",", MASK));
         wire.extend(client_frame(true, frame::PONG, b"", MASK));
         wire.extend(client_frame(true, frame::CONTINUATION, b"\"x\"]", MASK));
-        wire.extend(client_frame(true, frame::CLOSE, &[0x03, 0xE8, b'o', b'k'], MASK));
+        wire.extend(client_frame(
+            true,
+            frame::CLOSE,
+            &[0x03, 0xE8, b'o', b'k'],
+            MASK,
+        ));
         c.write_all(&wire).await.unwrap();
-        assert_eq!(r.next().await.unwrap().unwrap(), Message::Ping(b"hi".to_vec()));
-        assert_eq!(r.next().await.unwrap().unwrap(), Message::Text("[\"CLOSE\",\"x\"]".into()));
         assert_eq!(
             r.next().await.unwrap().unwrap(),
-            Message::Close(Some(CloseFrame { code: 1000, reason: "ok".into() }))
+            Message::Ping(b"hi".to_vec())
+        );
+        assert_eq!(
+            r.next().await.unwrap().unwrap(),
+            Message::Text("[\"CLOSE\",\"x\"]".into())
+        );
+        assert_eq!(
+            r.next().await.unwrap().unwrap(),
+            Message::Close(Some(CloseFrame {
+                code: 1000,
+                reason: "ok".into()
+            }))
         );
         // Nothing is read after a Close.
         c.write_all(&text("late")).await.unwrap();
@@ -410,21 +429,38 @@ mod tests {
 
     #[tokio::test]
     async fn bad_input_is_an_error_and_ends_the_stream() {
-        let cases: Vec<(Vec<u8>, fn(&WsError) -> bool)> = vec![
-            (client_frame(true, frame::TEXT, &[0xFF, 0xFE], MASK), |e| matches!(e, WsError::BadUtf8)),
-            (client_frame(true, frame::TEXT, &[b'a'; 101], MASK), |e| matches!(e, WsError::TooLarge)),
-            (client_frame(true, frame::CONTINUATION, b"x", MASK), |e| matches!(e, WsError::Protocol(_))),
+        type Expect = fn(&WsError) -> bool;
+        let cases: Vec<(Vec<u8>, Expect)> = vec![
+            (client_frame(true, frame::TEXT, &[0xFF, 0xFE], MASK), |e| {
+                matches!(e, WsError::BadUtf8)
+            }),
+            (client_frame(true, frame::TEXT, &[b'a'; 101], MASK), |e| {
+                matches!(e, WsError::TooLarge)
+            }),
+            (client_frame(true, frame::CONTINUATION, b"x", MASK), |e| {
+                matches!(e, WsError::Protocol(_))
+            }),
             (
                 [client_frame(false, frame::TEXT, b"x", MASK), text("y")].concat(),
                 |e| matches!(e, WsError::Protocol(_)),
             ),
             (
-                [client_frame(false, frame::TEXT, &[b'a'; 60], MASK), client_frame(true, frame::CONTINUATION, &[b'a'; 60], MASK)].concat(),
+                [
+                    client_frame(false, frame::TEXT, &[b'a'; 60], MASK),
+                    client_frame(true, frame::CONTINUATION, &[b'a'; 60], MASK),
+                ]
+                .concat(),
                 |e| matches!(e, WsError::TooLarge),
             ),
-            (client_frame(true, frame::CLOSE, &[0x03, 0xED], MASK), |e| matches!(e, WsError::Protocol(_))),
-            (client_frame(true, frame::CLOSE, &[0x03], MASK), |e| matches!(e, WsError::Protocol(_))),
-            (vec![0x81, 0x02, b'h', b'i'], |e| matches!(e, WsError::Protocol(_))),
+            (client_frame(true, frame::CLOSE, &[0x03, 0xED], MASK), |e| {
+                matches!(e, WsError::Protocol(_))
+            }),
+            (client_frame(true, frame::CLOSE, &[0x03], MASK), |e| {
+                matches!(e, WsError::Protocol(_))
+            }),
+            (vec![0x81, 0x02, b'h', b'i'], |e| {
+                matches!(e, WsError::Protocol(_))
+            }),
         ];
         for (wire, expect) in cases {
             let (mut r, mut c) = pair(100, 4096);
@@ -443,7 +479,13 @@ mod tests {
         let mut r = WsRead::new(a, &first[..4], 1 << 16, 4096);
         c.write_all(&first[4..]).await.unwrap();
         c.write_all(&text("two")).await.unwrap();
-        assert_eq!(r.next().await.unwrap().unwrap(), Message::Text("one".into()));
-        assert_eq!(r.next().await.unwrap().unwrap(), Message::Text("two".into()));
+        assert_eq!(
+            r.next().await.unwrap().unwrap(),
+            Message::Text("one".into())
+        );
+        assert_eq!(
+            r.next().await.unwrap().unwrap(),
+            Message::Text("two".into())
+        );
     }
 }

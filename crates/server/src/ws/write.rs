@@ -190,7 +190,11 @@ mod tests {
     }
 
     impl AsyncWrite for Socket {
-        fn poll_write(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
             let n = buf.len().min(self.room);
             self.data.extend_from_slice(&buf[..n]);
             self.writes += 1;
@@ -226,10 +230,16 @@ mod tests {
         let mut out = Vec::new();
         while !data.is_empty() {
             let op = data[0] & 0x0F;
-            assert!(data[0] & 0x80 != 0 && data[1] & 0x80 == 0, "final, unmasked");
+            assert!(
+                data[0] & 0x80 != 0 && data[1] & 0x80 == 0,
+                "final, unmasked"
+            );
             let (len, at) = match data[1] {
                 126 => (u16::from_be_bytes([data[2], data[3]]) as usize, 4),
-                127 => (u64::from_be_bytes(data[2..10].try_into().unwrap()) as usize, 10),
+                127 => (
+                    u64::from_be_bytes(data[2..10].try_into().unwrap()) as usize,
+                    10,
+                ),
                 n => (n as usize, 2),
             };
             out.push((op, data[at..at + len].to_vec()));
@@ -240,7 +250,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_send_the_socket_takes_is_one_write_and_holds_nothing() {
-        let mut w = WsWrite::new(Socket { room: usize::MAX, ..Socket::default() });
+        let mut w = WsWrite::new(Socket {
+            room: usize::MAX,
+            ..Socket::default()
+        });
         w.send("hello").await.unwrap();
         w.send(&"y".repeat(70_000)).await.unwrap();
         assert_eq!(w.io.writes, 2);
@@ -253,7 +266,10 @@ mod tests {
     #[tokio::test]
     async fn what_a_slow_socket_does_not_take_is_written_before_send_returns() {
         for room in [1, 3, 7, 100] {
-            let mut w = WsWrite::new(Socket { room, ..Socket::default() });
+            let mut w = WsWrite::new(Socket {
+                room,
+                ..Socket::default()
+            });
             w.send("abcdefghij").await.unwrap();
             w.close(1001, "bye").await.unwrap();
             w.pong(b"p").await.unwrap();
@@ -271,7 +287,10 @@ mod tests {
 
     #[tokio::test]
     async fn fed_frames_leave_together_at_the_flush_and_the_buffer_is_freed() {
-        let mut w = WsWrite::new(Socket { room: usize::MAX, ..Socket::default() });
+        let mut w = WsWrite::new(Socket {
+            room: usize::MAX,
+            ..Socket::default()
+        });
         for i in 0..50 {
             w.feed(&format!("event {i}")).await.unwrap();
         }
@@ -284,12 +303,18 @@ mod tests {
         w.feed("a").await.unwrap();
         w.send("b").await.unwrap();
         let f = frames(&w.io.data);
-        assert_eq!(f[50..], [(frame::TEXT, b"a".to_vec()), (frame::TEXT, b"b".to_vec())]);
+        assert_eq!(
+            f[50..],
+            [(frame::TEXT, b"a".to_vec()), (frame::TEXT, b"b".to_vec())]
+        );
     }
 
     #[tokio::test]
     async fn feeding_past_the_bound_writes_what_is_held_first() {
-        let mut w = WsWrite::new(Socket { room: usize::MAX, ..Socket::default() });
+        let mut w = WsWrite::new(Socket {
+            room: usize::MAX,
+            ..Socket::default()
+        });
         let event = "e".repeat(10_000);
         for _ in 0..20 {
             w.feed(&event).await.unwrap();
@@ -302,13 +327,19 @@ mod tests {
 
     #[tokio::test]
     async fn a_socket_that_takes_nothing_is_an_error_not_a_spin() {
-        let mut w = WsWrite::new(Socket { room: 0, ..Socket::default() });
+        let mut w = WsWrite::new(Socket {
+            room: 0,
+            ..Socket::default()
+        });
         assert!(w.send("x").await.is_err());
     }
 
     #[tokio::test]
     async fn close_reasons_are_cut_at_a_character_boundary() {
-        let mut w = WsWrite::new(Socket { room: usize::MAX, ..Socket::default() });
+        let mut w = WsWrite::new(Socket {
+            room: usize::MAX,
+            ..Socket::default()
+        });
         w.close(1000, &"é".repeat(100)).await.unwrap();
         let f = frames(&w.io.data);
         assert!(f[0].1.len() <= 125);
