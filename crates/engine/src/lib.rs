@@ -32,6 +32,7 @@ mod config;
 mod gauge;
 pub mod live;
 pub mod metrics_names;
+mod mirror_tap;
 mod monitor;
 pub mod plugin;
 pub mod policy;
@@ -53,6 +54,7 @@ use tokio::sync::oneshot;
 pub use config::EngineConfig;
 pub use gauge::GaugeGuard;
 pub use live::{Lagged, LiveConn, LiveDelivery, LiveHub, LiveSub, SubHandle};
+pub use mirror_tap::{MirrorTap, Origin};
 pub use policy::{Denial, PolicyConfig};
 pub use reads::{ReadEnd, ReadGuard, ReadMsg, ReadSink, Reads};
 pub use retention::{DryRun, RetentionConfig, RetentionPlan, RuleConfig};
@@ -256,6 +258,8 @@ pub struct Engine {
     plugin: std::sync::OnceLock<Arc<plugin::Plugin>>,
     /// Where stored and ephemeral client events go to other nodes.
     tap: Arc<replica::Tap>,
+    /// Where stored and ephemeral events go to the mirrors that send up.
+    mirrors: Arc<mirror_tap::MirrorTaps>,
     /// Conditions /readyz reports without failing (e.g. a cluster running
     /// on local limits while Redis is away), by source.
     notes: Mutex<std::collections::BTreeMap<&'static str, String>>,
@@ -291,6 +295,7 @@ impl Engine {
     ) -> Result<Arc<Engine>, StartError> {
         let live = LiveHub::new(cfg.live_buffer_events, cfg.live_buffer_bytes);
         let tap = Arc::new(replica::Tap::default());
+        let mirrors = Arc::new(mirror_tap::MirrorTaps::default());
         let retention = Arc::new(retention::SharedPlan::default());
         let disk = Arc::new(DiskGate::default());
         let trust = Arc::new(trust::Trust::default());
@@ -298,7 +303,7 @@ impl Engine {
             store.clone(),
             cfg.clone(),
             live.clone(),
-            (tap.clone(), trust.clone()),
+            (tap.clone(), mirrors.clone(), trust.clone()),
             retention.clone(),
             disk.clone(),
         )?;
@@ -318,6 +323,7 @@ impl Engine {
             policy: policy::Policy::default(),
             plugin: std::sync::OnceLock::new(),
             tap,
+            mirrors,
             notes: Mutex::new(std::collections::BTreeMap::new()),
             retention,
             disk,
@@ -408,7 +414,8 @@ impl Engine {
         received: Instant,
         lone: bool,
     ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
-        self.writer.submit(event, received, true, (lone, false))
+        self.writer
+            .submit(event, received, Origin::Client, (lone, false))
     }
 
     /// [`Engine::submit`] of an event whose author is outside the web of
@@ -419,7 +426,21 @@ impl Engine {
         event: Arc<Event>,
         received: Instant,
     ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
-        self.writer.submit(event, received, true, (false, true))
+        self.writer
+            .submit(event, received, Origin::Client, (false, true))
+    }
+
+    /// [`Engine::submit`] of an event from `origin` (a client's, or one a
+    /// mirror brought in), `outsider` as in [`Engine::submit_outsider`].
+    pub fn submit_from(
+        &self,
+        event: Arc<Event>,
+        received: Instant,
+        origin: Origin,
+        (lone, outsider): (bool, bool),
+    ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
+        self.writer
+            .submit(event, received, origin, (lone, outsider))
     }
 
     /// Queues an event another node stored (the cluster's consumer): the
@@ -430,7 +451,7 @@ impl Engine {
         event: Arc<Event>,
     ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
         self.writer
-            .submit(event, Instant::now(), false, (false, false))
+            .submit(event, Instant::now(), Origin::Replica, (false, false))
     }
 
     /// Attaches the replication tap: from now on every event a client
@@ -439,6 +460,27 @@ impl Engine {
     /// in `sluice_cluster_outbound_dropped_total`). Once per engine.
     pub fn attach_replication(&self, tx: tokio::sync::mpsc::Sender<Arc<Event>>) {
         self.tap.attach(tx);
+    }
+
+    /// Registers a mirror that sends up: from now on every event stored
+    /// here for a client or another mirror (and every such ephemeral
+    /// event) that matches `filter` is offered to the returned tap's queue
+    /// of `capacity` events, never waiting: a full queue drops it and
+    /// counts `dropped`. Events from the tap's own origin are never
+    /// offered to it. Dropping the tap unregisters it.
+    pub fn mirror_tap(
+        &self,
+        filter: sluice_proto::Filter,
+        capacity: usize,
+        dropped: metrics::Counter,
+    ) -> MirrorTap {
+        self.mirrors.register(filter, capacity, dropped)
+    }
+
+    /// The origin of a mirror that does not send up (its events are
+    /// offered to every other mirror).
+    pub fn mirror_origin(&self) -> Origin {
+        Origin::Mirror(self.mirrors.new_id())
     }
 
     /// Delivers an ephemeral event another node received to live
@@ -560,10 +602,21 @@ impl Engine {
         }
     }
 
-    /// Delivers an ephemeral event to live subscriptions; never stored.
+    /// Delivers a client's ephemeral event to live subscriptions; never
+    /// stored.
     pub fn publish_ephemeral(&self, event: Arc<Event>) {
+        self.publish_ephemeral_from(event, Origin::Client);
+    }
+
+    /// Delivers an ephemeral event from `origin` (a client, or a mirrored
+    /// peer) to live subscriptions, the cluster's tap and the mirrors'
+    /// taps (but its own mirror's).
+    pub fn publish_ephemeral_from(&self, event: Arc<Event>, origin: Origin) {
         if self.tap.attached() {
             self.tap.offer(&event);
+        }
+        if self.mirrors.any() {
+            self.mirrors.offer(&event, origin);
         }
         self.live.publish(&[Arc::new(LiveEvent {
             serial: None,
