@@ -335,7 +335,15 @@ async fn a_two_way_mirror_converges_sends_nothing_back_and_survives_a_restart() 
             >= 2.0
     })
     .await;
-    // B's event came from B: never sent back. A sent exactly its own two.
+    // B's event came from B: never sent back. B reads one connection's
+    // messages in order, so with the marker stored every EVENT A sent
+    // before it has been counted: the test's one publish on B and A's two.
+    assert_eq!(
+        b.metric("sluice_messages_received_total", &["type=\"event\""])
+            .await,
+        3.0,
+        "A sent B's own event back"
+    );
     assert_eq!(
         a.metric("sluice_mirror_events_out_total", &[&peer]).await,
         2.0

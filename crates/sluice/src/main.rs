@@ -186,6 +186,7 @@ fn toml_value(v: &figment::value::Value) -> String {
             "[{}]",
             a.iter().map(toml_value).collect::<Vec<_>>().join(", ")
         ),
+        Value::Dict(_, d) if d.is_empty() => "{}".to_string(),
         Value::Dict(_, d) => format!(
             "{{ {} }}",
             d.iter()

@@ -132,6 +132,7 @@ impl MirrorConfig {
                 "{at}.reconnect_max_ms must be at least reconnect_min_ms"
             ));
         }
+        self.tls().map_err(|e| format!("{at}.ca_file: {e:#}"))?;
         Ok(())
     }
 
