@@ -231,35 +231,62 @@ async fn caught_up(relay: &Relay, peer: &str, n: f64) -> bool {
         >= n
 }
 
-/// Kills `peer` (SIGKILL), waits until `local`'s mirror sees it gone,
-/// starts it again on the same port and store, and waits until the mirror
-/// has caught up with it again. Returns the new process and the directory
-/// holding its store.
-async fn restart_peer(local: &Relay, mut peer: Relay) -> (Relay, Option<tempfile::TempDir>) {
+/// A peer killed while a mirror follows it.
+struct Killed {
+    url: String,
+    dir: PathBuf,
+    addr: String,
+    keep: Option<tempfile::TempDir>,
+    catchups: f64,
+}
+
+/// Kills `peer` (SIGKILL) and waits until `local`'s mirror sees it gone.
+async fn kill_peer(local: &Relay, mut peer: Relay) -> Killed {
     let url = peer.url();
-    let keep = peer.keep_dir();
-    let (dir, addr) = (peer.dir.clone(), peer.addr.clone());
-    let label = format!("peer=\"{url}\"");
-    let before = local
-        .metric("sluice_mirror_catchups_total", &[&label])
+    let catchups = local
+        .metric(
+            "sluice_mirror_catchups_total",
+            &[&format!("peer=\"{url}\"")],
+        )
         .await;
+    let killed = Killed {
+        keep: peer.keep_dir(),
+        dir: peer.dir.clone(),
+        addr: peer.addr.clone(),
+        url,
+        catchups,
+    };
     drop(peer);
     wait_for("the mirror sees its peer gone", || async {
-        connected(local, &url).await == 0.0
+        connected(local, &killed.url).await == 0.0
     })
     .await;
-    let again = Relay::start_in(&dir, &[("SLUICE_SERVER__LISTEN", &addr)]);
+    killed
+}
+
+/// Starts a killed peer again on its port and store, and waits until
+/// `local`'s mirror has caught up with it again. Returns the new process
+/// and the directory holding its store.
+async fn start_again(local: &Relay, k: Killed) -> (Relay, Option<tempfile::TempDir>) {
+    let again = Relay::start_in(&k.dir, &[("SLUICE_SERVER__LISTEN", &k.addr)]);
     wait_for("the mirror catches up again", || async {
-        caught_up(local, &url, before + 1.0).await && connected(local, &url).await == 1.0
+        caught_up(local, &k.url, k.catchups + 1.0).await && connected(local, &k.url).await == 1.0
     })
     .await;
+    let label = format!("peer=\"{}\"", k.url);
     assert!(
         local
             .metric("sluice_mirror_reconnects_total", &[&label])
             .await
             >= 1.0
     );
-    (again, keep)
+    (again, k.keep)
+}
+
+/// [`kill_peer`] then [`start_again`].
+async fn restart_peer(local: &Relay, peer: Relay) -> (Relay, Option<tempfile::TempDir>) {
+    let killed = kill_peer(local, peer).await;
+    start_again(local, killed).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -270,7 +297,8 @@ async fn a_down_mirror_catches_up_stays_live_and_survives_a_restart_of_its_peer(
     for e in &old {
         publish(&b, e).await;
     }
-    let a = Relay::start_with_toml(&mirror_toml(&b.url(), "down", ""), &[]);
+    // One event in admission at a time: reading from B waits for each.
+    let a = Relay::start_with_toml(&mirror_toml(&b.url(), "down", "queue_events = 1\n"), &[]);
     // Catch-up: what B held before the mirror started.
     for e in &old {
         let e = e.clone();
@@ -300,6 +328,18 @@ async fn a_down_mirror_catches_up_stays_live_and_survives_a_restart_of_its_peer(
     })
     .await;
     assert!(!has(&b, &local).await, "a down mirror sent an event up");
+    let peer = format!("peer=\"{}\"", b.url());
+    assert!(
+        a.metric(
+            "sluice_mirror_queue_full_total",
+            &[&peer, "direction=\"down\""]
+        )
+        .await
+            >= 1.0,
+        "the window of one was full, and nothing was lost"
+    );
+    // The last live event's age at arrival is shown.
+    assert!(a.metric("sluice_mirror_lag_seconds", &[&peer]).await >= 0.0);
     assert_eq!(
         ids_on(&a, json!({"authors": [pubkey_hex(1)]})).await.len(),
         old.len() + 2
@@ -310,7 +350,7 @@ async fn a_down_mirror_catches_up_stays_live_and_survives_a_restart_of_its_peer(
 async fn a_two_way_mirror_converges_sends_nothing_back_and_survives_a_restart() {
     let b = Relay::start();
     let peer = format!("peer=\"{}\"", b.url());
-    let a = Relay::start_with_toml(&mirror_toml(&b.url(), "both", ""), &[]);
+    let a = Relay::start_with_toml(&mirror_toml(&b.url(), "both", "queue_events = 1\n"), &[]);
     wait_for("the mirror catches up", || async {
         caught_up(&a, &b.url(), 1.0).await
     })
@@ -360,9 +400,32 @@ async fn a_two_way_mirror_converges_sends_nothing_back_and_survives_a_restart() 
     assert_eq!(ids_on(&a, json!({})).await.len(), 3);
     assert_eq!(ids_on(&b, json!({})).await.len(), 3);
 
-    // While B is away, A's new event waits; after the restart it goes up,
-    // and B's new events come down.
-    let (b2, _dir) = restart_peer(&a, b).await;
+    // While B is away, A's queue to B (queue_events = 1) keeps the first
+    // of three new events and drops the other two, counted; the catch-up
+    // after the restart sends all three.
+    let killed = kill_peer(&a, b).await;
+    let while_away: Vec<Event> = (0..3)
+        .map(|i| ev(1, now() + i, 1, &[], "while B is away"))
+        .collect();
+    for e in &while_away {
+        publish(&a, e).await;
+    }
+    assert_eq!(
+        a.metric(
+            "sluice_mirror_queue_full_total",
+            &[&peer, "direction=\"up\""]
+        )
+        .await,
+        2.0
+    );
+    let (b2, _dir) = start_again(&a, killed).await;
+    for e in &while_away {
+        let e = e.clone();
+        wait_for("an event stored while B was away reaches B", || async {
+            has(&b2, &e).await
+        })
+        .await;
+    }
     let after_a = ev(1, now(), 1, &[], "on A after the restart");
     publish(&a, &after_a).await;
     let after_b = ev(2, now(), 1, &[], "on B after the restart");
@@ -375,8 +438,8 @@ async fn a_two_way_mirror_converges_sends_nothing_back_and_survives_a_restart() 
         has(&a, &after_b).await
     })
     .await;
-    assert_eq!(ids_on(&a, json!({})).await.len(), 5);
-    assert_eq!(ids_on(&b2, json!({})).await.len(), 5);
+    assert_eq!(ids_on(&a, json!({})).await.len(), 8);
+    assert_eq!(ids_on(&b2, json!({})).await.len(), 8);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -475,6 +538,11 @@ async fn sluice_mirror_alone_over_wss_brings_events_into_its_store_until_interru
         stored().await == 2.0
     })
     .await;
+    let (_, _, body) = support::http_get(&metrics_addr, "/metrics", None).await;
+    assert_eq!(
+        support::series_sum(&body, "sluice_mirror_connected", &[]),
+        Some(1.0)
+    );
 
     support::signal(&alone.0, "INT");
     let status = support::wait_exit(&mut alone.0);

@@ -406,33 +406,13 @@ impl Engine {
     /// `received` is when the event was admitted: the writer wait the
     /// monitor sees runs from there, so time spent waiting for a CPU
     /// (signature checks of a flood) counts as load, not only the queue.
-    /// `lone`: the connection has no other EVENT awaiting its OK; such
-    /// events are committed ahead of a large batch of pipelined ones.
+    /// `origin`: a client, or the mirror that brought it (never offered
+    /// back to that mirror). `lone`: the connection has no other EVENT
+    /// awaiting its OK; such events are committed ahead of a large batch of
+    /// pipelined ones. `outsider`: its author is outside the web of trust;
+    /// it waits (at most 100 ms) to ride on the writer's next commit, so
+    /// strangers' floods cost few commits.
     pub fn submit(
-        &self,
-        event: Arc<Event>,
-        received: Instant,
-        lone: bool,
-    ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
-        self.writer
-            .submit(event, received, Origin::Client, (lone, false))
-    }
-
-    /// [`Engine::submit`] of an event whose author is outside the web of
-    /// trust: it waits (at most 100 ms) to ride on the writer's next
-    /// commit, so strangers' floods cost few commits.
-    pub fn submit_outsider(
-        &self,
-        event: Arc<Event>,
-        received: Instant,
-    ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
-        self.writer
-            .submit(event, received, Origin::Client, (false, true))
-    }
-
-    /// [`Engine::submit`] of an event from `origin` (a client's, or one a
-    /// mirror brought in), `outsider` as in [`Engine::submit_outsider`].
-    pub fn submit_from(
         &self,
         event: Arc<Event>,
         received: Instant,
@@ -744,7 +724,14 @@ mod tests {
         assert_eq!(got.event.event.raw(), note.raw());
         assert!(live.try_recv().is_none());
         // A single event after it sees it stored.
-        let rx = engine.submit(Arc::new(note), Instant::now(), true).unwrap();
+        let rx = engine
+            .submit(
+                Arc::new(note),
+                Instant::now(),
+                Origin::Client,
+                (true, false),
+            )
+            .unwrap();
         assert_eq!(rx.blocking_recv().unwrap(), Ok(WriteOutcome::Duplicate));
         assert_eq!(engine.write_batch_blocking(Vec::new()).unwrap(), vec![]);
         engine.shutdown();
@@ -756,7 +743,9 @@ mod tests {
         let ev = |i: u8| Arc::new(Event::sign(&[i; 32], 1_700_000_000, 1, vec![], "x"));
         let batches = || engine.writer.signals.batches.load(Ordering::Relaxed);
         // Alone, an outsider's event is committed once it has waited.
-        let rx = engine.submit_outsider(ev(1), Instant::now()).unwrap();
+        let rx = engine
+            .submit(ev(1), Instant::now(), Origin::Client, (false, true))
+            .unwrap();
         assert!(matches!(
             rx.blocking_recv().unwrap(),
             Ok(WriteOutcome::Stored { .. })
@@ -766,9 +755,15 @@ mod tests {
         let before = batches();
         let started = Instant::now();
         let waiting: Vec<_> = (2..6)
-            .map(|i| engine.submit_outsider(ev(i), Instant::now()).unwrap())
+            .map(|i| {
+                engine
+                    .submit(ev(i), Instant::now(), Origin::Client, (false, true))
+                    .unwrap()
+            })
             .collect();
-        let trusted = engine.submit(ev(9), Instant::now(), true).unwrap();
+        let trusted = engine
+            .submit(ev(9), Instant::now(), Origin::Client, (true, false))
+            .unwrap();
         assert!(matches!(
             trusted.blocking_recv().unwrap(),
             Ok(WriteOutcome::Stored { .. })
@@ -787,7 +782,9 @@ mod tests {
             );
         }
         // Waiting at shutdown: committed before the writer stops.
-        let last = engine.submit_outsider(ev(7), Instant::now()).unwrap();
+        let last = engine
+            .submit(ev(7), Instant::now(), Origin::Client, (false, true))
+            .unwrap();
         engine.shutdown();
         assert!(matches!(
             last.blocking_recv().unwrap(),

@@ -202,7 +202,7 @@ pub(super) fn hand_on(
                     Answer::Taken("ephemeral")
                 }
                 PluginVerdict::Accept => {
-                    match engine.submit_from(ev, admitted, origin, (lone, outsider)) {
+                    match engine.submit(ev, admitted, origin, (lone, outsider)) {
                         Ok(rx) => Answer::Written(rx.await.ok()),
                         Err(e) => Answer::Refused(e.into()),
                     }
@@ -214,9 +214,7 @@ pub(super) fn hand_on(
         st.engine.publish_ephemeral_from(ev, origin);
         return Ok(HandedOn::Ephemeral);
     }
-    let rx = st
-        .engine
-        .submit_from(ev, admitted, origin, (lone, outsider))?;
+    let rx = st.engine.submit(ev, admitted, origin, (lone, outsider))?;
     Ok(HandedOn::Pending(Box::pin(async move {
         Answer::Written(rx.await.ok())
     })))
