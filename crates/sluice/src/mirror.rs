@@ -368,7 +368,10 @@ impl Mirror {
     }
 
     /// One connection: catch up, then stay live until it is lost. `live`
-    /// is set once the catch-up is done.
+    /// is set once the live part works (the live REQ's EOSE, or at once
+    /// for an up-only mirror): the backoff starts over only then, so a
+    /// peer that refuses the REQ is not asked again every
+    /// `reconnect_min_ms`.
     async fn session(&mut self, live: &mut bool) -> anyhow::Result<()> {
         let mut ws = peer::connect(&self.cfg.url, &self.tls).await?;
         let ip = peer::peer_ip(&ws);
@@ -389,8 +392,7 @@ impl Mirror {
             }
             peer::send(&mut ws, json!(["REQ", LIVE_SUB, filter])).await?;
         }
-        *live = true;
-        self.live(&mut ws, ip).await
+        self.live(&mut ws, ip, live).await
     }
 
     /// The catch-up by NIP-77. Whether the peer reconciled.
@@ -430,9 +432,9 @@ impl Mirror {
     /// Live: events from the live REQ into admission, events from the tap
     /// up to the peer; a Ping every [`PING_EVERY`]. Returns when the
     /// connection is lost.
-    async fn live(&mut self, ws: &mut Ws, ip: IpAddr) -> anyhow::Result<()> {
+    async fn live(&mut self, ws: &mut Ws, ip: IpAddr, eose: &mut bool) -> anyhow::Result<()> {
         let mut waiting: HashSet<String> = HashSet::new();
-        let mut eose = !self.cfg.direction.down();
+        *eose = !self.cfg.direction.down();
         let mut ping = tokio::time::interval(PING_EVERY);
         let mut heard = tokio::time::Instant::now();
         let down_cap = self.down.cap;
@@ -459,9 +461,13 @@ impl Mirror {
                         Some(Ok(_)) => continue,
                     };
                     let Ok(v) = serde_json::from_str::<Value>(&text) else { continue };
-                    self.on_message(v, ip, &mut waiting, &mut eose).await?;
+                    self.on_message(v, ip, &mut waiting, eose)?;
                 }
                 _ = ping.tick() => {
+                    if self.down.window.len() >= down_cap {
+                        // Not listening: silence cannot be judged.
+                        heard = tokio::time::Instant::now();
+                    }
                     if heard.elapsed() > SILENT_FOR {
                         bail!("the peer sent nothing for {} s", SILENT_FOR.as_secs());
                     }
@@ -471,7 +477,7 @@ impl Mirror {
         }
     }
 
-    async fn on_message(
+    fn on_message(
         &mut self,
         v: Value,
         ip: IpAddr,
