@@ -267,8 +267,14 @@ async fn kill_peer(local: &Relay, mut peer: Relay) -> Killed {
 /// Starts a killed peer again on its port and store, and waits until
 /// `local`'s mirror has caught up with it again. Returns the new process
 /// and the directory holding its store.
-async fn start_again(local: &Relay, k: Killed) -> (Relay, Option<tempfile::TempDir>) {
-    let again = Relay::start_in(&k.dir, &[("SLUICE_SERVER__LISTEN", &k.addr)]);
+async fn start_again(
+    local: &Relay,
+    k: Killed,
+    env: &[(&str, &str)],
+) -> (Relay, Option<tempfile::TempDir>) {
+    let mut env = env.to_vec();
+    env.push(("SLUICE_SERVER__LISTEN", &k.addr));
+    let again = Relay::start_in(&k.dir, &env);
     wait_for("the mirror catches up again", || async {
         caught_up(local, &k.url, k.catchups + 1.0).await && connected(local, &k.url).await == 1.0
     })
@@ -286,7 +292,7 @@ async fn start_again(local: &Relay, k: Killed) -> (Relay, Option<tempfile::TempD
 /// [`kill_peer`] then [`start_again`].
 async fn restart_peer(local: &Relay, peer: Relay) -> (Relay, Option<tempfile::TempDir>) {
     let killed = kill_peer(local, peer).await;
-    start_again(local, killed).await
+    start_again(local, killed, &[]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -418,7 +424,7 @@ async fn a_two_way_mirror_converges_sends_nothing_back_and_survives_a_restart() 
         .await,
         2.0
     );
-    let (b2, _dir) = start_again(&a, killed).await;
+    let (b2, _dir) = start_again(&a, killed, &[]).await;
     for e in &while_away {
         let e = e.clone();
         wait_for("an event stored while B was away reaches B", || async {
@@ -473,6 +479,49 @@ async fn the_local_policy_refuses_a_mirrored_event_of_a_blocked_author() {
         !has(&a, &blocked).await,
         "the blocked author's event was stored"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_does_not_reconcile_is_caught_up_from_by_req_since_the_newest_seen() {
+    // B answers NEG-OPEN over more than one event with NEG-ERR.
+    let no_neg = [("SLUICE_LIMITS__MAX_NEGENTROPY_ITEMS", "1")];
+    let b = Relay::start_with(&no_neg);
+    let t = now() - 100;
+    let old: Vec<Event> = (0..3).map(|i| ev(1, t + i, 1, &[], "before")).collect();
+    for e in &old {
+        publish(&b, e).await;
+    }
+    let a = Relay::start_with_toml(&mirror_toml(&b.url(), "down", ""), &[]);
+    // The first connection's REQ has no `since`: B's stored events come.
+    for e in &old {
+        let e = e.clone();
+        wait_for("B's events arrive by REQ", || async { has(&a, &e).await }).await;
+    }
+    let peer = format!("peer=\"{}\"", b.url());
+    assert_eq!(
+        a.metric_or_zero(
+            "sluice_mirror_catchups_total",
+            &[&peer, "method=\"negentropy\""]
+        )
+        .await,
+        0.0
+    );
+    assert!(
+        a.metric("sluice_mirror_catchups_total", &[&peer, "method=\"req\""])
+            .await
+            >= 1.0
+    );
+    // An event B gets while the mirror is away, created after the newest
+    // the mirror saw but before the overlap of a live REQ from the
+    // reconnection: the REQ since the newest seen brings it.
+    let killed = kill_peer(&a, b).await;
+    let missed = ev(1, t + 30, 1, &[], "while the mirror was away");
+    import_events(&killed.dir, std::slice::from_ref(&missed));
+    let (_b, _dir) = start_again(&a, killed, &no_neg).await;
+    wait_for("the event B got meanwhile arrives", || async {
+        has(&a, &missed).await
+    })
+    .await;
 }
 
 /// A `sluice mirror` process; killed on drop.
