@@ -50,9 +50,9 @@ enum Command {
     /// Reconcile the local store with another relay over NIP-77 and copy
     /// the difference.
     Sync(sync::SyncArgs),
-    /// Mirror another relay live into the local store (and/or the local
-    /// store's new events to it), catching up by NIP-77 at every
-    /// connection, until interrupted.
+    /// Mirror another relay live until interrupted: its events into the
+    /// local store (down), what it lacks of the local store's at each
+    /// connection (up), or both; catching up by NIP-77 at every connection.
     Mirror(mirror::MirrorArgs),
     /// NIP-86 management of a running relay (signed with an admin key).
     Admin(admin::AdminArgs),
