@@ -434,8 +434,8 @@ impl Engine {
             .submit(event, Instant::now(), Origin::Replica, (false, false))
     }
 
-    /// Attaches the replication tap: from now on every event a client
-    /// stored here, and every ephemeral event a client sent here, is
+    /// Attaches the replication tap: from now on every event a client (or
+    /// a mirror) stored here, and every such ephemeral event, is
     /// offered to `tx` (never waiting: a full channel drops it, counted
     /// in `sluice_cluster_outbound_dropped_total`). Once per engine.
     pub fn attach_replication(&self, tx: tokio::sync::mpsc::Sender<Arc<Event>>) {
