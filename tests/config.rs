@@ -144,6 +144,47 @@ fn a_bad_value_is_reported_under_the_key_the_operator_wrote() {
 }
 
 #[test]
+fn a_mirror_entry_s_bad_or_unknown_key_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let check = |toml: &str| {
+        let file = tmp.path().join("sluice.toml");
+        std::fs::write(&file, toml).unwrap();
+        let out = Command::new(BIN)
+            .args(["config", "check", "--config"])
+            .arg(&file)
+            .current_dir(tmp.path())
+            .env_clear()
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{toml} was accepted");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let ok = "[[mirror]]\nurl = \"wss://relay.example\"\n";
+    // (the second entry's extra line, what the error must name)
+    let cases = [
+        ("queue = 5", "mirror.1.queue"),
+        ("direction = \"sideways\"", "mirror.1.direction"),
+        ("filter = { kinds = \"x\" }", "mirror[1].filter"),
+        ("queue_events = 0", "mirror[1].queue_events"),
+        ("ca_file = \"missing.pem\"", "mirror[1].ca_file"),
+        ("reconnect_max_ms = 10", "mirror[1].reconnect_max_ms"),
+    ];
+    for (line, key) in cases {
+        let err = check(&format!("{ok}{ok}{line}\n"));
+        assert!(
+            err.contains(key),
+            "{line}: the error does not name {key}: {err}"
+        );
+        assert!(
+            !err.contains("mirror[0]") && !err.contains("mirror.0"),
+            "{err}"
+        );
+    }
+    let err = check("[[mirror]]\nurl = \"https://relay.example\"\n");
+    assert!(err.contains("mirror[0].url"), "{err}");
+}
+
+#[test]
 fn serve_names_the_key_too() {
     let (ok, err) = run(&["serve"], ("SLUICE_THROTTLE__READ__KP", "-1"));
     assert!(!ok);

@@ -34,6 +34,10 @@ pub struct ClusterConfig {
     pub advertise_url: String,
     /// Repair from these URLs instead of the nodes registered in Redis.
     pub repair_peers: Vec<String>,
+    /// PEM file of CA certificates a wss:// peer's certificate may chain
+    /// to, besides the public roots (the peers' private CA). Empty: the
+    /// public roots only.
+    pub repair_ca_file: String,
     /// A repair reconciles the events created in this many seconds before
     /// now (0: every event; mind `limits.max_negentropy_items` on peers).
     pub repair_window_secs: u64,
@@ -65,6 +69,7 @@ impl Default for ClusterConfig {
             global_limits: true,
             advertise_url: String::new(),
             repair_peers: Vec::new(),
+            repair_ca_file: String::new(),
             repair_window_secs: 86_400,
             repair_every_secs: 3_600,
             repair_secret_key: String::new(),

@@ -33,6 +33,7 @@ mod gauge;
 pub mod live;
 pub mod mailbox;
 pub mod metrics_names;
+mod mirror_tap;
 mod monitor;
 pub mod plugin;
 pub mod policy;
@@ -54,6 +55,7 @@ use tokio::sync::oneshot;
 pub use config::EngineConfig;
 pub use gauge::GaugeGuard;
 pub use live::{Lagged, LiveConn, LiveDelivery, LiveHub, LiveSub, SubHandle};
+pub use mirror_tap::{MirrorTap, Origin};
 pub use policy::{Denial, PolicyConfig};
 pub use reads::{ReadEnd, ReadGuard, ReadMsg, ReadSink, Reads};
 pub use retention::{DryRun, RetentionConfig, RetentionPlan, RuleConfig};
@@ -257,6 +259,8 @@ pub struct Engine {
     plugin: std::sync::OnceLock<Arc<plugin::Plugin>>,
     /// Where stored and ephemeral client events go to other nodes.
     tap: Arc<replica::Tap>,
+    /// Where stored and ephemeral events go to the mirrors that send up.
+    mirrors: Arc<mirror_tap::MirrorTaps>,
     /// Conditions /readyz reports without failing (e.g. a cluster running
     /// on local limits while Redis is away), by source.
     notes: Mutex<std::collections::BTreeMap<&'static str, String>>,
@@ -292,6 +296,7 @@ impl Engine {
     ) -> Result<Arc<Engine>, StartError> {
         let live = LiveHub::new(cfg.live_buffer_events, cfg.live_buffer_bytes);
         let tap = Arc::new(replica::Tap::default());
+        let mirrors = Arc::new(mirror_tap::MirrorTaps::default());
         let retention = Arc::new(retention::SharedPlan::default());
         let disk = Arc::new(DiskGate::default());
         let trust = Arc::new(trust::Trust::default());
@@ -299,7 +304,7 @@ impl Engine {
             store.clone(),
             cfg.clone(),
             live.clone(),
-            (tap.clone(), trust.clone()),
+            (tap.clone(), mirrors.clone(), trust.clone()),
             retention.clone(),
             disk.clone(),
         )?;
@@ -319,6 +324,7 @@ impl Engine {
             policy: policy::Policy::default(),
             plugin: std::sync::OnceLock::new(),
             tap,
+            mirrors,
             notes: Mutex::new(std::collections::BTreeMap::new()),
             retention,
             disk,
@@ -401,26 +407,21 @@ impl Engine {
     /// `received` is when the event was admitted: the writer wait the
     /// monitor sees runs from there, so time spent waiting for a CPU
     /// (signature checks of a flood) counts as load, not only the queue.
-    /// `lone`: the connection has no other EVENT awaiting its OK; such
-    /// events are committed ahead of a large batch of pipelined ones.
+    /// `origin`: a client, or the mirror that brought it (never offered
+    /// back to that mirror). `lone`: the connection has no other EVENT
+    /// awaiting its OK; such events are committed ahead of a large batch of
+    /// pipelined ones. `outsider`: its author is outside the web of trust;
+    /// it waits (at most 100 ms) to ride on the writer's next commit, so
+    /// strangers' floods cost few commits.
     pub fn submit(
         &self,
         event: Arc<Event>,
         received: Instant,
-        lone: bool,
+        origin: Origin,
+        (lone, outsider): (bool, bool),
     ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
-        self.writer.submit(event, received, true, (lone, false))
-    }
-
-    /// [`Engine::submit`] of an event whose author is outside the web of
-    /// trust: it waits (at most 100 ms) to ride on the writer's next
-    /// commit, so strangers' floods cost few commits.
-    pub fn submit_outsider(
-        &self,
-        event: Arc<Event>,
-        received: Instant,
-    ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
-        self.writer.submit(event, received, true, (false, true))
+        self.writer
+            .submit(event, received, origin, (lone, outsider))
     }
 
     /// Queues an event another node stored (the cluster's consumer): the
@@ -431,15 +432,36 @@ impl Engine {
         event: Arc<Event>,
     ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
         self.writer
-            .submit(event, Instant::now(), false, (false, false))
+            .submit(event, Instant::now(), Origin::Replica, (false, false))
     }
 
-    /// Attaches the replication tap: from now on every event a client
-    /// stored here, and every ephemeral event a client sent here, is
+    /// Attaches the replication tap: from now on every event a client (or
+    /// a mirror) stored here, and every such ephemeral event, is
     /// offered to `tx` (never waiting: a full channel drops it, counted
     /// in `sluice_cluster_outbound_dropped_total`). Once per engine.
     pub fn attach_replication(&self, tx: tokio::sync::mpsc::Sender<Arc<Event>>) {
         self.tap.attach(tx);
+    }
+
+    /// Registers a mirror that sends up: from now on every event stored
+    /// here for a client or another mirror (and every such ephemeral
+    /// event) that matches `filter` is offered to the returned tap's queue
+    /// of `capacity` events, never waiting: a full queue drops it and
+    /// counts `dropped`. Events from the tap's own origin are never
+    /// offered to it. Dropping the tap unregisters it.
+    pub fn mirror_tap(
+        &self,
+        filter: sluice_proto::Filter,
+        capacity: usize,
+        dropped: metrics::Counter,
+    ) -> MirrorTap {
+        self.mirrors.register(filter, capacity, dropped)
+    }
+
+    /// The origin of a mirror that does not send up (its events are
+    /// offered to every other mirror).
+    pub fn mirror_origin(&self) -> Origin {
+        Origin::Mirror(self.mirrors.new_id())
     }
 
     /// Delivers an ephemeral event another node received to live
@@ -561,10 +583,21 @@ impl Engine {
         }
     }
 
-    /// Delivers an ephemeral event to live subscriptions; never stored.
+    /// Delivers a client's ephemeral event to live subscriptions; never
+    /// stored.
     pub fn publish_ephemeral(&self, event: Arc<Event>) {
+        self.publish_ephemeral_from(event, Origin::Client);
+    }
+
+    /// Delivers an ephemeral event from `origin` (a client, or a mirrored
+    /// peer) to live subscriptions, the cluster's tap and the mirrors'
+    /// taps (but its own mirror's).
+    pub fn publish_ephemeral_from(&self, event: Arc<Event>, origin: Origin) {
         if self.tap.attached() {
             self.tap.offer(&event);
+        }
+        if self.mirrors.any() {
+            self.mirrors.offer(&event, origin);
         }
         self.live.publish(&[Arc::new(LiveEvent {
             serial: None,
@@ -692,7 +725,14 @@ mod tests {
         assert_eq!(got.event.event.raw(), note.raw());
         assert!(live.try_recv().is_none());
         // A single event after it sees it stored.
-        let rx = engine.submit(Arc::new(note), Instant::now(), true).unwrap();
+        let rx = engine
+            .submit(
+                Arc::new(note),
+                Instant::now(),
+                Origin::Client,
+                (true, false),
+            )
+            .unwrap();
         assert_eq!(rx.blocking_recv().unwrap(), Ok(WriteOutcome::Duplicate));
         assert_eq!(engine.write_batch_blocking(Vec::new()).unwrap(), vec![]);
         engine.shutdown();
@@ -704,7 +744,9 @@ mod tests {
         let ev = |i: u8| Arc::new(Event::sign(&[i; 32], 1_700_000_000, 1, vec![], "x"));
         let batches = || engine.writer.signals.batches.load(Ordering::Relaxed);
         // Alone, an outsider's event is committed once it has waited.
-        let rx = engine.submit_outsider(ev(1), Instant::now()).unwrap();
+        let rx = engine
+            .submit(ev(1), Instant::now(), Origin::Client, (false, true))
+            .unwrap();
         assert!(matches!(
             rx.blocking_recv().unwrap(),
             Ok(WriteOutcome::Stored { .. })
@@ -714,9 +756,15 @@ mod tests {
         let before = batches();
         let started = Instant::now();
         let waiting: Vec<_> = (2..6)
-            .map(|i| engine.submit_outsider(ev(i), Instant::now()).unwrap())
+            .map(|i| {
+                engine
+                    .submit(ev(i), Instant::now(), Origin::Client, (false, true))
+                    .unwrap()
+            })
             .collect();
-        let trusted = engine.submit(ev(9), Instant::now(), true).unwrap();
+        let trusted = engine
+            .submit(ev(9), Instant::now(), Origin::Client, (true, false))
+            .unwrap();
         assert!(matches!(
             trusted.blocking_recv().unwrap(),
             Ok(WriteOutcome::Stored { .. })
@@ -735,7 +783,9 @@ mod tests {
             );
         }
         // Waiting at shutdown: committed before the writer stops.
-        let last = engine.submit_outsider(ev(7), Instant::now()).unwrap();
+        let last = engine
+            .submit(ev(7), Instant::now(), Origin::Client, (false, true))
+            .unwrap();
         engine.shutdown();
         assert!(matches!(
             last.blocking_recv().unwrap(),

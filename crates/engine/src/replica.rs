@@ -1,6 +1,7 @@
-//! The replication tap: where a cluster node's own clients' events leave
-//! for the other nodes. The writer offers each event a client stored here
-//! (after its commit), the session path each ephemeral event; the cluster's
+//! The replication tap: where a cluster node's own clients' events (and
+//! those its mirrors brought in) leave for the other nodes. The writer
+//! offers each such event stored here (after its commit), the admission
+//! path each such ephemeral event; the cluster's
 //! publisher task drains the channel into the shared stream. Offering never
 //! waits: the channel is bounded (`cluster.outbound_buffer`), and an event
 //! that does not fit is dropped from replication and counted (the other

@@ -38,6 +38,7 @@ use tokio::sync::oneshot;
 use crate::DiskGate;
 use crate::live::LiveHub;
 use crate::metrics_names as m;
+use crate::mirror_tap::{MirrorTaps, Origin};
 use crate::retention::{Retainer, RetentionPlan, SharedPlan};
 use crate::{EngineConfig, LiveEvent, ThreadExit, unix_now};
 
@@ -97,9 +98,10 @@ struct Request {
     event: Arc<Event>,
     enqueued: Instant,
     reply: oneshot::Sender<WriteResult>,
-    /// Whether a stored event goes to the replication tap (a client's
-    /// event does; one replicated from another node does not).
-    replicate: bool,
+    /// Where it came from: a stored event goes to the replication tap
+    /// unless another node sent it, and to every mirror's tap but the
+    /// mirror it came through (`mirror_tap.rs`).
+    origin: Origin,
     /// Its connection had no other EVENT awaiting an OK (a person, not a
     /// pipelining bulk writer): it is committed ahead of a large batch.
     lone: bool,
@@ -243,7 +245,11 @@ pub(crate) fn spawn(
     store: Store,
     cfg: EngineConfig,
     live: Arc<LiveHub>,
-    (tap, trust): (Arc<crate::replica::Tap>, Arc<crate::trust::Trust>),
+    (tap, mirrors, trust): (
+        Arc<crate::replica::Tap>,
+        Arc<MirrorTaps>,
+        Arc<crate::trust::Trust>,
+    ),
     plan: Arc<SharedPlan>,
     disk: Arc<DiskGate>,
 ) -> Result<WriterHandle, crate::StartError> {
@@ -257,6 +263,7 @@ pub(crate) fn spawn(
         cfg,
         live,
         tap,
+        mirrors,
         trust,
         rx,
         queued: queued.clone(),
@@ -293,7 +300,7 @@ impl WriterHandle {
         &self,
         event: Arc<Event>,
         received: Instant,
-        replicate: bool,
+        origin: Origin,
         (lone, outsider): (bool, bool),
     ) -> Result<oneshot::Receiver<WriteResult>, SubmitError> {
         let (reply, rx) = oneshot::channel();
@@ -301,7 +308,7 @@ impl WriterHandle {
             event,
             enqueued: received,
             reply,
-            replicate,
+            origin,
             lone,
             outsider,
         });
@@ -435,6 +442,7 @@ struct Writer {
     cfg: EngineConfig,
     live: Arc<LiveHub>,
     tap: Arc<crate::replica::Tap>,
+    mirrors: Arc<MirrorTaps>,
     trust: Arc<crate::trust::Trust>,
     rx: Receiver<Msg>,
     queued: Arc<AtomicUsize>,
@@ -795,8 +803,17 @@ impl Writer {
                 self.trust.note_stored(stored.iter().map(|l| &*l.event));
                 if self.tap.attached() {
                     for (r, outcome) in batch.iter().zip(&outcomes) {
-                        if r.replicate && matches!(outcome, WriteOutcome::Stored { .. }) {
+                        if r.origin != Origin::Replica
+                            && matches!(outcome, WriteOutcome::Stored { .. })
+                        {
                             self.tap.offer(&r.event);
+                        }
+                    }
+                }
+                if self.mirrors.any() {
+                    for (r, outcome) in batch.iter().zip(&outcomes) {
+                        if matches!(outcome, WriteOutcome::Stored { .. }) {
+                            self.mirrors.offer(&r.event, r.origin);
                         }
                     }
                 }

@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use config::{AuthConfig, LimitsConfig, RelayInfoConfig, ServerConfig};
+pub use session::admission::{MirrorAnswer, MirrorFut, admit_mirrored};
 
 use crate::metrics_names as m;
 

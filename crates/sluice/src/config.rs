@@ -7,7 +7,8 @@
 //! `[server]`, `[limits]`, `[relay]`, `[auth]` by `sluice-server`; `[engine]`, `[policy]` by
 //! `sluice-engine`; `[retention]` by `sluice-engine`; `[throttle]` and its tables by `sluice-throttle`
 //! (except that `throttle.clients.trusted_proxies` is parsed by the
-//! server's `address` module); `[cluster]` by `sluice-cluster`; `[store]`, `[metrics]`, `[log]` here.
+//! server's `address` module); `[cluster]` by `sluice-cluster`; `[store]`, `[metrics]`, `[log]` here,
+//! `[[mirror]]` in `mirror.rs`.
 
 use std::path::{Path, PathBuf};
 
@@ -20,6 +21,8 @@ use sluice_engine::{EngineConfig, PolicyConfig, RetentionConfig, RetentionPlan};
 use sluice_server::address::TrustedProxies;
 use sluice_server::{AuthConfig, LimitsConfig, RelayInfoConfig, ServerConfig};
 use sluice_throttle::{PowConfig, ThrottleConfig, TrustConfig};
+
+use crate::mirror::MirrorConfig;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -38,6 +41,8 @@ pub struct Config {
     pub metrics: MetricsConfig,
     pub log: LogConfig,
     pub cluster: ClusterConfig,
+    /// `[[mirror]]`: relays mirrored live (`mirror.rs`).
+    pub mirror: Vec<MirrorConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -155,6 +160,9 @@ impl Config {
             if let Err(msg) = c {
                 bail!(msg);
             }
+        }
+        for (i, m) in self.mirror.iter().enumerate() {
+            m.validate(i).map_err(anyhow::Error::msg)?;
         }
         Ok(())
     }

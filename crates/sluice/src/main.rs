@@ -8,6 +8,9 @@ mod compact;
 mod config;
 mod export;
 mod import;
+mod metrics_names;
+mod mirror;
+mod peer;
 mod retention;
 mod serve;
 mod sync;
@@ -47,6 +50,10 @@ enum Command {
     /// Reconcile the local store with another relay over NIP-77 and copy
     /// the difference.
     Sync(sync::SyncArgs),
+    /// Mirror another relay live until interrupted: its events into the
+    /// local store (down), what it lacks of the local store's at each
+    /// connection (up), or both; catching up by NIP-77 at every connection.
+    Mirror(mirror::MirrorArgs),
     /// NIP-86 management of a running relay (signed with an admin key).
     Admin(admin::AdminArgs),
     /// Remove the stored events matching a filter, through a running
@@ -88,6 +95,7 @@ fn main() -> ExitCode {
         Command::Retention(args) => retention::run(args),
         Command::Trust(args) => trust::run(args),
         Command::Sync(args) => sync::run(args),
+        Command::Mirror(args) => mirror::run(args),
         Command::Compact(args) => compact::run(args),
         Command::Config {
             command: ConfigCommand::Check { config },
@@ -116,9 +124,34 @@ fn toml_text(cfg: &Config) -> anyhow::Result<String> {
         .ok_or_else(|| anyhow::anyhow!("configuration is not a table"))?;
     let mut out = String::new();
     for (section, v) in dict {
-        write_table(&mut out, &section, v);
+        match v.as_array() {
+            // `[[mirror]]`: an array of tables.
+            Some(entries) => {
+                for entry in entries {
+                    let Some(d) = entry.as_dict() else { continue };
+                    out.push_str(&format!("[[{section}]]\n"));
+                    for (k, v) in d {
+                        out.push_str(&format!("{} = {}\n", toml_key(k), toml_value(v)));
+                    }
+                    out.push('\n');
+                }
+            }
+            None => write_table(&mut out, &section, v),
+        }
     }
     Ok(out)
+}
+
+/// A key, quoted when it is not bare (`"#t"`).
+fn toml_key(k: &str) -> String {
+    if !k.is_empty()
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        k.to_string()
+    } else {
+        serde_json::to_string(k).unwrap_or_default()
+    }
 }
 
 fn write_table(out: &mut String, name: &str, v: figment::value::Value) {
@@ -152,6 +185,14 @@ fn toml_value(v: &figment::value::Value) -> String {
         Value::Array(_, a) => format!(
             "[{}]",
             a.iter().map(toml_value).collect::<Vec<_>>().join(", ")
+        ),
+        Value::Dict(_, d) if d.is_empty() => "{}".to_string(),
+        Value::Dict(_, d) => format!(
+            "{{ {} }}",
+            d.iter()
+                .map(|(k, v)| format!("{} = {}", toml_key(k), toml_value(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         other => format!("{other:?}"),
     }

@@ -4,7 +4,7 @@
 //! sessions answer pending EVENTs, stop the monitor, let the writer commit
 //! what it has, sync and close the store.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -149,10 +149,14 @@ async fn serve(
     let cluster = if cfg.cluster.enabled {
         let repair_engine = engine.clone();
         let repair_key = cfg.cluster.repair_key().map(|(sk, _)| sk);
+        let ca_file = &cfg.cluster.repair_ca_file;
+        let tls = crate::peer::Tls::new((!ca_file.is_empty()).then(|| Path::new(ca_file)))
+            .context("cluster.repair_ca_file")?;
         let repair: sluice_cluster::RepairFn = Arc::new(move |url, since| {
             let engine = repair_engine.clone();
+            let tls = tls.clone();
             Box::pin(async move {
-                crate::sync::pull(url, since, engine, repair_key)
+                crate::sync::pull(url, since, engine, (repair_key, &tls))
                     .await
                     .map_err(|e| format!("{e:#}"))
             })
@@ -184,10 +188,16 @@ async fn serve(
     } else {
         None
     };
+    let mirrors = crate::mirror::Mirrors::start(&cfg.mirror, &state, &shutdown)?;
     tracing::info!("listening on ws://{addr}");
     let served = sluice_server::serve(listener, state)
         .await
         .context("serving");
+    // The mirrors stop with the sessions; what they handed the writer is
+    // committed before the engine stops.
+    mirrors
+        .stopped(Duration::from_millis(cfg.server.shutdown_grace_ms))
+        .await;
     // Sessions are gone: the publisher hands on what they stored.
     if let Some(c) = cluster {
         c.shutdown().await;
@@ -207,7 +217,7 @@ fn auth_with_cluster_reader(cfg: &Config) -> sluice_server::AuthConfig {
     auth
 }
 
-async fn wait_for_signal(shutdown: CancellationToken) {
+pub(crate) async fn wait_for_signal(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),

@@ -4,48 +4,53 @@
 //! - The local set is the `(created_at, id)` of the stored events matching
 //!   `--filter` (read from the store named by the config).
 //! - `down`: the ids the remote has and this store lacks are fetched with
-//!   REQ `{"ids": [...]}` in batches of [`FETCH_BATCH`], verified, and
-//!   written through the engine's writer (the import's path: the same write
-//!   rules for duplicates, replaceable events, deletions, expiry).
+//!   REQ `{"ids": [...]}` in batches of [`peer::FETCH_BATCH`], verified,
+//!   and written through the engine's writer (the import's path: the same
+//!   write rules for duplicates, replaceable events, deletions, expiry).
 //! - `up`: the ids this store has and the remote lacks are sent as EVENT,
-//!   at most [`UP_WINDOW`] awaiting their OK.
+//!   at most [`peer::UP_WINDOW`] awaiting their OK.
 //!
-//! Progress goes to stderr; the summary line counts what was compared and
-//! moved. Run it with the local relay stopped, or beside it (LMDB lets two
-//! processes write; the running relay then serves the new events to REQs,
-//! not to live subscriptions).
+//! The connection, ws:// or wss:// (with `--ca-file` for a private CA),
+//! and the NIP-77 rounds are `peer.rs`, shared with the cluster's repairs
+//! and the mirrors. Progress goes to stderr; the summary line counts what
+//! was compared and moved. Run it with the local relay stopped, or beside
+//! it (LMDB lets two processes write; the running relay then serves the
+//! new events to REQs, not to live subscriptions).
 
-use std::collections::HashSet;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
-use futures_util::{SinkExt, StreamExt};
-use negentropy::{Id, Negentropy, NegentropyStorageVector};
+use negentropy::Id;
 use serde_json::{Value, json};
-use sluice_engine::{Engine, QueryOptions, StoreError, WriteOutcome};
-use sluice_proto::{Event, Filter};
-use tokio_tungstenite::tungstenite::Message;
+use sluice_engine::{Engine, WriteOutcome};
+use sluice_proto::Filter;
 
-/// Ids asked for in one REQ.
-const FETCH_BATCH: usize = 500;
-/// EVENTs sent up and awaiting their OK, at most.
-const UP_WINDOW: usize = 64;
-/// Longest wait for any one answer of the remote.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
+use crate::peer::{self, Item, Reconciled, Tls, Ws};
 
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Direction {
+/// Which way events move (`sync`, `mirror`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
     Down,
     Up,
     Both,
 }
 
+impl Direction {
+    pub fn down(self) -> bool {
+        self != Direction::Up
+    }
+
+    pub fn up(self) -> bool {
+        self != Direction::Down
+    }
+}
+
 #[derive(Args)]
 pub struct SyncArgs {
-    /// The other relay, ws:// or wss:// (wss needs a TLS build of the
-    /// WebSocket client: use a local tunnel or ws://).
+    /// The other relay, ws:// or wss://.
     url: String,
     /// A NIP-01 filter object: only events matching it are reconciled
     /// (`limit` ignored). Default: every event.
@@ -57,6 +62,10 @@ pub struct SyncArgs {
     /// TOML configuration file (the store path is that of `serve`).
     #[arg(long)]
     config: Option<PathBuf>,
+    /// PEM file of CA certificates a wss:// peer's certificate may chain
+    /// to, besides the usual public roots (a private peer's CA).
+    #[arg(long)]
+    ca_file: Option<PathBuf>,
 }
 
 #[derive(Default, Debug)]
@@ -74,17 +83,15 @@ struct Summary {
     quiet: bool,
 }
 
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
 pub fn run(args: SyncArgs) -> anyhow::Result<()> {
     let cfg = crate::config::Config::load(args.config.as_deref())?;
     let filter_text = args.filter.as_deref().unwrap_or("{}");
     let mut filter = Filter::parse(filter_text).context("--filter")?;
     filter.limit = None;
+    let tls = Tls::new(args.ca_file.as_deref()).context("--ca-file")?;
     let store = cfg.store.open()?;
     let started = Instant::now();
-    let local = local_items(&store, &filter)?;
+    let local = peer::local_items(&store, &filter)?;
     eprintln!("sync: {} local events match the filter", local.len());
     let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone())?;
     engine.set_retention(cfg.retention_plan());
@@ -97,7 +104,7 @@ pub fn run(args: SyncArgs) -> anyhow::Result<()> {
     };
     let result = runtime.block_on(sync(
         &args,
-        filter_text,
+        (filter_text, &tls),
         &local,
         &store,
         &engine,
@@ -122,54 +129,15 @@ pub fn run(args: SyncArgs) -> anyhow::Result<()> {
     result
 }
 
-/// `(created_at, id)` of the stored events matching `filter`.
-fn local_items(
-    store: &sluice_engine::Store,
-    filter: &Filter,
-) -> anyhow::Result<Vec<(u64, [u8; 32])>> {
-    let opts = QueryOptions {
-        now: sluice_engine::unix_now(),
-        max_scan_rows: u64::MAX,
-    };
-    let out = store
-        .query(std::slice::from_ref(filter), &opts)
-        .context("reading the local store")?;
-    let mut items = Vec::with_capacity(out.events.len());
-    for raw in &out.events {
-        let ev = Event::parse(raw).context("a stored event does not parse")?;
-        items.push((ev.created_at, ev.id));
-    }
-    Ok(items)
-}
-
-async fn next_text(ws: &mut Ws) -> anyhow::Result<Value> {
-    loop {
-        let msg = tokio::time::timeout(ANSWER_TIMEOUT, ws.next())
-            .await
-            .context("the remote did not answer in time")?
-            .context("the remote closed the connection")??;
-        if let Message::Text(t) = msg {
-            let v: Value =
-                serde_json::from_str(&t).context("the remote sent something not JSON")?;
-            if v[0] == "AUTH" || v[0] == "NOTICE" {
-                continue;
-            }
-            return Ok(v);
-        }
-    }
-}
-
 async fn sync(
     args: &SyncArgs,
-    filter_text: &str,
-    local: &[(u64, [u8; 32])],
+    (filter_text, tls): (&str, &Tls),
+    local: &[Item],
     store: &sluice_engine::Store,
     engine: &std::sync::Arc<Engine>,
     summary: &mut Summary,
 ) -> anyhow::Result<()> {
-    let (mut ws, _) = tokio_tungstenite::connect_async(&args.url)
-        .await
-        .with_context(|| format!("connecting to {}", args.url))?;
+    let mut ws = peer::connect(&args.url, tls).await?;
     let filter: Value = serde_json::from_str(filter_text)?;
     let (have, need) = negotiate(&mut ws, filter, local, summary).await?;
     eprintln!(
@@ -178,56 +146,36 @@ async fn sync(
         need.len(),
         have.len()
     );
-    if args.direction != Direction::Up {
+    if args.direction.down() {
         download(&mut ws, &need, engine, summary).await?;
     }
-    if args.direction != Direction::Down {
-        upload(&mut ws, &have, store, summary).await?;
+    if args.direction.up() {
+        let (accepted, refused) = peer::upload(&mut ws, &have, store).await?;
+        summary.uploaded = accepted;
+        summary.refused_up = refused;
+        eprintln!("sync: uploaded {accepted} ({refused} refused)");
     }
     let _ = ws.close(None).await;
     Ok(())
 }
 
-/// The NEG-OPEN / NEG-MSG rounds: `(ids only here, ids only on the
-/// remote)`.
+/// The NIP-77 rounds, counted in `summary`: `(ids only here, ids only on
+/// the remote)`. A remote that does not reconcile is an error.
 async fn negotiate(
     ws: &mut Ws,
-    mut filter: Value,
-    local: &[(u64, [u8; 32])],
+    filter: Value,
+    local: &[Item],
     summary: &mut Summary,
 ) -> anyhow::Result<(Vec<Id>, Vec<Id>)> {
-    let mut storage = NegentropyStorageVector::with_capacity(local.len());
-    for (t, id) in local {
-        storage.insert(*t, Id::from_byte_array(*id))?;
-    }
-    storage.seal()?;
-    let mut neg = Negentropy::owned(storage, 60_000)?;
-    if let Some(obj) = filter.as_object_mut() {
-        obj.remove("limit");
-    }
-    let first = neg.initiate()?;
-    send(ws, json!(["NEG-OPEN", "sync", filter, hex::encode(first)])).await?;
-    let (mut have, mut need): (Vec<Id>, Vec<Id>) = (Vec::new(), Vec::new());
-    loop {
-        let m = next_text(ws).await?;
-        match m[0].as_str() {
-            Some("NEG-MSG") if m[1] == "sync" => {
-                summary.rounds += 1;
-                let msg = hex::decode(m[2].as_str().unwrap_or(""))
-                    .context("the remote's NEG-MSG is not hex")?;
-                match neg.reconcile_with_ids(&msg, &mut have, &mut need)? {
-                    Some(next) => send(ws, json!(["NEG-MSG", "sync", hex::encode(next)])).await?,
-                    None => break,
-                }
-            }
-            Some("NEG-ERR") => bail!("the remote refused the reconciliation: {}", m[2]),
-            _ => {}
+    match peer::negotiate(ws, filter, local).await? {
+        Reconciled::Done { have, need, rounds } => {
+            summary.rounds = rounds;
+            summary.remote_only = need.len();
+            summary.local_only = have.len();
+            Ok((have, need))
         }
+        Reconciled::Unsupported(why) => bail!("{why}"),
     }
-    send(ws, json!(["NEG-CLOSE", "sync"])).await?;
-    summary.remote_only = need.len();
-    summary.local_only = have.len();
-    Ok((have, need))
 }
 
 /// A cluster node's repair: reconciles the events created at or after
@@ -238,25 +186,17 @@ pub async fn pull(
     url: String,
     since: u64,
     engine: std::sync::Arc<Engine>,
-    key: Option<[u8; 32]>,
+    (key, tls): (Option<[u8; 32]>, &Tls),
 ) -> anyhow::Result<(usize, usize)> {
     let store = engine.store().clone();
     let sized = engine.retention().target_bytes > 0;
     // Store reads: on a thread of its own, outside the runtime (serve
     // forbids transactions on any thread in the runtime's context).
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("sluice-repair".into())
-        .spawn(move || {
-            let _ = tx.send(repair_items(&store, since, sized));
-        })
-        .context("starting the repair's reader thread")?;
-    let (filter, local) = rx.await.context("the repair's reader thread failed")??;
-    let (mut ws, _) = tokio_tungstenite::connect_async(&url)
-        .await
-        .with_context(|| format!("connecting to {url}"))?;
+    let (filter, local) =
+        peer::off_runtime("sluice-repair", move || repair_items(&store, since, sized)).await?;
+    let mut ws = peer::connect(&url, tls).await?;
     if let Some(key) = key {
-        authenticate(&mut ws, &url, &key).await?;
+        peer::authenticate(&mut ws, &url, &key).await?;
     }
     let mut summary = Summary {
         local: local.len(),
@@ -268,9 +208,6 @@ pub async fn pull(
     let _ = ws.close(None).await;
     Ok((summary.downloaded, summary.stored))
 }
-
-/// A negentropy item: `(created_at, id)`.
-type Item = (u64, [u8; 32]);
 
 /// What a repair reconciles: events since `since`, and, with a size target,
 /// not older than what size eviction removed here (its horizon over every
@@ -301,95 +238,19 @@ fn repair_items(
         json!({ "since": since })
     };
     let parsed = Filter::parse(&filter.to_string()).context("repair filter")?;
-    Ok((filter, local_items(store, &parsed)?))
+    Ok((filter, peer::local_items(store, &parsed)?))
 }
 
-/// How long a repair waits for the challenge a peer sends at connect.
-const CHALLENGE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// NIP-42 with `key`: waits for the challenge the peer sends at connect
-/// (`auth.challenge_on_connect`), answers it and waits for OK true. An
-/// error says why, for the repair's log line.
-async fn authenticate(ws: &mut Ws, url: &str, key: &[u8; 32]) -> anyhow::Result<()> {
-    let challenge = loop {
-        let msg = tokio::time::timeout(CHALLENGE_TIMEOUT, ws.next())
-            .await
-            .with_context(|| {
-                format!(
-                    "the peer sent no AUTH challenge within {} s: its auth.enabled or \
-                     auth.challenge_on_connect is off, and a repair with \
-                     cluster.repair_secret_key needs both",
-                    CHALLENGE_TIMEOUT.as_secs()
-                )
-            })?
-            .context("the peer closed the connection")??;
-        if let Message::Text(t) = msg {
-            let v: Value = serde_json::from_str(&t).context("the peer sent something not JSON")?;
-            if v[0] == "AUTH"
-                && let Some(c) = v[1].as_str()
-            {
-                break c.to_string();
-            }
-        }
-    };
-    let tags = vec![
-        vec!["relay".to_string(), url.to_string()],
-        vec!["challenge".to_string(), challenge],
-    ];
-    let ev = Event::try_sign(key, sluice_engine::unix_now(), 22242, tags, "")
-        .context("the repair key is not a secp256k1 secret key")?;
-    ws.send(Message::Text(format!("[\"AUTH\",{}]", ev.raw()).into()))
-        .await?;
-    loop {
-        let m = next_text(ws).await?;
-        if m[0] == "OK" && m[1] == ev.id_hex().as_str() {
-            if m[2] == true {
-                return Ok(());
-            }
-            bail!(
-                "the peer refused our AUTH: {}",
-                m[3].as_str().unwrap_or_default()
-            );
-        }
-    }
-}
-
-async fn send(ws: &mut Ws, v: Value) -> anyhow::Result<()> {
-    ws.send(Message::Text(v.to_string().into())).await?;
-    Ok(())
-}
-
+/// Fetches `need` by ids and writes each batch through the engine's
+/// writer (bulk: the import's path and write rules).
 async fn download(
     ws: &mut Ws,
     need: &[Id],
     engine: &std::sync::Arc<Engine>,
     summary: &mut Summary,
 ) -> anyhow::Result<()> {
-    for (n, batch) in need.chunks(FETCH_BATCH).enumerate() {
-        let sub = format!("get{n}");
-        let ids: Vec<String> = batch.iter().map(|i| hex::encode(i.as_bytes())).collect();
-        let wanted: HashSet<&str> = ids.iter().map(String::as_str).collect();
-        send(ws, json!(["REQ", sub, {"ids": ids, "limit": batch.len()}])).await?;
-        let mut events = Vec::new();
-        loop {
-            let m = next_text(ws).await?;
-            match m[0].as_str() {
-                Some("EVENT") if m[1] == sub.as_str() => {
-                    let raw = m[2].to_string();
-                    let Ok(ev) = Event::parse(&raw) else { continue };
-                    if !wanted.contains(ev.id_hex().as_str()) || ev.verify().is_err() {
-                        continue;
-                    }
-                    events.push(ev);
-                }
-                Some("EOSE") if m[1] == sub.as_str() => break,
-                Some("CLOSED") if m[1] == sub.as_str() => {
-                    bail!("the remote closed a fetch: {}", m[2])
-                }
-                _ => {}
-            }
-        }
-        send(ws, json!(["CLOSE", sub])).await?;
+    let mut fetch = peer::Fetch::new(need);
+    while let Some(events) = fetch.next(ws).await? {
         summary.downloaded += events.len();
         let engine = engine.clone();
         let outcomes = tokio::task::spawn_blocking(move || engine.write_batch_blocking(events))
@@ -405,47 +266,5 @@ async fn download(
             eprintln!("sync: downloaded {} of {}", summary.downloaded, need.len());
         }
     }
-    Ok(())
-}
-
-async fn upload(
-    ws: &mut Ws,
-    have: &[Id],
-    store: &sluice_engine::Store,
-    summary: &mut Summary,
-) -> anyhow::Result<()> {
-    let now = sluice_engine::unix_now();
-    let mut waiting: HashSet<String> = HashSet::new();
-    let mut queue = have.iter();
-    loop {
-        while waiting.len() < UP_WINDOW {
-            let Some(id) = queue.next() else { break };
-            let raw = store
-                .get(id.as_bytes(), now)
-                .map_err(|e: StoreError| anyhow::anyhow!("reading a local event: {e}"))?;
-            let Some(raw) = raw else { continue };
-            ws.send(Message::Text(format!("[\"EVENT\",{raw}]").into()))
-                .await?;
-            waiting.insert(hex::encode(id.as_bytes()));
-        }
-        if waiting.is_empty() {
-            break;
-        }
-        let m = next_text(ws).await?;
-        if m[0] == "OK"
-            && let Some(id) = m[1].as_str()
-            && waiting.remove(id)
-        {
-            if m[2] == true {
-                summary.uploaded += 1;
-            } else {
-                summary.refused_up += 1;
-            }
-        }
-    }
-    eprintln!(
-        "sync: uploaded {} ({} refused)",
-        summary.uploaded, summary.refused_up
-    );
     Ok(())
 }

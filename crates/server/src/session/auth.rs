@@ -16,7 +16,7 @@
 use std::sync::Arc;
 
 use sluice_proto::auth::{AuthCheck, check_auth_event};
-use sluice_proto::{Event, Readers, RelayMessage, auth};
+use sluice_proto::{Event, Readers, RelayMessage};
 
 use super::out::{Out, Step};
 use super::refusal::Refusal;
@@ -152,48 +152,6 @@ impl Session {
                 .principal_with(self.ip, self.auth.pubkeys(), |p| trust.tier_of(p));
         metrics::counter!(m::AUTH_TIER_TOTAL, "tier" => self.principal.tier.name).increment(1);
         Ok(())
-    }
-
-    /// NIP-70: a protected event is taken only from its author,
-    /// authenticated on this connection.
-    pub(super) fn check_protected(&self, ev: &Event) -> Result<(), Refusal> {
-        if !auth::is_protected(ev) || self.auth.is_authenticated_as(&ev.pubkey) {
-            return Ok(());
-        }
-        if !self.st.auth.enabled {
-            return Err(Refusal::ProtectedWithoutAuth);
-        }
-        if self.auth.pubkeys().is_empty() {
-            Err(Refusal::AuthRequired(
-                "this event may only be published by its author",
-            ))
-        } else {
-            Err(Refusal::Restricted(
-                "this event may only be published by its author",
-            ))
-        }
-    }
-
-    /// NIP-62: a request to vanish must name this relay (its `relay` tag
-    /// is one of `auth.relay_urls`, or with none the host the client
-    /// connected to, or `ALL_RELAYS`); one meant for another relay is
-    /// refused, so the writer never applies it here.
-    pub(super) fn check_vanish(&self, ev: &Event) -> Result<(), Refusal> {
-        if ev.kind != sluice_engine::retention::VANISH {
-            return Ok(());
-        }
-        let names_us = ev.tags.iter().any(|t| {
-            t.first().is_some_and(|n| n == "relay")
-                && t.get(1).is_some_and(|url| {
-                    url == "ALL_RELAYS"
-                        || auth::relay_matches(url, &self.st.auth.relay_urls, self.host.as_deref())
-                })
-        });
-        if names_us {
-            Ok(())
-        } else {
-            Err(Refusal::VanishElsewhere)
-        }
     }
 
     /// A REQ or COUNT whose filters ask only for private kinds, from a

@@ -1,16 +1,17 @@
-//! EVENT: admission, a write delay that holds back only its own EVENT, the
-//! signature, the author's bucket, the writer; then the OK when the writer
+//! A client's EVENT: the admission pipeline (`admission.rs`, shared with
+//! the mirrors) with this connection's own steps between its parts, a write
+//! delay that holds back only its own EVENT, then the OK when the writer
 //! answers.
 //!
-//! The order is fixed, cheapest refusal first: the event's limits, this
-//! connection's EVENTs in flight (`server.max_pending_writes`), the IP's
-//! bucket and the write controller (before the signature: a flood costs a
-//! bucket lookup, not curve arithmetic), the web of trust's `deny`, the
-//! proof of work an outsider must carry (a lookup and a count of zero
-//! bits) and the outsiders' shared budget (nobody's own: keys are free),
-//! then the signature, then the author's bucket (only after the signature:
-//! an unsigned claim must not spend someone else's budget), then the
-//! writer's queue.
+//! The order is fixed, cheapest refusal first: admission's checks before
+//! the signature (the event's limits, the policy, the web of trust's
+//! `deny`, the proof of work an outsider must carry, the outsiders' shared
+//! budget), then this connection's EVENTs in flight
+//! (`server.max_pending_writes`), its buckets and the write controller
+//! (before the signature: a flood costs a bucket lookup, not curve
+//! arithmetic), then admission's signature, NIP-70, NIP-62 and the author's
+//! bucket (only after the signature: an unsigned claim must not spend
+//! someone else's budget), then the plugin and the writer's queue.
 //!
 //! A controller delay (`Verdict::Delay`) parks the EVENT in [`Held`] (one at
 //! most: the session reads no client frame while it holds one) with a timer;
@@ -20,15 +21,13 @@
 //! ephemeral event, which is never stored).
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice_engine::plugin::{PluginVerdict, Source};
-use sluice_engine::{Op, Verdict, WriteResult, unix_now};
+use sluice_engine::{Op, Origin, Verdict};
 use sluice_proto::{Event, KindClass, RelayMessage};
-use sluice_throttle::trust::WriteStanding;
 use tokio::time::Sleep;
 
+use super::admission::{self, Answer, HandedOn, Sender};
 use super::out::{Out, Step};
 use super::refusal::Refusal;
 use super::{Session, id_hex};
@@ -72,18 +71,6 @@ pub(super) struct WriteDone {
     answer: Answer,
 }
 
-/// How an EVENT handed on ended.
-enum Answer {
-    /// The writer's outcome; `None` when it stopped before answering.
-    Written(Option<WriteResult>),
-    /// Refused before the writer (the write-policy plugin, or the writer's
-    /// queue after the plugin accepted).
-    Refused(Refusal),
-    /// Taken without storing: the plugin's `shadowReject`, or an ephemeral
-    /// event published after the plugin accepted it.
-    Taken(&'static str),
-}
-
 /// An EVENT waiting out a write delay. A session holds one at most.
 pub(super) struct Held {
     ev: Box<Event>,
@@ -103,29 +90,6 @@ pub(super) async fn held_until(held: &mut Option<Held>) {
         Some(h) => h.until.as_mut().await,
         None => std::future::pending().await,
     }
-}
-
-/// Hands an event to the writer: an outsider's to wait for a commit to
-/// ride on, anyone else's to be committed at once.
-fn submit(
-    engine: &sluice_engine::Engine,
-    ev: Arc<Event>,
-    admitted: Instant,
-    lone: bool,
-    outsider: bool,
-) -> Result<tokio::sync::oneshot::Receiver<WriteResult>, sluice_engine::SubmitError> {
-    if outsider {
-        engine.submit_outsider(ev, admitted)
-    } else {
-        engine.submit(ev, admitted, lone)
-    }
-}
-
-/// Where an admitted EVENT went.
-enum Queued {
-    Writer,
-    /// Published to live subscribers; nothing to wait for.
-    Ephemeral,
 }
 
 impl Session {
@@ -163,25 +127,21 @@ impl Session {
         }
     }
 
-    /// The checks before the signature. `Ok(Some(d))`: wait `d`, then go on.
+    /// Who this connection is, for admission.
+    fn sender(&self) -> Sender<'_> {
+        Sender {
+            ip: self.ip,
+            authed: self.auth.pubkeys(),
+            host: self.host.as_deref(),
+            origin: Origin::Client,
+        }
+    }
+
+    /// The checks before the signature (admission's, then this client's
+    /// EVENTs in flight, buckets and write verdict). `Ok(Some(d))`: wait
+    /// `d`, then go on.
     fn admit(&mut self, ev: &Event) -> Result<Option<Duration>, Refusal> {
-        ev.check_limits(&self.front.event_limits, unix_now())
-            .map_err(|e| Refusal::Invalid(e.to_string()))?;
-        self.st
-            .engine
-            .policy()
-            .rules()
-            .check_event(ev, self.ip, self.auth.pubkeys())
-            .map_err(Refusal::Policy)?;
-        // The web of trust and proof of work on the claimed author: a
-        // lookup and a count of zero bits (the signature comes later).
-        let standing = self.st.engine.trust().standing(&ev.pubkey, ev.kind);
-        let difficulty = sluice_proto::pow::difficulty(ev);
-        sluice_throttle::trust::before_signature(&standing, difficulty)?;
-        self.st
-            .engine
-            .throttle()
-            .admit_outsider(&standing, difficulty)?;
+        admission::before_signature(&self.st, &self.front.event_limits, ev, &self.sender())?;
         let max = self.st.server.max_pending_writes;
         if self.writes.len() >= max {
             return Err(Refusal::InFlight { max });
@@ -205,9 +165,18 @@ impl Session {
         received: Instant,
     ) -> Step {
         let id = ev.id;
-        match self.verify_and_queue(ev, received) {
-            Ok(Queued::Writer) => Ok(()),
-            Ok(Queued::Ephemeral) => {
+        match self.verify_and_queue(ev) {
+            Ok(HandedOn::Pending(answer)) => {
+                self.writes.push(Box::pin(async move {
+                    WriteDone {
+                        started: received,
+                        id,
+                        answer: answer.await,
+                    }
+                }));
+                Ok(())
+            }
+            Ok(HandedOn::Ephemeral) => {
                 metrics::counter!(m::EVENTS_ACCEPTED_TOTAL, "outcome" => "ephemeral").increment(1);
                 out.send(RelayMessage::ok(&id_hex(&id), true, "")).await
             }
@@ -218,88 +187,35 @@ impl Session {
         }
     }
 
-    /// The checks after any delay: the signature, the author's bucket, then
-    /// the writer's queue (or the live fan-out for an ephemeral event).
-    fn verify_and_queue(&mut self, ev: Box<Event>, received: Instant) -> Result<Queued, Refusal> {
+    /// The checks after any delay (the signature, NIP-70, NIP-62, the
+    /// author's bucket), then the plugin and the writer's queue (or the
+    /// live fan-out for an ephemeral event).
+    fn verify_and_queue(&mut self, ev: Box<Event>) -> Result<HandedOn, Refusal> {
         // The writer wait the monitor sees starts here: after the throttle's
         // own delay (counting it would feed the controller its own output),
         // before the signature check (CPU saturation is load).
         let admitted = Instant::now();
-        ev.verify_cached(&mut self.keys)
-            .map_err(|e| Refusal::Invalid(e.to_string()))?;
-        self.check_protected(&ev)?;
-        self.check_vanish(&ev)?;
-        let throttle = self.st.engine.throttle();
-        let standing = self.st.engine.trust().standing(&ev.pubkey, ev.kind);
-        throttle.admit_author(&ev.pubkey, ev.kind, &standing)?;
-        // With a web of trust, a stranger's event waits to ride on the
-        // writer's next commit (strangers wait, the web does not).
-        let outsider = matches!(standing, WriteStanding::Outsider(_))
-            && self.st.engine.trust().settings().trust.enabled();
-        let id = ev.id;
-        let ev = Arc::new(*ev);
-        if let Some(plugin) = self.st.engine.plugin() {
-            // The write policy answers first; the writer (or the live
-            // fan-out) only after it accepted. The OK comes with the others.
-            let engine = self.st.engine.clone();
-            let lone = self.writes.is_empty();
-            let source = (self.ip, self.auth.pubkeys().first().copied());
-            self.writes.push(Box::pin(async move {
-                let verdict = plugin
-                    .check(
-                        &ev,
-                        Source {
-                            ip: source.0,
-                            authed: source.1.as_ref(),
-                        },
-                    )
-                    .await;
-                let answer = match verdict {
-                    PluginVerdict::Reject(msg) => Answer::Refused(Refusal::Plugin(msg)),
-                    PluginVerdict::ShadowReject => Answer::Taken("shadow_rejected"),
-                    PluginVerdict::Accept if KindClass::of(ev.kind) == KindClass::Ephemeral => {
-                        engine.publish_ephemeral(ev);
-                        Answer::Taken("ephemeral")
-                    }
-                    PluginVerdict::Accept => match submit(&engine, ev, admitted, lone, outsider) {
-                        Ok(rx) => Answer::Written(rx.await.ok()),
-                        Err(e) => Answer::Refused(e.into()),
-                    },
-                };
-                WriteDone {
-                    started: received,
-                    id,
-                    answer,
-                }
-            }));
-            return Ok(Queued::Writer);
-        }
-        if KindClass::of(ev.kind) == KindClass::Ephemeral {
-            self.st.engine.publish_ephemeral(ev);
-            return Ok(Queued::Ephemeral);
-        }
         let lone = self.writes.is_empty();
-        let rx = submit(&self.st.engine, ev, admitted, lone, outsider)?;
-        self.writes.push(Box::pin(async move {
-            WriteDone {
-                started: received,
-                id,
-                answer: Answer::Written(rx.await.ok()),
-            }
-        }));
-        Ok(Queued::Writer)
+        let from = Sender {
+            ip: self.ip,
+            authed: self.auth.pubkeys(),
+            host: self.host.as_deref(),
+            origin: Origin::Client,
+        };
+        let outsider = admission::after_signature(&self.st, &ev, &mut self.keys, &from)?;
+        admission::hand_on(
+            &self.st,
+            std::sync::Arc::new(*ev),
+            &from,
+            (admitted, lone, outsider),
+        )
     }
 
     /// The writer answered an EVENT (or stopped): its OK.
     pub(super) async fn on_write_done(&mut self, out: &mut Out, done: WriteDone) -> Step {
         metrics::histogram!(m::OK_LATENCY_SECONDS).record(done.started.elapsed().as_secs_f64());
         let id = id_hex(&done.id);
-        let result = match done.answer {
-            Answer::Written(result) => Refusal::of_write(result.as_ref()),
-            Answer::Refused(refusal) => Err(refusal),
-            Answer::Taken(label) => Ok((label, String::new())),
-        };
-        match result {
+        match done.answer.result() {
             Ok((label, message)) => {
                 metrics::counter!(m::EVENTS_ACCEPTED_TOTAL, "outcome" => label).increment(1);
                 out.send(RelayMessage::ok(&id, true, &message)).await

@@ -6,8 +6,11 @@
 //! when it fills, is said where it is polled in [`run`].
 //!
 //! Modules:
-//! - `event`: EVENT admission, the delayed EVENT held without stalling the
-//!   connection, signature, author's bucket, writer, and the OKs;
+//! - `admission`: the one EVENT admission pipeline (limits, policy, trust,
+//!   signature, NIP-70, NIP-62, plugin, writer), shared with the mirrors;
+//! - `event`: a client's EVENT through it, with the client's own steps
+//!   (EVENTs in flight, buckets, the delayed EVENT held without stalling
+//!   the connection), and the OKs;
 //! - `req`: REQ, CLOSE, and query answers (chunks, EOSE, held live events);
 //! - `auth`: NIP-42 AUTH, NIP-70 protected events, who reads private
 //!   messages;
@@ -19,6 +22,7 @@
 //! - `refusal`: every refusal, its NIP-01 prefix, wording and metrics;
 //! - `out`: the outgoing half, every write bounded by `send_timeout_ms`.
 
+pub(crate) mod admission;
 mod auth;
 mod count;
 mod event;
