@@ -387,6 +387,9 @@ mod tests {
         assert_eq!(json, r#"{"delay_ns":250000000}"#);
         assert_eq!(serde_json::from_str::<Verdict>(&json).unwrap(), d);
         let allow = serde_json::to_string(&Verdict::Allow).unwrap();
-        assert_eq!(serde_json::from_str::<Verdict>(&allow).unwrap(), Verdict::Allow);
+        assert_eq!(
+            serde_json::from_str::<Verdict>(&allow).unwrap(),
+            Verdict::Allow
+        );
     }
 }
