@@ -33,10 +33,12 @@ pub struct ServerConfig {
     /// is closed.
     pub handshake_timeout_ms: u64,
     /// TCP connections that are not (yet) WebSocket sessions: plain HTTP
-    /// and handshakes in progress. More are closed at accept.
+    /// and handshakes in progress. Past it the oldest held over 1 s is
+    /// closed to make room, else the new one is answered 503.
     pub max_http_connections: usize,
-    /// The same, per client address (IPv6: per /64); a trusted proxy's
-    /// address is not limited.
+    /// The same, per client address (IPv6: per /64); past it a connection
+    /// waits in the handshake queue. A trusted proxy's address is not
+    /// limited.
     pub max_http_connections_per_ip: usize,
     /// Connections from an address at `max_http_connections_per_ip` that
     /// may wait for one of its slots (a burst from one NAT or proxy); 0:
