@@ -64,11 +64,11 @@ use crate::{AppState, address};
 /// "too many open files": retrying at once would spin).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// At most one log line per this long about accept errors.
-const ACCEPT_LOG_EVERY: Duration = duration_secs(5);
+const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(5);
 /// At the total cap, a connection that has held its slot this long may be
 /// closed to make room for a new one (a client that sends its request head
 /// promptly is done with it well within this).
-pub(crate) const EVICT_AFTER: Duration = duration_secs(1);
+pub(crate) const EVICT_AFTER: Duration = Duration::from_secs(1);
 /// Refusals written to their sockets at once; each holds its descriptor for
 /// at most [`ANSWER_WRITE_TIMEOUT`] + [`ANSWER_LINGER`].
 pub const MAX_ANSWERING: usize = 32;
@@ -79,17 +79,13 @@ const ANSWER_WRITE_TIMEOUT: Duration = Duration::from_millis(500);
 /// for at most this long (or until it closes, or 16 KiB), so that closing
 /// with unread bytes does not reset the connection before the client
 /// reads its answer.
-const ANSWER_LINGER: Duration = duration_secs(1);
+const ANSWER_LINGER: Duration = Duration::from_secs(1);
 const ANSWER_DRAIN_BYTES: usize = 16 * 1024;
 /// `Retry-After` of a refusal at accept (handshakes are short: a slot
 /// frees soon).
 pub(crate) const RETRY_AFTER_HANDSHAKE_SECS: u32 = 1;
 /// `Retry-After` of a refused WebSocket upgrade (sessions last longer).
 pub(crate) const RETRY_AFTER_SESSION_SECS: u32 = 5;
-
-const fn duration_secs(s: u64) -> Duration {
-    Duration::from_secs(s)
-}
 
 /// The bounds of [`HttpSlots`] (from `[server]`).
 #[derive(Debug, Clone, Copy)]
