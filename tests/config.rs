@@ -126,6 +126,18 @@ fn a_bad_value_is_reported_under_the_key_the_operator_wrote() {
             &[],
         ),
         ("SLUICE_STORE__MAX_READERS", "0", "store.max_readers", &[]),
+        (
+            "SLUICE_SERVER__HANDSHAKE_QUEUE_WAIT_MS",
+            "0",
+            "server.handshake_queue_wait_ms",
+            &["handshake_queue_per_ip", "handshake_timeout_ms"],
+        ),
+        (
+            "SLUICE_SERVER__HANDSHAKE_QUEUE_PER_IP",
+            "300",
+            "server.handshake_queue_per_ip",
+            &["handshake_queue_wait_ms"],
+        ),
     ];
     for &(var, value, key, not) in cases {
         let (ok, err) = run(&["config", "check"], (var, value));

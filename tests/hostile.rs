@@ -154,6 +154,8 @@ async fn stalled_handshakes_are_capped_per_address_and_timed_out() {
     let relay = Relay::start_with(&[
         ("SLUICE_SERVER__HANDSHAKE_TIMEOUT_MS", "1000"),
         ("SLUICE_SERVER__MAX_HTTP_CONNECTIONS_PER_IP", "4"),
+        ("SLUICE_SERVER__HANDSHAKE_QUEUE_PER_IP", "4"),
+        ("SLUICE_SERVER__HANDSHAKE_QUEUE_TOTAL", "4"),
     ]);
     let mut stalled = Vec::new();
     for _ in 0..12 {
@@ -162,27 +164,170 @@ async fn stalled_handshakes_are_capped_per_address_and_timed_out() {
     // Another address is served meanwhile: a WebSocket client publishes.
     let mut c = Client::connect_from(&relay.url(), "127.0.0.4").await;
     assert!(c.publish(&ev(1, now(), 1, &[], "served")).await.0);
-    // Every stalled socket is closed: 8 at accept (over the address's
-    // cap), the other 4 when their request head runs out of time.
+    // Every stalled socket is closed: 4 answered 429 at accept (past the
+    // address's cap and its place in the queue), 4 when their request
+    // head runs out of time, then the 4 that waited meanwhile, given the
+    // slots the first 4 freed, when theirs does.
     for s in &mut stalled {
         closed_by_relay(s).await;
     }
     let refused = relay
         .metric(
             "sluice_connections_refused_total",
-            &["reason=\"max_http_connections_per_ip\""],
+            &["reason=\"handshake_queue_full\""],
         )
         .await;
-    assert_eq!(refused, 8.0);
+    assert_eq!(refused, 4.0);
     let timed_out = relay
         .metric(
             "sluice_http_connections_closed_total",
             &["reason=\"handshake_timeout\""],
         )
         .await;
-    assert_eq!(timed_out, 4.0);
+    assert_eq!(timed_out, 8.0);
+    assert_eq!(
+        relay
+            .metric("sluice_handshake_queue_admitted_total", &[])
+            .await,
+        4.0
+    );
     // The WebSocket client is still connected.
     assert!(c.publish(&ev(1, now(), 1, &[], "still served")).await.0);
+}
+
+/// A GET from `source` that tolerates being refused or closed: the status,
+/// or `None` when the relay closed without an answer.
+async fn try_get(addr: &str, source: &str, path: &str) -> Option<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    let mut s = socket.connect(addr.parse().unwrap()).await.ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: relay\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.ok()?;
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(ANSWER_TIMEOUT, s.read_to_end(&mut buf)).await;
+    let text = String::from_utf8_lossy(&buf).to_string();
+    text.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The slow-loris defence under a small descriptor budget: 1,100 stalled
+/// handshakes (half a request each, then nothing) against a relay limited
+/// to 1,024 open files, first all from one address (past its slots they
+/// wait in its bounded queue or are refused), then 11 from each of 100
+/// addresses (past the total, the oldest slot is evicted or the newcomer
+/// refused; refusals are answered at most 32 at a time). The caps are
+/// lowered to fit the budget (logged); each time descriptors never run out,
+/// a fresh client is served while the flood is held, and once the flood
+/// leaves every gauge is idle again.
+#[tokio::test]
+async fn eleven_hundred_stalled_handshakes_do_not_exhaust_1024_descriptors() {
+    let relay = Relay::start_with_nofile(1024, &[]);
+    assert!(
+        relay
+            .log_text()
+            .contains("do not fit in the open-files limit"),
+        "the caps were not lowered to the descriptor budget:\n{}",
+        relay.log_text()
+    );
+    stalled_flood(&relay, |_| "127.0.3.1".to_string(), "127.0.0.20").await;
+    stalled_flood(&relay, |i| format!("127.0.4.{}", i / 11 + 1), "127.0.0.22").await;
+    assert_eq!(
+        relay
+            .metric_or_zero("sluice_accept_errors_total", &["kind=\"descriptors\""])
+            .await,
+        0.0,
+        "descriptors ran out"
+    );
+    // Both floods met their bounds: the address's queue, then the total
+    // cap (where a newcomer evicts a slot held over 1 s, else is refused).
+    let queue_full = relay
+        .metric(
+            "sluice_connections_refused_total",
+            &["reason=\"handshake_queue_full\""],
+        )
+        .await;
+    assert!(queue_full > 0.0, "{queue_full}");
+    let at_total = relay
+        .metric_or_zero(
+            "sluice_connections_refused_total",
+            &["reason=\"max_http_connections\""],
+        )
+        .await
+        + relay
+            .metric_or_zero(
+                "sluice_http_connections_closed_total",
+                &["reason=\"evicted\""],
+            )
+            .await;
+    assert!(at_total > 0.0, "{at_total}");
+}
+
+/// Opens 1,100 stalled handshakes, the `i`th from `source(i)`; checks that
+/// a client from `fresh_from` is served meanwhile, then closes them all
+/// and waits until every gauge is idle.
+async fn stalled_flood(relay: &Relay, source: impl Fn(usize) -> String, fresh_from: &str) {
+    use std::time::{Duration, Instant};
+    use tokio::io::AsyncWriteExt;
+    let mut stalled = Vec::new();
+    for i in 0..1100 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind(format!("{}:0", source(i)).parse().unwrap())
+            .unwrap();
+        let mut s = socket.connect(relay.addr.parse().unwrap()).await.unwrap();
+        // Refused sockets may already be closed: the write may fail.
+        let _ = s
+            .write_all(b"GET / HTTP/1.1\r\nHost: relay\r\nUpgrade: websocket\r\n")
+            .await;
+        stalled.push(s);
+    }
+    // A fresh client gets in while the flood is held (at the total cap, as
+    // soon as a stalled slot is old enough to be evicted).
+    let deadline = Instant::now() + ANSWER_TIMEOUT;
+    let mut fresh = loop {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind(format!("{fresh_from}:0").parse().unwrap())
+            .unwrap();
+        let s = socket.connect(relay.addr.parse().unwrap()).await.unwrap();
+        if let Ok(Ok(c)) = tokio::time::timeout(ANSWER_TIMEOUT, Client::over(&relay.url(), s)).await
+        {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "no fresh client got in");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(fresh.publish(&ev(1, now(), 1, &[], "got in")).await.0);
+    let mut healthz = None;
+    while healthz != Some(200) {
+        assert!(Instant::now() < deadline, "/healthz: {healthz:?}");
+        healthz = try_get(&relay.addr, fresh_from, "/healthz").await;
+    }
+    fresh.close().await;
+    drop(stalled);
+    // Scrapes come from 127.0.0.1, which the floods do not use; once one
+    // is answered the slots are no longer all held.
+    let deadline = Instant::now() + ANSWER_TIMEOUT;
+    while try_get(&relay.addr, "127.0.0.1", "/metrics").await != Some(200) {
+        assert!(Instant::now() < deadline, "/metrics refused");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (name, idle) in [
+        ("sluice_connections_open", 0.0),
+        ("sluice_handshake_queue_waiting", 0.0),
+        // The scrape itself.
+        ("sluice_http_connections_open", 1.0),
+    ] {
+        let deadline = Instant::now() + ANSWER_TIMEOUT;
+        loop {
+            let v = relay.metric_or_zero(name, &[]).await;
+            if v == idle {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{name} stayed at {v}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }
 
 #[tokio::test]

@@ -303,6 +303,7 @@ const PER_CLIENT_GAUGES: &[(&str, Idle)] = &[
     ("sluice_process_open_fds", Idle::AtMostBefore),
     // The scrape itself is one.
     ("sluice_http_connections_open", Idle::AtMostBefore),
+    ("sluice_handshake_queue_waiting", Idle::Is(0.0)),
 ];
 
 /// How [`every_gauge_returns_to_idle_after_clients_leave`] knows each gauge
@@ -356,6 +357,11 @@ const HOW_RAISED: &[(&str, Raised)] = &[
     (
         "sluice_http_connections_open",
         Raised::ImpliedBy("sluice_connections_opened_total"),
+    ),
+    // Every connection admitted from the queue waited in it ([`burst`]).
+    (
+        "sluice_handshake_queue_waiting",
+        Raised::ImpliedBy("sluice_handshake_queue_admitted_total"),
     ),
 ];
 
@@ -722,6 +728,39 @@ async fn query_permits_come_back_after_clients_vanish() {
 
 // ------------------------------------------------------------ mixed traffic
 
+/// One address past its handshake slots (the default 16): 17 sockets that
+/// send nothing until the 17th waits in the handshake queue, then all
+/// upgrade (the waiting one when a slot frees) and leave.
+async fn burst(relay: &Relay) {
+    let mut socks = Vec::new();
+    for _ in 0..17 {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.39:0".parse().unwrap()).unwrap();
+        socks.push(socket.connect(relay.addr.parse().unwrap()).await.unwrap());
+    }
+    let deadline = Instant::now() + ANSWER_TIMEOUT;
+    while value(&scrape(relay).await, "sluice_handshake_queue_waiting") < 1.0 {
+        assert!(Instant::now() < deadline, "nobody waited in the queue");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let tasks: Vec<_> = socks
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let url = relay.url();
+            tokio::spawn(async move {
+                let c = Client::over(&url, s).await;
+                c.unwrap_or_else(|e| panic!("connection {i}: {e}"))
+                    .close()
+                    .await;
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
 /// What one client of [`every_gauge_returns_to_idle_after_clients_leave`] does.
 #[derive(Debug, Clone, Copy)]
 enum Actor {
@@ -944,6 +983,7 @@ async fn every_gauge_returns_to_idle_after_clients_leave() {
     let before = before_clients(&relay).await;
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let sampler = tokio::spawn(sample_peaks(relay.addr.clone(), stopped));
+    burst(&relay).await;
     const WAVES: u64 = 3;
     const CLIENTS: u64 = 21;
     for wave in 0..WAVES {

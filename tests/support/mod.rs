@@ -78,8 +78,34 @@ impl Relay {
         Relay::spawn(dir, None, env)
     }
 
+    /// Starts with a temporary store under an open-files limit of
+    /// `nofile` (`prlimit --nofile`).
+    pub fn start_with_nofile(nofile: u64, env: &[(&str, &str)]) -> Relay {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut r = Relay::spawn_limited(&tmp.path().join("store"), None, env, Some(nofile));
+        r._tmp = Some(tmp);
+        r
+    }
+
     fn spawn(dir: &Path, config: Option<&Path>, env: &[(&str, &str)]) -> Relay {
-        let mut cmd = Command::new(BIN);
+        Relay::spawn_limited(dir, config, env, None)
+    }
+
+    fn spawn_limited(
+        dir: &Path,
+        config: Option<&Path>,
+        env: &[(&str, &str)],
+        nofile: Option<u64>,
+    ) -> Relay {
+        // prlimit sets the limit and executes the relay in its place.
+        let mut cmd = match nofile {
+            Some(n) => {
+                let mut c = Command::new("prlimit");
+                c.arg(format!("--nofile={n}")).arg("--").arg(BIN);
+                c
+            }
+            None => Command::new(BIN),
+        };
         cmd.arg("serve");
         if let Some(f) = config {
             cmd.arg("--config").arg(f);
@@ -363,6 +389,19 @@ impl Client {
             Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => Err(resp.status().as_u16()),
             Err(e) => panic!("websocket handshake failed: {e}"),
         }
+    }
+
+    /// The WebSocket handshake over an already connected `stream`; `Err`
+    /// when the relay refuses or closes it.
+    pub async fn over(
+        url: &str,
+        stream: TcpStream,
+    ) -> Result<Client, tokio_tungstenite::tungstenite::Error> {
+        let (ws, _) = tokio_tungstenite::client_async(url, MaybeTlsStream::Plain(stream)).await?;
+        Ok(Client {
+            ws,
+            challenge: None,
+        })
     }
 
     /// Sends without waiting for anything.

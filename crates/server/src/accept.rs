@@ -4,25 +4,43 @@
 //! - A connection that is not (yet) a session holds an [`HttpSlot`]: at
 //!   most `server.max_http_connections` in all and
 //!   `server.max_http_connections_per_ip` per client address (a trusted
-//!   proxy's address is not limited per address). Past either, the socket
-//!   is closed at accept and counted. The slot is given back when the
-//!   connection ends or upgrades (the session then holds the WebSocket
-//!   caps), on every path: it is dropped with the connection's task.
+//!   proxy's address is not limited per address). The slot is given back
+//!   when the connection ends or upgrades (the session then holds the
+//!   WebSocket caps), on every path: it is dropped with the connection's
+//!   task.
+//! - A connection from an address at its own cap waits for one of that
+//!   address's slots (a burst from one NAT, proxy or benchmark completes):
+//!   it holds a [`Waiting`] entry in a queue bounded per address
+//!   (`server.handshake_queue_per_ip`) and in all
+//!   (`server.handshake_queue_total`), and a small task holding its socket
+//!   and no HTTP state. Its address's next free slot goes to the oldest
+//!   waiter; one still waiting after `server.handshake_queue_wait_ms`, or
+//!   one for which the queue has no room, is answered 429 with
+//!   `Retry-After`; a waiter whose client closes first is dropped.
 //! - At the total cap, a new connection is not refused while a slot has
 //!   been held longer than [`EVICT_AFTER`]: the oldest such connection is
 //!   closed instead (counted as `evicted`). Half-sent requests from many
 //!   addresses then cannot lock new clients out until their timeout: a
-//!   slow-loris flood only recycles its own sockets.
-//! - hyper reads each request head under `server.handshake_timeout_ms`: a
-//!   half-sent request is closed when it runs out.
+//!   slow-loris flood only recycles its own sockets. With no slot that
+//!   old, the new connection is answered 503 with `Retry-After`.
+//! - A refusal at accept is a canned HTTP response written straight to the
+//!   socket (no HTTP task), then a short lingering close that reads what
+//!   the client sent, so the answer is not lost to a reset. At most
+//!   [`MAX_ANSWERING`] are written at once (each holds a descriptor for at
+//!   most [`ANSWER_LINGER`]); past that a refused socket is closed at once
+//!   and counted as unanswered.
+//! - hyper reads each request head under `server.handshake_timeout_ms`
+//!   (from the moment the connection got its slot): a half-sent request is
+//!   closed when it runs out.
 //! - An accept error (descriptors exhausted above all) is logged, counted
 //!   on `sluice_accept_errors_total`, and the loop backs off briefly
 //!   instead of spinning.
-//! - Shutdown: the loop stops accepting; each HTTP connection finishes its
-//!   request in progress and closes, within `server.shutdown_grace_ms`
-//!   (then it is cut off), so a stalled client never holds the relay up.
+//! - Shutdown: the loop stops accepting; waiting connections are closed;
+//!   each HTTP connection finishes its request in progress and closes,
+//!   within `server.shutdown_grace_ms` (then it is cut off), so a stalled
+//!   client never holds the relay up.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -32,7 +50,9 @@ use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use sluice_throttle::client_key;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
@@ -49,12 +69,39 @@ const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(5);
 /// closed to make room for a new one (a client that sends its request head
 /// promptly is done with it well within this).
 pub(crate) const EVICT_AFTER: Duration = Duration::from_secs(1);
+/// Refusals written to their sockets at once; each holds its descriptor for
+/// at most [`ANSWER_WRITE_TIMEOUT`] + [`ANSWER_LINGER`].
+pub const MAX_ANSWERING: usize = 32;
+/// A canned refusal that does not fit in the socket's buffer at once is
+/// given up after this long.
+const ANSWER_WRITE_TIMEOUT: Duration = Duration::from_millis(500);
+/// After a refusal is written, what the client sends is read and dropped
+/// for at most this long (or until it closes, or 16 KiB), so that closing
+/// with unread bytes does not reset the connection before the client
+/// reads its answer.
+const ANSWER_LINGER: Duration = Duration::from_secs(1);
+const ANSWER_DRAIN_BYTES: usize = 16 * 1024;
+/// `Retry-After` of a refusal at accept (handshakes are short: a slot
+/// frees soon).
+pub(crate) const RETRY_AFTER_HANDSHAKE_SECS: u32 = 1;
+/// `Retry-After` of a refused WebSocket upgrade (sessions last longer).
+pub(crate) const RETRY_AFTER_SESSION_SECS: u32 = 5;
 
-/// The counts behind [`HttpSlot`]s.
+/// The bounds of [`HttpSlots`] (from `[server]`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SlotLimits {
+    pub max: usize,
+    pub max_per_ip: usize,
+    pub queue_per_ip: usize,
+    pub queue_total: usize,
+}
+
+/// The counts behind [`HttpSlot`]s and [`Waiting`] entries.
 pub(crate) struct HttpSlots {
-    max: usize,
-    max_per_ip: usize,
+    limits: SlotLimits,
     state: Mutex<SlotState>,
+    /// Permits of the refusals being written ([`MAX_ANSWERING`]).
+    answering: Arc<Semaphore>,
 }
 
 #[derive(Default)]
@@ -63,8 +110,21 @@ struct SlotState {
     per_ip: HashMap<IpAddr, usize>,
     /// Slots by age (ids increase): when each was taken, and how to close
     /// its connection to make room.
-    by_age: std::collections::BTreeMap<u64, (Instant, CancellationToken)>,
+    by_age: BTreeMap<u64, (Instant, CancellationToken)>,
     next_id: u64,
+    /// Connections waiting for a slot of their address, oldest first.
+    waiting: HashMap<IpAddr, VecDeque<Waiter>>,
+    waiting_total: usize,
+    /// Addresses with waiters and room under their own cap, held back by
+    /// the total cap (after an eviction overshot it): served first when a
+    /// slot frees.
+    starved: VecDeque<IpAddr>,
+}
+
+/// One queue entry: where its slot is handed.
+struct Waiter {
+    id: u64,
+    grant: oneshot::Sender<HttpSlot>,
 }
 
 /// One TCP connection that is not a WebSocket session; given back on drop.
@@ -77,35 +137,66 @@ pub(crate) struct HttpSlot {
     pub(crate) evicted: CancellationToken,
 }
 
-/// Why a connection was closed at accept.
+/// A connection waiting for a slot of its address; leaves the queue on
+/// drop (a slot handed to it meanwhile is given back with `slot`).
+pub(crate) struct Waiting {
+    slots: Arc<HttpSlots>,
+    key: IpAddr,
+    id: u64,
+    /// Receives the slot when one of the address's frees.
+    slot: oneshot::Receiver<HttpSlot>,
+}
+
+/// What a new connection gets.
+pub(crate) enum Admission {
+    Now(HttpSlot),
+    Wait(Waiting),
+}
+
+/// Why a connection was refused at accept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SlotRefused {
+    /// `server.max_http_connections`, and no slot old enough to evict.
     Total,
-    PerIp,
+    /// The address is at its cap and the queue has no room for it (per
+    /// address or in all).
+    QueueFull,
 }
 
 impl HttpSlots {
-    pub(crate) fn new(max: usize, max_per_ip: usize) -> Arc<HttpSlots> {
+    pub(crate) fn new(limits: SlotLimits) -> Arc<HttpSlots> {
         Arc::new(HttpSlots {
-            max,
-            max_per_ip,
+            limits,
             state: Mutex::new(SlotState::default()),
+            answering: Arc::new(Semaphore::new(MAX_ANSWERING)),
         })
     }
 
-    /// A slot for a connection from `ip` (`per_ip`: count it against the
-    /// address's limit).
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A slot, or a place in the queue, for a connection from `ip`
+    /// (`per_ip`: count it against the address's limit).
     pub(crate) fn take(
         self: &Arc<Self>,
         ip: IpAddr,
         per_ip: bool,
-    ) -> Result<HttpSlot, SlotRefused> {
-        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+    ) -> Result<Admission, SlotRefused> {
+        let mut st = self.lock();
         let key = per_ip.then(|| client_key(ip));
-        if key.is_some_and(|k| st.per_ip.get(&k).is_some_and(|n| *n >= self.max_per_ip)) {
-            return Err(SlotRefused::PerIp);
+        if let Some(k) = key {
+            let at_cap = st
+                .per_ip
+                .get(&k)
+                .is_some_and(|n| *n >= self.limits.max_per_ip);
+            // Newcomers queue behind the address's waiters.
+            let queued = st.waiting.get(&k).is_some_and(|q| !q.is_empty());
+            if at_cap || queued {
+                return self.enqueue(&mut st, k).map(Admission::Wait);
+            }
         }
-        if st.open >= self.max {
+        if st.open >= self.limits.max {
             // Make room by closing the oldest connection, if it is old
             // enough; it gives its slot back as its task ends.
             let oldest = st.by_age.first_key_value().map(|(id, (at, _))| (*id, *at));
@@ -118,15 +209,35 @@ impl HttpSlots {
                 _ => return Err(SlotRefused::Total),
             }
         }
+        Ok(Admission::Now(self.grant(&mut st, key)))
+    }
+
+    fn enqueue(self: &Arc<Self>, st: &mut SlotState, k: IpAddr) -> Result<Waiting, SlotRefused> {
+        let here = st.waiting.get(&k).map_or(0, VecDeque::len);
+        if here >= self.limits.queue_per_ip || st.waiting_total >= self.limits.queue_total {
+            return Err(SlotRefused::QueueFull);
+        }
+        let (grant, slot) = oneshot::channel();
+        st.next_id += 1;
+        let id = st.next_id;
+        st.waiting
+            .entry(k)
+            .or_default()
+            .push_back(Waiter { id, grant });
+        st.waiting_total += 1;
+        metrics::gauge!(m::HANDSHAKE_QUEUE_WAITING).set(st.waiting_total as f64);
+        Ok(Waiting {
+            slots: self.clone(),
+            key: k,
+            id,
+            slot,
+        })
+    }
+
+    /// Counts a new slot (the caller checked the caps).
+    fn grant(self: &Arc<Self>, st: &mut SlotState, key: Option<IpAddr>) -> HttpSlot {
         if let Some(k) = key {
-            let n = st.per_ip.entry(k).or_insert(0);
-            if *n >= self.max_per_ip {
-                if *n == 0 {
-                    st.per_ip.remove(&k);
-                }
-                return Err(SlotRefused::PerIp);
-            }
-            *n += 1;
+            *st.per_ip.entry(k).or_insert(0) += 1;
         }
         st.open += 1;
         st.next_id += 1;
@@ -134,33 +245,189 @@ impl HttpSlots {
         let evicted = CancellationToken::new();
         st.by_age.insert(id, (Instant::now(), evicted.clone()));
         metrics::gauge!(m::HTTP_CONNECTIONS_OPEN).set(st.open as f64);
-        Ok(HttpSlot {
+        HttpSlot {
             slots: self.clone(),
             key,
             id,
             evicted,
-        })
+        }
+    }
+
+    /// Hands slots to `k`'s waiters, oldest first, while the caps allow;
+    /// the slots go out in `handed` (sent after the lock is released: a
+    /// send that fails drops its slot, which locks again).
+    fn pump(
+        self: &Arc<Self>,
+        st: &mut SlotState,
+        k: IpAddr,
+        handed: &mut Vec<(oneshot::Sender<HttpSlot>, HttpSlot)>,
+    ) {
+        loop {
+            let Some(queue) = st.waiting.get_mut(&k) else {
+                return;
+            };
+            // A waiter whose task ended is skipped (its guard finds its
+            // entry gone and counts nothing).
+            let mut dropped = 0;
+            while queue.front().is_some_and(|w| w.grant.is_closed()) {
+                queue.pop_front();
+                dropped += 1;
+            }
+            let empty = queue.is_empty();
+            st.waiting_total -= dropped;
+            if empty {
+                st.waiting.remove(&k);
+                return;
+            }
+            if st
+                .per_ip
+                .get(&k)
+                .is_some_and(|n| *n >= self.limits.max_per_ip)
+            {
+                return;
+            }
+            if st.open >= self.limits.max {
+                if !st.starved.contains(&k) {
+                    st.starved.push_back(k);
+                }
+                return;
+            }
+            let Some(w) = st.waiting.get_mut(&k).and_then(VecDeque::pop_front) else {
+                return;
+            };
+            st.waiting_total -= 1;
+            let slot = self.grant(st, Some(k));
+            handed.push((w.grant, slot));
+        }
+    }
+
+    /// Gives back slot `id` of `key`, then hands free slots to waiters.
+    fn release(self: &Arc<Self>, key: Option<IpAddr>, id: u64) {
+        let mut handed = Vec::new();
+        {
+            let mut st = self.lock();
+            st.open -= 1;
+            st.by_age.remove(&id);
+            if let Some(k) = key
+                && let Some(n) = st.per_ip.get_mut(&k)
+            {
+                *n -= 1;
+                if *n == 0 {
+                    st.per_ip.remove(&k);
+                }
+            }
+            if let Some(k) = key {
+                self.pump(&mut st, k, &mut handed);
+            }
+            while st.open < self.limits.max
+                && let Some(k) = st.starved.pop_front()
+            {
+                self.pump(&mut st, k, &mut handed);
+            }
+            metrics::gauge!(m::HTTP_CONNECTIONS_OPEN).set(st.open as f64);
+            metrics::gauge!(m::HANDSHAKE_QUEUE_WAITING).set(st.waiting_total as f64);
+        }
+        for (grant, slot) in handed {
+            // A waiter gone since: its slot comes back through its drop.
+            let _ = grant.send(slot);
+        }
+    }
+
+    /// A permit to write one refusal, if fewer than [`MAX_ANSWERING`] are
+    /// being written.
+    fn answer_permit(&self) -> Option<OwnedSemaphorePermit> {
+        self.answering.clone().try_acquire_owned().ok()
     }
 }
 
 impl Drop for HttpSlot {
     fn drop(&mut self) {
-        let mut st = self
-            .slots
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        st.open -= 1;
-        st.by_age.remove(&self.id);
-        if let Some(k) = self.key
-            && let Some(n) = st.per_ip.get_mut(&k)
-        {
-            *n -= 1;
-            if *n == 0 {
-                st.per_ip.remove(&k);
+        self.slots.clone().release(self.key, self.id);
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let mut st = self.slots.lock();
+        if let Some(queue) = st.waiting.get_mut(&self.key) {
+            let before = queue.len();
+            queue.retain(|w| w.id != self.id);
+            let removed = before - queue.len();
+            let empty = queue.is_empty();
+            st.waiting_total -= removed;
+            if empty {
+                st.waiting.remove(&self.key);
             }
         }
-        metrics::gauge!(m::HTTP_CONNECTIONS_OPEN).set(st.open as f64);
+        metrics::gauge!(m::HANDSHAKE_QUEUE_WAITING).set(st.waiting_total as f64);
+        // The lock is released before `slot` drops: a slot granted and not
+        // taken is given back through `release`.
+    }
+}
+
+/// A refusal written at accept, before any HTTP task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Canned {
+    /// 429: the address has too many connections in progress or waiting.
+    TooMany,
+    /// 503: the relay has too many connections in progress.
+    Busy,
+}
+
+impl Canned {
+    fn response(self) -> Vec<u8> {
+        let (status, body) = match self {
+            Canned::TooMany => (
+                "429 Too Many Requests",
+                "too many connections from your address\n",
+            ),
+            Canned::Busy => ("503 Service Unavailable", "too many connections\n"),
+        };
+        format!(
+            "HTTP/1.1 {status}\r\nRetry-After: {RETRY_AFTER_HANDSHAKE_SECS}\r\n\
+             Content-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    }
+}
+
+/// Writes `canned` to `tcp` and closes it, lingering briefly (see
+/// [`ANSWER_LINGER`]); `permit` bounds how many do this at once.
+async fn answer(mut tcp: TcpStream, canned: Canned, permit: OwnedSemaphorePermit) {
+    let written = tokio::time::timeout(ANSWER_WRITE_TIMEOUT, tcp.write_all(&canned.response()))
+        .await
+        .is_ok_and(|r| r.is_ok());
+    if written {
+        // FIN after the answer; then read (and drop) what the client sent
+        // until it closes, so our close is not a reset.
+        let _ = tcp.shutdown().await;
+        let deadline = tokio::time::Instant::now() + ANSWER_LINGER;
+        let mut buf = [0u8; 1024];
+        let mut read = 0;
+        while read < ANSWER_DRAIN_BYTES {
+            match tokio::time::timeout_at(deadline, tcp.read(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => read += n,
+                _ => break,
+            }
+        }
+    }
+    drop(tcp);
+    drop(permit);
+}
+
+/// Answers a connection refused at accept with `canned` when fewer than
+/// [`MAX_ANSWERING`] answers are being written, else closes it at once.
+fn refuse(tcp: TcpStream, canned: Canned, slots: &HttpSlots, conns: &TaskTracker) {
+    match slots.answer_permit() {
+        Some(permit) => {
+            conns.spawn(answer(tcp, canned, permit));
+        }
+        None => {
+            metrics::counter!(m::CONNECTIONS_REFUSED_UNANSWERED_TOTAL).increment(1);
+            drop(tcp);
+        }
     }
 }
 
@@ -189,22 +456,32 @@ pub(crate) async fn run(listener: TcpListener, router: Router, state: Arc<AppSta
             .throttle()
             .with_config(|c| address::TrustedProxies::parse(&c.clients.trusted_proxies))
             .is_ok_and(|p| p.contains(peer.ip()));
-        let slot = match state.http_slots.take(peer.ip(), !proxied) {
-            Ok(slot) => slot,
-            Err(refused) => {
-                let reason = match refused {
-                    SlotRefused::Total => "max_http_connections",
-                    SlotRefused::PerIp => "max_http_connections_per_ip",
-                };
-                metrics::counter!(m::CONNECTIONS_REFUSED_TOTAL, "reason" => reason).increment(1);
-                drop(tcp);
-                continue;
-            }
-        };
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
         }
-        conns.spawn(connection(tcp, peer, router.clone(), slot, state.clone()));
+        match state.http_slots.take(peer.ip(), !proxied) {
+            Ok(Admission::Now(slot)) => {
+                conns.spawn(connection(tcp, peer, router.clone(), slot, state.clone()));
+            }
+            Ok(Admission::Wait(waiting)) => {
+                conns.spawn(wait_for_slot(
+                    tcp,
+                    peer,
+                    waiting,
+                    router.clone(),
+                    state.clone(),
+                    conns.clone(),
+                ));
+            }
+            Err(refused) => {
+                let (reason, canned) = match refused {
+                    SlotRefused::Total => ("max_http_connections", Canned::Busy),
+                    SlotRefused::QueueFull => ("handshake_queue_full", Canned::TooMany),
+                };
+                metrics::counter!(m::CONNECTIONS_REFUSED_TOTAL, "reason" => reason).increment(1);
+                refuse(tcp, canned, &state.http_slots, &conns);
+            }
+        }
     }
     drop(listener);
     conns.close();
@@ -215,6 +492,68 @@ pub(crate) async fn run(listener: TcpListener, router: Router, state: Arc<AppSta
             connections = conns.len(),
             "HTTP connections still open at shutdown"
         );
+    }
+}
+
+/// How a wait in the queue ended.
+enum Waited {
+    Slot(HttpSlot),
+    TimedOut,
+    /// The client closed, or the relay is shutting down.
+    Gone,
+}
+
+/// Holds a queued connection's socket (and nothing of HTTP) until a slot
+/// of its address is handed to it, then serves it like any other; answers
+/// 429 when `server.handshake_queue_wait_ms` runs out first.
+async fn wait_for_slot(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    mut waiting: Waiting,
+    router: Router,
+    state: Arc<AppState>,
+    conns: TaskTracker,
+) {
+    let wait = Duration::from_millis(state.server.handshake_queue_wait_ms);
+    let waited = tokio::select! {
+        biased;
+        () = state.shutdown.cancelled() => Waited::Gone,
+        r = &mut waiting.slot => match r {
+            Ok(slot) => Waited::Slot(slot),
+            Err(_) => Waited::Gone,
+        },
+        () = client_closed(&tcp) => Waited::Gone,
+        () = tokio::time::sleep(wait) => Waited::TimedOut,
+    };
+    // Leaves the queue; a slot handed over meanwhile goes to the next.
+    drop(waiting);
+    match waited {
+        Waited::Slot(slot) => {
+            metrics::counter!(m::HANDSHAKE_QUEUE_ADMITTED_TOTAL).increment(1);
+            // Its own task: this one stays small while it waits.
+            conns.spawn(connection(tcp, peer, router, slot, state));
+        }
+        Waited::TimedOut => {
+            metrics::counter!(m::CONNECTIONS_REFUSED_TOTAL, "reason" => "handshake_queue_timeout")
+                .increment(1);
+            match state.http_slots.answer_permit() {
+                Some(permit) => answer(tcp, Canned::TooMany, permit).await,
+                None => {
+                    metrics::counter!(m::CONNECTIONS_REFUSED_UNANSWERED_TOTAL).increment(1);
+                }
+            }
+        }
+        Waited::Gone => {}
+    }
+}
+
+/// Completes when the client closes (or resets) before sending anything;
+/// once it has sent bytes, never (they wait for the HTTP task).
+async fn client_closed(tcp: &TcpStream) {
+    let mut b = [0u8; 1];
+    match tcp.peek(&mut b).await {
+        Ok(0) | Err(_) => {}
+        Ok(_) => std::future::pending().await,
     }
 }
 
@@ -293,45 +632,178 @@ const ENFILE: i32 = 23;
 mod tests {
     use super::*;
 
-    #[test]
-    fn slots_are_bounded_in_all_and_per_address_and_given_back_on_drop() {
-        let slots = HttpSlots::new(3, 2);
-        let a: IpAddr = "10.0.0.1".parse().unwrap();
-        let b: IpAddr = "10.0.0.2".parse().unwrap();
-        let a1 = slots.take(a, true).unwrap();
-        let a2 = slots.take(a, true).unwrap();
-        assert_eq!(slots.take(a, true).err(), Some(SlotRefused::PerIp));
-        let proxy = slots.take(a, false).unwrap();
-        assert_eq!(slots.take(b, true).err(), Some(SlotRefused::Total));
-        drop(a1);
-        let b1 = slots.take(b, true).unwrap();
-        drop((a2, proxy, b1));
+    fn limits(
+        max: usize,
+        max_per_ip: usize,
+        queue_per_ip: usize,
+        queue_total: usize,
+    ) -> SlotLimits {
+        SlotLimits {
+            max,
+            max_per_ip,
+            queue_per_ip,
+            queue_total,
+        }
+    }
+
+    fn now(a: Result<Admission, SlotRefused>) -> HttpSlot {
+        match a {
+            Ok(Admission::Now(slot)) => slot,
+            Ok(Admission::Wait(_)) => panic!("queued, expected a slot"),
+            Err(e) => panic!("refused {e:?}, expected a slot"),
+        }
+    }
+
+    fn queued(a: Result<Admission, SlotRefused>) -> Waiting {
+        match a {
+            Ok(Admission::Wait(w)) => w,
+            Ok(Admission::Now(_)) => panic!("a slot, expected to wait"),
+            Err(e) => panic!("refused {e:?}, expected to wait"),
+        }
+    }
+
+    fn refused(a: Result<Admission, SlotRefused>) -> SlotRefused {
+        match a {
+            Err(e) => e,
+            Ok(_) => panic!("admitted, expected a refusal"),
+        }
+    }
+
+    fn assert_idle(slots: &HttpSlots) {
         let st = slots.state.lock().unwrap();
         assert_eq!(st.open, 0);
-        assert!(st.per_ip.is_empty() && st.by_age.is_empty());
+        assert_eq!(st.waiting_total, 0);
+        assert!(st.per_ip.is_empty() && st.by_age.is_empty() && st.waiting.is_empty());
+    }
+
+    #[test]
+    fn slots_are_bounded_in_all_and_per_address_and_given_back_on_drop() {
+        // No queue: past the address's cap is refused at once.
+        let slots = HttpSlots::new(limits(3, 2, 0, 0));
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let a1 = now(slots.take(a, true));
+        let a2 = now(slots.take(a, true));
+        assert_eq!(refused(slots.take(a, true)), SlotRefused::QueueFull);
+        let proxy = now(slots.take(a, false));
+        assert_eq!(refused(slots.take(b, true)), SlotRefused::Total);
+        drop(a1);
+        let b1 = now(slots.take(b, true));
+        drop((a2, proxy, b1));
+        assert_idle(&slots);
     }
 
     #[test]
     fn at_the_cap_the_oldest_slot_past_the_eviction_age_makes_room() {
-        let slots = HttpSlots::new(2, 10);
+        let slots = HttpSlots::new(limits(2, 10, 4, 4));
         let ip = |n: u8| IpAddr::from([10, 0, 0, n]);
-        let old = slots.take(ip(1), true).unwrap();
-        let young = slots.take(ip(2), true).unwrap();
+        let old = now(slots.take(ip(1), true));
+        let young = now(slots.take(ip(2), true));
         // Nobody is old enough yet: refused.
-        assert_eq!(slots.take(ip(3), true).err(), Some(SlotRefused::Total));
+        assert_eq!(refused(slots.take(ip(3), true)), SlotRefused::Total);
         // Age the first slot past the eviction age.
         {
             let mut st = slots.state.lock().unwrap();
             let entry = st.by_age.get_mut(&old.id).unwrap();
             entry.0 -= EVICT_AFTER;
         }
-        let new = slots.take(ip(3), true).unwrap();
+        let new = now(slots.take(ip(3), true));
         assert!(old.evicted.is_cancelled(), "the oldest is told to close");
         assert!(!young.evicted.is_cancelled());
         // Its connection ends and gives the slot back.
         drop((old, young, new));
-        let st = slots.state.lock().unwrap();
-        assert_eq!(st.open, 0);
-        assert!(st.per_ip.is_empty());
+        assert_idle(&slots);
+    }
+
+    #[test]
+    fn past_its_cap_an_address_waits_and_its_freed_slots_go_to_its_oldest_waiter() {
+        let slots = HttpSlots::new(limits(100, 2, 3, 4));
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let a1 = now(slots.take(a, true));
+        let a2 = now(slots.take(a, true));
+        let mut w1 = queued(slots.take(a, true));
+        let mut w2 = queued(slots.take(a, true));
+        let w3 = queued(slots.take(a, true));
+        // The address's queue is full; another address still gets a slot.
+        assert_eq!(refused(slots.take(a, true)), SlotRefused::QueueFull);
+        let b1 = now(slots.take(b, true));
+        let b2 = now(slots.take(b, true));
+        let wb = queued(slots.take(b, true));
+        // Nothing is handed over while the address's slots are held.
+        assert!(w1.slot.try_recv().is_err());
+        // The total queue (4) is full now: b waits no more.
+        assert_eq!(refused(slots.take(b, true)), SlotRefused::QueueFull);
+        // a's slot frees: its oldest waiter gets it, counted as before.
+        drop(a1);
+        let got1 = w1.slot.try_recv().expect("the oldest waiter's slot");
+        assert!(w2.slot.try_recv().is_err());
+        {
+            let st = slots.state.lock().unwrap();
+            assert_eq!(st.per_ip[&a], 2);
+            assert_eq!(st.waiting_total, 3);
+        }
+        // A waiter that leaves gives its place up; the next slot skips it.
+        drop(w2);
+        drop(a2);
+        let mut w3 = w3;
+        let got3 = w3.slot.try_recv().expect("the next waiter's slot");
+        drop((w1, w3, got1, got3, wb, b1, b2));
+        assert_idle(&slots);
+    }
+
+    #[test]
+    fn a_slot_handed_to_a_waiter_that_never_takes_it_goes_back() {
+        let slots = HttpSlots::new(limits(10, 1, 2, 2));
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let a1 = now(slots.take(a, true));
+        let w1 = queued(slots.take(a, true));
+        let mut w2 = queued(slots.take(a, true));
+        // The slot reaches w1's channel; w1 then leaves without reading
+        // it: the slot passes on to w2.
+        drop(a1);
+        drop(w1);
+        let got = w2.slot.try_recv().expect("passed on");
+        drop((w2, got));
+        assert_idle(&slots);
+    }
+
+    #[test]
+    fn a_waiter_held_back_by_the_total_cap_is_served_when_any_slot_frees() {
+        let slots = HttpSlots::new(limits(2, 1, 2, 2));
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let c: IpAddr = "10.0.0.3".parse().unwrap();
+        let a1 = now(slots.take(a, true));
+        let mut wa = queued(slots.take(a, true));
+        let b1 = now(slots.take(b, true));
+        // At the total cap, c evicts the oldest (a1): one over the cap
+        // until a1's connection ends.
+        {
+            let mut st = slots.state.lock().unwrap();
+            st.by_age.get_mut(&a1.id).unwrap().0 -= EVICT_AFTER;
+        }
+        let c1 = now(slots.take(c, true));
+        assert!(a1.evicted.is_cancelled());
+        // a1 ends: a has room again but the total is full, so wa waits...
+        drop(a1);
+        assert!(wa.slot.try_recv().is_err());
+        assert_eq!(slots.state.lock().unwrap().starved.len(), 1);
+        // ...and takes the next slot freed by anyone.
+        drop(b1);
+        let got = wa.slot.try_recv().expect("served when b's slot freed");
+        drop((wa, got, c1));
+        assert_idle(&slots);
+    }
+
+    #[test]
+    fn canned_answers_are_whole_http_responses_with_retry_after() {
+        for (canned, status) in [(Canned::TooMany, "429"), (Canned::Busy, "503")] {
+            let text = String::from_utf8(canned.response()).unwrap();
+            let (head, body) = text.split_once("\r\n\r\n").unwrap();
+            assert!(head.starts_with(&format!("HTTP/1.1 {status} ")), "{head}");
+            assert!(head.contains("\r\nRetry-After: 1\r\n"), "{head}");
+            assert!(head.contains(&format!("\r\nContent-Length: {}\r\n", body.len())));
+        }
     }
 }

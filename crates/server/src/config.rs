@@ -33,11 +33,22 @@ pub struct ServerConfig {
     /// is closed.
     pub handshake_timeout_ms: u64,
     /// TCP connections that are not (yet) WebSocket sessions: plain HTTP
-    /// and handshakes in progress. More are closed at accept.
+    /// and handshakes in progress. Past it the oldest held over 1 s is
+    /// closed to make room, else the new one is answered 503.
     pub max_http_connections: usize,
-    /// The same, per client address (IPv6: per /64); a trusted proxy's
-    /// address is not limited.
+    /// The same, per client address (IPv6: per /64); past it a connection
+    /// waits in the handshake queue. A trusted proxy's address is not
+    /// limited.
     pub max_http_connections_per_ip: usize,
+    /// Connections from an address at `max_http_connections_per_ip` that
+    /// may wait for one of its slots (a burst from one NAT or proxy); 0:
+    /// none wait, more are answered 429.
+    pub handshake_queue_per_ip: usize,
+    /// The same, from all addresses together.
+    pub handshake_queue_total: usize,
+    /// A waiting connection that gets no slot within this long is answered
+    /// 429.
+    pub handshake_queue_wait_ms: u64,
     /// A WebSocket connection with no subscription, no running query and
     /// no EVENT awaiting its OK, that sends nothing for this long, is
     /// closed; 0 never closes one.
@@ -59,6 +70,9 @@ impl Default for ServerConfig {
             handshake_timeout_ms: 10_000,
             max_http_connections: 1024,
             max_http_connections_per_ip: 16,
+            handshake_queue_per_ip: 64,
+            handshake_queue_total: 256,
+            handshake_queue_wait_ms: 5_000,
             idle_timeout_ms: 300_000,
         }
     }
@@ -173,6 +187,15 @@ impl ServerConfig {
         }
         if self.handshake_timeout_ms == 0 {
             return Err("server.handshake_timeout_ms must be at least 1".into());
+        }
+        if self.handshake_queue_per_ip > self.handshake_queue_total {
+            return Err(format!(
+                "server.handshake_queue_per_ip = {} must not exceed server.handshake_queue_total = {}",
+                self.handshake_queue_per_ip, self.handshake_queue_total
+            ));
+        }
+        if !(1..=600_000).contains(&self.handshake_queue_wait_ms) {
+            return Err("server.handshake_queue_wait_ms must be 1..=600000".into());
         }
         Ok(())
     }

@@ -30,6 +30,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use accept::MAX_ANSWERING;
 pub use config::{AuthConfig, LimitsConfig, RelayInfoConfig, ServerConfig};
 pub use session::admission::{MirrorAnswer, MirrorFut, admit_mirrored};
 
@@ -105,10 +106,12 @@ impl AppState {
         Arc::new(AppState {
             front: ArcSwap::from_pointee(Reloadable::new(limits, relay)),
             connections: Arc::new(Semaphore::new(server.max_connections)),
-            http_slots: accept::HttpSlots::new(
-                server.max_http_connections,
-                server.max_http_connections_per_ip,
-            ),
+            http_slots: accept::HttpSlots::new(accept::SlotLimits {
+                max: server.max_http_connections,
+                max_per_ip: server.max_http_connections_per_ip,
+                queue_per_ip: server.handshake_queue_per_ip,
+                queue_total: server.handshake_queue_total,
+            }),
             engine,
             server,
             auth,
@@ -192,13 +195,19 @@ async fn root(
         let Ok(permit) = st.connections.clone().try_acquire_owned() else {
             metrics::counter!(m::CONNECTIONS_REFUSED_TOTAL, "reason" => "max_connections")
                 .increment(1);
-            return (StatusCode::SERVICE_UNAVAILABLE, "too many connections\n").into_response();
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                retry_after(),
+                "too many connections\n",
+            )
+                .into_response();
         };
         let Some(per_ip) = st.engine.throttle().open_connection(ip) else {
             metrics::counter!(m::CONNECTIONS_REFUSED_TOTAL, "reason" => "max_connections_per_ip")
                 .increment(1);
             return (
                 StatusCode::TOO_MANY_REQUESTS,
+                retry_after(),
                 "too many connections from your address\n",
             )
                 .into_response();
@@ -241,6 +250,14 @@ async fn root(
         "This is a Nostr relay (Sluice). Connect with a Nostr client over WebSocket.\n",
     )
         .into_response()
+}
+
+/// The `Retry-After` of a refused upgrade.
+fn retry_after() -> [(header::HeaderName, HeaderValue); 1] {
+    [(
+        header::RETRY_AFTER,
+        HeaderValue::from(accept::RETRY_AFTER_SESSION_SECS),
+    )]
 }
 
 /// NIP-86 management (JSON-RPC, NIP-98 auth) on the relay URL.

@@ -18,6 +18,14 @@ pub const EVENTS_REFUSED_IN_FLIGHT_TOTAL: &str = "sluice_events_refused_in_fligh
 /// TCP connections that are not WebSocket sessions (plain HTTP, handshakes).
 pub const HTTP_CONNECTIONS_OPEN: &str = "sluice_http_connections_open";
 pub const HTTP_CONNECTIONS_CLOSED_TOTAL: &str = "sluice_http_connections_closed_total";
+/// TCP connections waiting for a handshake slot of their address.
+pub const HANDSHAKE_QUEUE_WAITING: &str = "sluice_handshake_queue_waiting";
+/// Waiting connections that got a slot.
+pub const HANDSHAKE_QUEUE_ADMITTED_TOTAL: &str = "sluice_handshake_queue_admitted_total";
+/// Refused connections closed without their HTTP answer (too many answers
+/// being written at once).
+pub const CONNECTIONS_REFUSED_UNANSWERED_TOTAL: &str =
+    "sluice_connections_refused_unanswered_total";
 pub const ACCEPT_ERRORS_TOTAL: &str = "sluice_accept_errors_total";
 /// Requests to /metrics or /api/throttle on the relay port refused (403).
 pub const OPERATOR_REQUESTS_REFUSED_TOTAL: &str = "sluice_operator_requests_refused_total";

@@ -80,27 +80,38 @@ async fn bind(cfg: &Config) -> anyhow::Result<Listeners> {
 }
 
 /// Connections that are not sessions are capped to a quarter of the
-/// descriptor limit when the configured caps do not fit in it: a flood of
-/// half-open connections must leave descriptors for sessions, the store and
-/// the operator endpoints (the caps close the rest at accept).
+/// descriptor limit, and those waiting in the handshake queue to an eighth,
+/// when the configured caps do not fit in it: a flood of half-open
+/// connections must leave descriptors for sessions, the store and the
+/// operator endpoints (the caps answer the rest at accept).
 fn fit_descriptors(server: &sluice_server::ServerConfig) -> sluice_server::ServerConfig {
     let mut server = server.clone();
     let Some(limit) = sluice_engine::process::open_files_limit() else {
         return server;
     };
-    let wanted = (server.max_connections + server.max_http_connections) as u64 + 64;
+    let wanted = (server.max_connections
+        + server.max_http_connections
+        + server.handshake_queue_total
+        + sluice_server::MAX_ANSWERING) as u64
+        + 64;
     if wanted > limit {
         let fit = (limit / 4).max(16) as usize;
+        let fit_queue = (limit / 8).max(16) as usize;
+        server.max_http_connections = server.max_http_connections.min(fit);
+        server.handshake_queue_total = server.handshake_queue_total.min(fit_queue);
+        server.handshake_queue_per_ip = server
+            .handshake_queue_per_ip
+            .min(server.handshake_queue_total);
         tracing::warn!(
             open_files_limit = limit,
             max_connections = server.max_connections,
-            max_http_connections = server.max_http_connections,
-            "server.max_connections + server.max_http_connections do not fit in the open-files \
-             limit (raise LimitNOFILE / ulimit -n); connections that are not sessions are capped \
-             at {} meanwhile",
-            fit.min(server.max_http_connections)
+            "server.max_connections + server.max_http_connections + \
+             server.handshake_queue_total do not fit in the open-files limit (raise \
+             LimitNOFILE / ulimit -n); connections that are not sessions are capped at {} \
+             and those waiting for a handshake slot at {} meanwhile",
+            server.max_http_connections,
+            server.handshake_queue_total,
         );
-        server.max_http_connections = server.max_http_connections.min(fit);
     }
     server
 }
