@@ -429,6 +429,10 @@ const NOT_PER_CLIENT: &[&str] = &[
     "sluice_trust_pubkeys",
     "sluice_trust_truncated",
     "sluice_pow_difficulty",
+    // Mirrors of other relays (`[[mirror]]`, none here): the relay's own
+    // connections out, not clients'; tests/mirror.rs checks them.
+    "sluice_mirror_connected",
+    "sluice_mirror_lag_seconds",
     // The store's content and size, the disk it is on, retention's target.
     "sluice_store_map_size_bytes",
     "sluice_store_used_bytes",

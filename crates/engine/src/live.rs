@@ -239,8 +239,41 @@ impl LiveHub {
                 index_keys(f, &mut keys);
             }
             index.unlink(key, &keys);
+            shrink(&mut index.subs);
         }
         metrics::gauge!(m::LIVE_SUBSCRIPTIONS).set(index.subs.len() as f64);
+    }
+}
+
+/// Gives back most of a table's room once it is three quarters empty, so
+/// that the index of a crowd that has left does not stay its size.
+fn shrink<T: Shrink>(t: &mut T) {
+    let (len, cap) = t.len_and_capacity();
+    if cap > 64 && len < cap / 4 {
+        t.shrink_to(len * 2);
+    }
+}
+
+trait Shrink {
+    fn len_and_capacity(&self) -> (usize, usize);
+    fn shrink_to(&mut self, min: usize);
+}
+
+impl<K: std::hash::Hash + Eq, V> Shrink for HashMap<K, V> {
+    fn len_and_capacity(&self) -> (usize, usize) {
+        (self.len(), self.capacity())
+    }
+    fn shrink_to(&mut self, min: usize) {
+        HashMap::shrink_to(self, min);
+    }
+}
+
+impl<K: std::hash::Hash + Eq> Shrink for HashSet<K> {
+    fn len_and_capacity(&self) -> (usize, usize) {
+        (self.len(), self.capacity())
+    }
+    fn shrink_to(&mut self, min: usize) {
+        HashSet::shrink_to(self, min);
     }
 }
 
@@ -296,6 +329,7 @@ impl Index {
                 Key::Kind(k) => remove_from(&mut self.kinds, k, key),
                 Key::Unindexed => {
                     self.unindexed.remove(&key);
+                    shrink(&mut self.unindexed);
                 }
             }
         }
@@ -342,8 +376,10 @@ fn remove_from<
 ) {
     if let Some(set) = map.get_mut(k) {
         set.remove(&key);
+        shrink(set);
         if set.is_empty() {
             map.remove(k);
+            shrink(map);
         }
     }
 }
@@ -415,7 +451,10 @@ impl LiveConn {
 
 impl Drop for LiveConn {
     fn drop(&mut self) {
-        self.hub.write().conns.remove(&self.id);
+        let mut index = self.hub.write();
+        index.conns.remove(&self.id);
+        shrink(&mut index.conns);
+        drop(index);
         self.shared.queue.close();
     }
 }

@@ -41,6 +41,7 @@ pub const STORE_READERS_MAX: &str = "sluice_store_readers_max";
 pub const PROCESS_RESIDENT_MEMORY_BYTES: &str = "sluice_process_resident_memory_bytes";
 pub const PROCESS_ANONYMOUS_MEMORY_BYTES: &str = "sluice_process_anonymous_memory_bytes";
 pub const PROCESS_OPEN_FDS: &str = "sluice_process_open_fds";
+pub const PROCESS_HEAP_RETURNED_TOTAL: &str = "sluice_process_heap_returned_total";
 pub const THROTTLE_MODE: &str = "sluice_throttle_mode";
 pub const THROTTLE_MEMORY_PRESSURE_RATIO: &str = "sluice_throttle_memory_pressure_ratio";
 pub const THROTTLE_LOAD_LEVEL_RATIO: &str = "sluice_throttle_load_level_ratio";

@@ -98,6 +98,8 @@ impl MonitorHandle {
             last_relief: None,
             last_tick: Instant::now(),
             last_fd_count: None,
+            last_heap_check: None,
+            heap_free_floor: 0,
         };
         metrics::gauge!(m::THROTTLE_TARGET_MEMORY_BYTES).set(cfg.target_memory_bytes() as f64);
         let handle = &engine.monitor;
@@ -162,6 +164,13 @@ impl MonitorHandle {
 /// second is enough for a gauge.
 const FD_COUNT_EVERY: Duration = Duration::from_secs(1);
 
+/// How often the monitor looks at how much of the heap is free.
+const HEAP_CHECK_EVERY: Duration = Duration::from_secs(5);
+/// Heap freed (since the last trim) past which it is handed back to the
+/// OS: the allocator keeps freed pages in its arenas, so RSS would stay at
+/// its peak after a crowd of connections left.
+const HEAP_FREE_RETURN_BYTES: usize = 4 << 20;
+
 struct Monitor {
     governor: Governor,
     commit_baseline_secs: f64,
@@ -169,6 +178,11 @@ struct Monitor {
     last_tick: Instant,
     /// When open descriptors were last counted (see [`FD_COUNT_EVERY`]).
     last_fd_count: Option<Instant>,
+    /// When free heap was last looked at (see [`HEAP_CHECK_EVERY`]), and
+    /// how much was free after it was last handed back (or the least seen
+    /// since): only what was freed since is worth another trim.
+    last_heap_check: Option<Instant>,
+    heap_free_floor: usize,
 }
 
 impl Monitor {
@@ -204,6 +218,19 @@ impl Monitor {
         {
             self.last_fd_count = Some(Instant::now());
             metrics::gauge!(m::PROCESS_OPEN_FDS).set(process::open_fds() as f64);
+        }
+        if self
+            .last_heap_check
+            .is_none_or(|t| t.elapsed() >= HEAP_CHECK_EVERY)
+        {
+            self.last_heap_check = Some(Instant::now());
+            if let Some(free) = free_heap_bytes() {
+                self.heap_free_floor = self.heap_free_floor.min(free);
+                if free >= self.heap_free_floor + HEAP_FREE_RETURN_BYTES && release_free_heap() {
+                    metrics::counter!(m::PROCESS_HEAP_RETURNED_TOTAL).increment(1);
+                    self.heap_free_floor = free_heap_bytes().unwrap_or(free);
+                }
+            }
         }
         for (name, s) in throttle.bucket_stats() {
             metrics::gauge!(m::THROTTLE_BUCKET_KEYS, "bucket" => name).set(s.keys as f64);
@@ -355,6 +382,21 @@ fn heavier_commit(group: (f64, f64), bulk: (f64, f64), floor: f64) -> (f64, f64)
         bulk
     } else {
         group
+    }
+}
+
+/// Bytes free in the allocator's arenas (glibc's mallinfo2); `None` where
+/// the allocator does not say.
+fn free_heap_bytes() -> Option<usize> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 only reads the allocator's own statistics.
+        let info = unsafe { libc::mallinfo2() };
+        Some(info.fordblks)
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        None
     }
 }
 

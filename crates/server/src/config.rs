@@ -18,13 +18,16 @@ pub struct ServerConfig {
     pub max_pending_writes: usize,
     /// Live events buffered per subscription while its stored query runs.
     pub max_buffered_live_events: usize,
-    /// WebSocket read buffer per connection (tungstenite's default, 128 KiB,
-    /// costs that much per idle connection).
+    /// Bytes read from a socket at once, into a buffer each worker thread
+    /// shares among its connections (a connection keeps only the part of
+    /// a frame not yet whole).
     pub read_buffer_bytes: usize,
-    /// Bytes written to a connection's socket buffer before a send waits.
+    /// Bytes of a query chunk's frames a connection holds before it writes
+    /// them (one write instead of one per event); 0 writes every frame at
+    /// once. What is held is freed once written.
     pub write_buffer_bytes: usize,
-    /// Hard bound on a connection's unsent bytes; past it the connection
-    /// is closed.
+    /// Most unsent bytes a connection holds: a frame that would take it
+    /// past this waits until what is held is written.
     pub max_write_buffer_bytes: usize,
     /// How long shutdown waits for sessions to answer pending EVENTs.
     pub shutdown_grace_ms: u64,
@@ -63,8 +66,8 @@ impl Default for ServerConfig {
             send_timeout_ms: 10_000,
             max_pending_writes: 64,
             max_buffered_live_events: 1024,
-            read_buffer_bytes: 4096,
-            write_buffer_bytes: 0,
+            read_buffer_bytes: 65_536,
+            write_buffer_bytes: 65_536,
             max_write_buffer_bytes: 4 << 20,
             shutdown_grace_ms: 5_000,
             handshake_timeout_ms: 10_000,
@@ -179,8 +182,8 @@ impl ServerConfig {
                 return Err(format!("{key} must be at least 1"));
             }
         }
-        if self.read_buffer_bytes < 512 {
-            return Err("server.read_buffer_bytes must be at least 512".into());
+        if !(512..=16 << 20).contains(&self.read_buffer_bytes) {
+            return Err("server.read_buffer_bytes must be in 512..=16777216".into());
         }
         if self.send_timeout_ms == 0 {
             return Err("server.send_timeout_ms must be at least 1".into());

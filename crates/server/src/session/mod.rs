@@ -119,7 +119,11 @@ pub(crate) async fn run(
     let mut stream = WsRead::new(read_half, &already, hard_max, st.server.read_buffer_bytes);
     drop(already);
     let mut out = Out::new(
-        WsWrite::new(write_half),
+        WsWrite::new(
+            write_half,
+            st.server.write_buffer_bytes,
+            st.server.max_write_buffer_bytes,
+        ),
         Duration::from_millis(st.server.send_timeout_ms),
     );
     let mut s = Session::new(st.clone(), front, ip, host);

@@ -69,7 +69,7 @@ impl Out {
     /// Holds a message until the next flush or send (a query chunk's
     /// events leave in one write; `crate::ws::WsWrite::feed`).
     pub(super) async fn feed(&mut self, text: String) -> Step {
-        if !self.ws.must_flush_to_feed() {
+        if !self.ws.must_flush_to_feed(&text) && self.ws.holds() {
             self.ws.hold_text(&text);
             return Ok(());
         }

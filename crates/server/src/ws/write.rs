@@ -7,7 +7,9 @@
 //!   before `send` returns.
 //! - [`WsWrite::feed`] holds frames until the next flush (a query chunk's
 //!   events leave in one write instead of one per event), at most
-//!   [`HOLD_BYTES`]: past that the held bytes are written first.
+//!   `server.write_buffer_bytes` (and never past
+//!   `server.max_write_buffer_bytes` with the new frame): past that the
+//!   held bytes are written first.
 //! - The held bytes are freed once written.
 //!
 //! Every operation may wait for the socket; the session bounds each by
@@ -20,9 +22,6 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 
 use super::frame;
-
-/// Most bytes held by `feed` before they are written without a flush.
-pub(crate) const HOLD_BYTES: usize = 64 * 1024;
 
 /// A socket the writer can also try without waiting.
 pub(crate) trait TryWrite: AsyncWrite + Unpin {
@@ -41,14 +40,20 @@ pub(crate) struct WsWrite<W = OwnedWriteHalf> {
     /// Frames not yet written, from `sent`; no allocation when empty.
     held: Vec<u8>,
     sent: usize,
+    /// `feed` writes what is held first once this much is held.
+    hold_bytes: usize,
+    /// ... or when the new frame would take what is held past this.
+    max_held: usize,
 }
 
 impl<W: TryWrite> WsWrite<W> {
-    pub(crate) fn new(io: W) -> WsWrite<W> {
+    pub(crate) fn new(io: W, hold_bytes: usize, max_held: usize) -> WsWrite<W> {
         WsWrite {
             io,
             held: Vec::new(),
             sent: 0,
+            hold_bytes,
+            max_held,
         }
     }
 
@@ -66,22 +71,32 @@ impl<W: TryWrite> WsWrite<W> {
 
     /// Holds a text message until the next flush (see the module docs).
     pub(crate) async fn feed(&mut self, text: &str) -> io::Result<()> {
-        if self.must_flush_to_feed() {
+        if self.must_flush_to_feed(text) {
             self.flush().await?;
+        }
+        if self.hold_bytes == 0 {
+            return self.send_frame(frame::TEXT, text.as_bytes()).await;
         }
         self.hold_text(text);
         Ok(())
     }
 
-    /// Whether what is held must be written before more is fed.
-    pub(crate) fn must_flush_to_feed(&self) -> bool {
-        self.held.len() - self.sent >= HOLD_BYTES
+    /// Whether what is held must be written before `text` is fed.
+    pub(crate) fn must_flush_to_feed(&self, text: &str) -> bool {
+        let held = self.held.len() - self.sent;
+        held > 0
+            && (held >= self.hold_bytes || held + text.len() + frame::MAX_HEADER > self.max_held)
     }
 
     /// Holds a text message without writing anything (see
     /// [`WsWrite::feed`], which bounds what is held).
     pub(crate) fn hold_text(&mut self, text: &str) {
         self.hold(frame::TEXT, text.as_bytes());
+    }
+
+    /// Whether `feed` holds frames at all (`server.write_buffer_bytes` > 0).
+    pub(crate) fn holds(&self) -> bool {
+        self.hold_bytes > 0
     }
 
     /// Nothing is held.
@@ -181,6 +196,8 @@ mod tests {
 
     use super::*;
 
+    const HOLD: usize = 64 * 1024;
+
     /// A socket that takes at most `room` bytes per call, counting calls.
     #[derive(Default)]
     struct Socket {
@@ -250,10 +267,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_send_the_socket_takes_is_one_write_and_holds_nothing() {
-        let mut w = WsWrite::new(Socket {
-            room: usize::MAX,
-            ..Socket::default()
-        });
+        let mut w = WsWrite::new(
+            Socket {
+                room: usize::MAX,
+                ..Socket::default()
+            },
+            HOLD,
+            4 << 20,
+        );
         w.send("hello").await.unwrap();
         w.send(&"y".repeat(70_000)).await.unwrap();
         assert_eq!(w.io.writes, 2);
@@ -266,10 +287,14 @@ mod tests {
     #[tokio::test]
     async fn what_a_slow_socket_does_not_take_is_written_before_send_returns() {
         for room in [1, 3, 7, 100] {
-            let mut w = WsWrite::new(Socket {
-                room,
-                ..Socket::default()
-            });
+            let mut w = WsWrite::new(
+                Socket {
+                    room,
+                    ..Socket::default()
+                },
+                HOLD,
+                4 << 20,
+            );
             w.send("abcdefghij").await.unwrap();
             w.close(1001, "bye").await.unwrap();
             w.pong(b"p").await.unwrap();
@@ -287,10 +312,14 @@ mod tests {
 
     #[tokio::test]
     async fn fed_frames_leave_together_at_the_flush_and_the_buffer_is_freed() {
-        let mut w = WsWrite::new(Socket {
-            room: usize::MAX,
-            ..Socket::default()
-        });
+        let mut w = WsWrite::new(
+            Socket {
+                room: usize::MAX,
+                ..Socket::default()
+            },
+            HOLD,
+            4 << 20,
+        );
         for i in 0..50 {
             w.feed(&format!("event {i}")).await.unwrap();
         }
@@ -311,14 +340,18 @@ mod tests {
 
     #[tokio::test]
     async fn feeding_past_the_bound_writes_what_is_held_first() {
-        let mut w = WsWrite::new(Socket {
-            room: usize::MAX,
-            ..Socket::default()
-        });
+        let mut w = WsWrite::new(
+            Socket {
+                room: usize::MAX,
+                ..Socket::default()
+            },
+            HOLD,
+            4 << 20,
+        );
         let event = "e".repeat(10_000);
         for _ in 0..20 {
             w.feed(&event).await.unwrap();
-            assert!(w.held.len() - w.sent <= HOLD_BYTES + 10_000 + 10);
+            assert!(w.held.len() - w.sent <= HOLD + 10_000 + 10);
         }
         assert!(w.io.writes >= 2, "written in bounded pieces");
         w.flush().await.unwrap();
@@ -326,20 +359,56 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn nothing_is_held_past_the_hard_bound_and_zero_holds_nothing() {
+        let mut w = WsWrite::new(
+            Socket {
+                room: usize::MAX,
+                ..Socket::default()
+            },
+            HOLD,
+            25_000,
+        );
+        let event = "e".repeat(10_000);
+        for _ in 0..10 {
+            w.feed(&event).await.unwrap();
+            assert!(w.held.len() - w.sent <= 25_000, "{}", w.held.len());
+        }
+        let mut w = WsWrite::new(
+            Socket {
+                room: usize::MAX,
+                ..Socket::default()
+            },
+            0,
+            4 << 20,
+        );
+        w.feed("a").await.unwrap();
+        assert_eq!(w.io.writes, 1, "written at once");
+        assert_eq!(w.held_capacity(), 0);
+    }
+
+    #[tokio::test]
     async fn a_socket_that_takes_nothing_is_an_error_not_a_spin() {
-        let mut w = WsWrite::new(Socket {
-            room: 0,
-            ..Socket::default()
-        });
+        let mut w = WsWrite::new(
+            Socket {
+                room: 0,
+                ..Socket::default()
+            },
+            HOLD,
+            4 << 20,
+        );
         assert!(w.send("x").await.is_err());
     }
 
     #[tokio::test]
     async fn close_reasons_are_cut_at_a_character_boundary() {
-        let mut w = WsWrite::new(Socket {
-            room: usize::MAX,
-            ..Socket::default()
-        });
+        let mut w = WsWrite::new(
+            Socket {
+                room: usize::MAX,
+                ..Socket::default()
+            },
+            HOLD,
+            4 << 20,
+        );
         w.close(1000, &"é".repeat(100)).await.unwrap();
         let f = frames(&w.io.data);
         assert!(f[0].1.len() <= 125);
