@@ -165,7 +165,7 @@ impl MonitorHandle {
 const FD_COUNT_EVERY: Duration = Duration::from_secs(1);
 
 /// How often the monitor looks at how much of the heap is free.
-const HEAP_CHECK_EVERY: Duration = Duration::from_secs(5);
+const HEAP_CHECK_EVERY: Duration = Duration::from_secs(2);
 /// Heap freed (since the last trim) past which it is handed back to the
 /// OS: the allocator keeps freed pages in its arenas, so RSS would stay at
 /// its peak after a crowd of connections left.

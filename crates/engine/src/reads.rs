@@ -171,8 +171,8 @@ impl Drop for ReadSink {
 
 impl ReadSink {
     /// The next message of any of this session's queries. Cancel-safe.
-    pub async fn recv(&mut self) -> ReadMsg {
-        *self.tx.recv().await
+    pub async fn recv(&mut self) -> Box<ReadMsg> {
+        self.tx.recv().await
     }
 }
 

@@ -54,12 +54,12 @@ impl Writes {
         self.0.get_or_insert_with(Default::default).push(fut);
     }
 
-    /// The next answer; pending forever while there is none (the session
-    /// polls it only when some are awaited).
-    pub(super) async fn next(&mut self) -> Option<WriteDone> {
+    /// The next answer (boxed: it is large, and the connection's task
+    /// would otherwise be sized for it). `None` when none is awaited.
+    pub(super) async fn next(&mut self) -> Option<Box<WriteDone>> {
         use futures_util::StreamExt;
         match self.0.as_mut() {
-            Some(w) => w.next().await,
+            Some(w) => w.next().await.map(Box::new),
             None => None,
         }
     }
@@ -212,7 +212,7 @@ impl Session {
     }
 
     /// The writer answered an EVENT (or stopped): its OK.
-    pub(super) async fn on_write_done(&mut self, out: &mut Out, done: WriteDone) -> Step {
+    pub(super) async fn on_write_done(&mut self, out: &mut Out, done: Box<WriteDone>) -> Step {
         metrics::histogram!(m::OK_LATENCY_SECONDS).record(done.started.elapsed().as_secs_f64());
         let id = id_hex(&done.id);
         match done.answer.result() {

@@ -98,106 +98,113 @@ struct Session {
     host: Option<String>,
 }
 
-pub(crate) async fn run(
+/// One connection, from its upgrade to its end. An `async move` block, not
+/// an `async fn`: the arguments are then stored once in the task, not
+/// twice (an `async fn` moves each argument into a local of its own).
+pub(crate) fn run(
     on_upgrade: hyper::upgrade::OnUpgrade,
     (st, front): (Arc<AppState>, Arc<crate::Reloadable>),
     ip: IpAddr,
     host: Option<String>,
-    _permits: (OwnedSemaphorePermit, ConnectionGuard),
-) {
-    let Some((tcp, already)) = crate::ws::take_socket(on_upgrade).await else {
-        return;
-    };
-    metrics::counter!(m::CONNECTIONS_OPENED_TOTAL).increment(1);
-    let _open = sluice_engine::GaugeGuard::hold(m::CONNECTIONS_OPEN);
-    tracing::debug!(peer = %ip, "connection opened");
-    let (read_half, write_half) = tcp.into_split();
-    // Frames are bounded at twice the message limit, so that a message
-    // over the limit is answered by the session (with its id when it is an
-    // EVENT) rather than cut off by the WebSocket layer.
-    let hard_max = front.limits.max_message_bytes.saturating_mul(2);
-    let mut stream = WsRead::new(read_half, &already, hard_max, st.server.read_buffer_bytes);
-    drop(already);
-    let mut out = Out::new(
-        WsWrite::new(
-            write_half,
-            st.server.write_buffer_bytes,
-            st.server.max_write_buffer_bytes,
-        ),
-        Duration::from_millis(st.server.send_timeout_ms),
-    );
-    let mut s = Session::new(st.clone(), front, ip, host);
-    if st.auth.challenge_on_connect && s.send_challenge(&mut out).await.is_err() {
-        let reason = CloseReason::IoError.label();
-        metrics::counter!(m::CONNECTIONS_CLOSED_TOTAL, "reason" => reason).increment(1);
-        return;
-    }
-    let idle_after =
-        (st.server.idle_timeout_ms > 0).then(|| Duration::from_millis(st.server.idle_timeout_ms));
-    // The idle timer exists only while the session is idle (a connection
-    // with a subscription holds none).
-    let mut last_frame = tokio::time::Instant::now();
-    let mut idle: Option<Pin<Box<Sleep>>> = None;
-    // The handlers but live delivery (the fan-out's hot path) are boxed:
-    // the task of every connection, idle or not, would otherwise be sized
-    // for the largest of them.
-    let reason: CloseReason = loop {
-        match idle_after.filter(|_| s.is_idle()) {
-            Some(after) => {
-                let at = last_frame + after;
-                match idle.as_mut() {
-                    Some(sleep) if sleep.deadline() != at => sleep.as_mut().reset(at),
-                    Some(_) => {}
-                    None => idle = Some(Box::pin(tokio::time::sleep_until(at))),
-                }
-            }
-            None => idle = None,
+    permits: (OwnedSemaphorePermit, ConnectionGuard),
+) -> impl std::future::Future<Output = ()> + Send {
+    async move {
+        // Given back when the connection ends, whatever the path.
+        let _permits = &permits;
+        let Some((tcp, already)) = crate::ws::take_socket(on_upgrade).await else {
+            return;
+        };
+        metrics::counter!(m::CONNECTIONS_OPENED_TOTAL).increment(1);
+        let _open = sluice_engine::GaugeGuard::hold(m::CONNECTIONS_OPEN);
+        tracing::debug!(peer = %ip, "connection opened");
+        let (read_half, write_half) = tcp.into_split();
+        // Frames are bounded at twice the message limit, so that a message
+        // over the limit is answered by the session (with its id when it is an
+        // EVENT) rather than cut off by the WebSocket layer.
+        let hard_max = front.limits.max_message_bytes.saturating_mul(2);
+        let mut stream = WsRead::new(read_half, &already, hard_max, st.server.read_buffer_bytes);
+        drop(already);
+        let mut out = Out::new(
+            WsWrite::new(
+                write_half,
+                st.server.write_buffer_bytes,
+                st.server.max_write_buffer_bytes,
+            ),
+            Duration::from_millis(st.server.send_timeout_ms),
+        );
+        let mut s = Session::new(st.clone(), front, ip, host);
+        if st.auth.challenge_on_connect && s.send_challenge(&mut out).await.is_err() {
+            let reason = CloseReason::IoError.label();
+            metrics::counter!(m::CONNECTIONS_CLOSED_TOTAL, "reason" => reason).increment(1);
+            return;
         }
-        let step = tokio::select! {
-            biased;
-            // Bounded by shutdown_grace_ms; an EVENT the writer has not answered by then gets no OK.
-            () = st.shutdown.cancelled() => break Box::pin(s.finish_for_shutdown(&mut out, &mut stream)).await,
-            // At most max_pending_writes: past it this connection's EVENTs are refused with
-            // rate-limited (the publisher loses); the writer's queue is engine.writer_queue_events.
-            Some(done) = s.writes.next(), if !s.writes.is_empty() => Box::pin(s.on_write_done(&mut out, done)).await,
-            // At most chunks_per_connection unsent: a client that does not read parks its own
-            // queries, nobody else's.
-            msg = s.reads.recv() => Box::pin(s.on_read(&mut out, msg)).await,
-            // Only events matching this connection's subscriptions, at most
-            // engine.live_buffer_events / live_buffer_bytes queued: past that the client is
-            // disconnected (slow consumer); held per subscription until EOSE at most
-            // max_buffered_live_events (that subscription is CLOSED).
-            r = s.live.recv() => s.on_live(&mut out, r).await,
-            // One EVENT at most, held by a write delay: meanwhile no client frame is read (the
-            // delayed client waits, nobody else).
-            () = event::held_until(&mut s.held), if s.held.is_some() => Box::pin(s.resume_held(&mut out)).await,
-            // One message at a time, at most limits.max_message_bytes; a client that sends faster
-            // than it is answered is held back by its own socket buffers.
-            msg = stream.next(), if s.held.is_none() => {
-                if idle_after.is_some() {
-                    last_frame = tokio::time::Instant::now();
+        let idle_after = (st.server.idle_timeout_ms > 0)
+            .then(|| Duration::from_millis(st.server.idle_timeout_ms));
+        // The idle timer exists only while the session is idle (a connection
+        // with a subscription holds none).
+        let mut last_frame = tokio::time::Instant::now();
+        let mut idle: Option<Pin<Box<Sleep>>> = None;
+        // The handlers but live delivery (the fan-out's hot path) are boxed:
+        // the task of every connection, idle or not, would otherwise be sized
+        // for the largest of them.
+        let reason: CloseReason = loop {
+            match idle_after.filter(|_| s.is_idle()) {
+                Some(after) => {
+                    let at = last_frame + after;
+                    match idle.as_mut() {
+                        Some(sleep) if sleep.deadline() != at => sleep.as_mut().reset(at),
+                        Some(_) => {}
+                        None => idle = Some(Box::pin(tokio::time::sleep_until(at))),
+                    }
                 }
-                Box::pin(s.on_frame(&mut out, msg)).await
+                None => idle = None,
             }
-            // Nothing open and nothing sent for server.idle_timeout_ms: the connection only
-            // holds a socket and a connection slot.
-            () = idle_elapsed(&mut idle), if idle.is_some() => {
-                Box::pin(out.close(close_code::NORMAL, "idle")).await;
-                break CloseReason::Idle;
+            let step = tokio::select! {
+                biased;
+                // Bounded by shutdown_grace_ms; an EVENT the writer has not answered by then gets no OK.
+                () = st.shutdown.cancelled() => break Box::pin(s.finish_for_shutdown(&mut out, &mut stream)).await,
+                // At most max_pending_writes: past it this connection's EVENTs are refused with
+                // rate-limited (the publisher loses); the writer's queue is engine.writer_queue_events.
+                Some(done) = s.writes.next(), if !s.writes.is_empty() => Box::pin(s.on_write_done(&mut out, done)).await,
+                // At most chunks_per_connection unsent: a client that does not read parks its own
+                // queries, nobody else's.
+                msg = s.reads.recv() => Box::pin(s.on_read(&mut out, msg)).await,
+                // Only events matching this connection's subscriptions, at most
+                // engine.live_buffer_events / live_buffer_bytes queued: past that the client is
+                // disconnected (slow consumer); held per subscription until EOSE at most
+                // max_buffered_live_events (that subscription is CLOSED).
+                r = s.live.recv() => Box::pin(s.on_live(&mut out, r)).await,
+                // One EVENT at most, held by a write delay: meanwhile no client frame is read (the
+                // delayed client waits, nobody else).
+                () = event::held_until(&mut s.held), if s.held.is_some() => Box::pin(s.resume_held(&mut out)).await,
+                // One message at a time, at most limits.max_message_bytes; a client that sends faster
+                // than it is answered is held back by its own socket buffers.
+                msg = stream.next(), if s.held.is_none() => {
+                    if idle_after.is_some() {
+                        last_frame = tokio::time::Instant::now();
+                    }
+                    Box::pin(s.on_frame(&mut out, msg)).await
+                }
+                // Nothing open and nothing sent for server.idle_timeout_ms: the connection only
+                // holds a socket and a connection slot.
+                () = idle_elapsed(&mut idle), if idle.is_some() => {
+                    Box::pin(out.close(close_code::NORMAL, "idle")).await;
+                    break CloseReason::Idle;
+                }
+            };
+            if let Err(reason) = step {
+                break reason;
             }
         };
-        if let Err(reason) = step {
-            break reason;
+        // Subscriptions and queries are given back before the close is counted.
+        drop(s);
+        if reason == CloseReason::SlowConsumer {
+            metrics::counter!(m::SLOW_CONSUMER_DISCONNECTS_TOTAL).increment(1);
         }
-    };
-    // Subscriptions and queries are given back before the close is counted.
-    drop(s);
-    if reason == CloseReason::SlowConsumer {
-        metrics::counter!(m::SLOW_CONSUMER_DISCONNECTS_TOTAL).increment(1);
+        let reason = reason.label();
+        metrics::counter!(m::CONNECTIONS_CLOSED_TOTAL, "reason" => reason).increment(1);
+        tracing::debug!(peer = %ip, reason, "connection closed");
     }
-    let reason = reason.label();
-    metrics::counter!(m::CONNECTIONS_CLOSED_TOTAL, "reason" => reason).increment(1);
-    tracing::debug!(peer = %ip, reason, "connection closed");
 }
 
 /// Waits for the idle timer (polled only while there is one).

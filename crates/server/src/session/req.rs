@@ -136,14 +136,14 @@ impl Session {
     /// A chunk (and/or the end) of one of this connection's queries. The
     /// message's credit goes back when it is dropped, after the events are
     /// written: the next chunk is read only once this one is on its way.
-    pub(super) async fn on_read(&mut self, out: &mut Out, mut msg: ReadMsg) -> Step {
+    pub(super) async fn on_read(&mut self, out: &mut Out, mut msg: Box<ReadMsg>) -> Step {
         let throttle = self.st.engine.throttle();
         throttle.settle_connection_read_cost(&mut self.read_budget, msg.settle_units);
         if self.subs.is_count(msg.job) {
-            return self.on_count_answer(out, msg).await;
+            return self.on_count_answer(out, *msg).await;
         }
         if let Some(sub_id) = self.neg.sub_of_query(msg.job) {
-            return self.on_neg_read(out, sub_id, msg).await;
+            return self.on_neg_read(out, sub_id, *msg).await;
         }
         let Some(sub_id) = self.subs.sub_of_query(msg.job) else {
             // A query closed or replaced since: its answer is dropped.
