@@ -101,6 +101,7 @@ struct Session {
 /// One connection, from its upgrade to its end. An `async move` block, not
 /// an `async fn`: the arguments are then stored once in the task, not
 /// twice (an `async fn` moves each argument into a local of its own).
+#[allow(clippy::manual_async_fn)] // On purpose: see above.
 pub(crate) fn run(
     on_upgrade: hyper::upgrade::OnUpgrade,
     (st, front): (Arc<AppState>, Arc<crate::Reloadable>),
