@@ -134,28 +134,29 @@ impl<R: AsyncRead + Unpin> WsRead<R> {
         }
     }
 
+    /// Nothing more is read; what was held is freed.
+    fn stop(&mut self) {
+        self.done = true;
+        self.pending = Vec::new();
+        self.partial = None;
+    }
+
     /// After a Close nothing more is read.
     fn deliver(&mut self, msg: Message) -> Message {
         if matches!(msg, Message::Close(_)) {
-            self.done = true;
-            self.pending = Vec::new();
-            self.partial = None;
+            self.stop();
         }
         msg
     }
 
     fn fail(&mut self, e: WsError) -> Result<Message, WsError> {
-        self.done = true;
-        self.pending = Vec::new();
-        self.partial = None;
+        self.stop();
         Err(e)
     }
 
     /// The socket ended without a Close: the stream ends.
     fn end_of_stream(&mut self) -> Option<Result<Message, WsError>> {
-        self.done = true;
-        self.pending = Vec::new();
-        self.partial = None;
+        self.stop();
         None
     }
 

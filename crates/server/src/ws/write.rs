@@ -198,6 +198,18 @@ mod tests {
 
     const HOLD: usize = 64 * 1024;
 
+    /// A writer over a socket that takes at most `room` bytes per call.
+    fn writer(room: usize, hold: usize, max_held: usize) -> WsWrite<Socket> {
+        WsWrite::new(
+            Socket {
+                room,
+                ..Socket::default()
+            },
+            hold,
+            max_held,
+        )
+    }
+
     /// A socket that takes at most `room` bytes per call, counting calls.
     #[derive(Default)]
     struct Socket {
@@ -267,14 +279,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_send_the_socket_takes_is_one_write_and_holds_nothing() {
-        let mut w = WsWrite::new(
-            Socket {
-                room: usize::MAX,
-                ..Socket::default()
-            },
-            HOLD,
-            4 << 20,
-        );
+        let mut w = writer(usize::MAX, HOLD, 4 << 20);
         w.send("hello").await.unwrap();
         w.send(&"y".repeat(70_000)).await.unwrap();
         assert_eq!(w.io.writes, 2);
@@ -287,14 +292,7 @@ mod tests {
     #[tokio::test]
     async fn what_a_slow_socket_does_not_take_is_written_before_send_returns() {
         for room in [1, 3, 7, 100] {
-            let mut w = WsWrite::new(
-                Socket {
-                    room,
-                    ..Socket::default()
-                },
-                HOLD,
-                4 << 20,
-            );
+            let mut w = writer(room, HOLD, 4 << 20);
             w.send("abcdefghij").await.unwrap();
             w.close(1001, "bye").await.unwrap();
             w.pong(b"p").await.unwrap();
@@ -312,14 +310,7 @@ mod tests {
 
     #[tokio::test]
     async fn fed_frames_leave_together_at_the_flush_and_the_buffer_is_freed() {
-        let mut w = WsWrite::new(
-            Socket {
-                room: usize::MAX,
-                ..Socket::default()
-            },
-            HOLD,
-            4 << 20,
-        );
+        let mut w = writer(usize::MAX, HOLD, 4 << 20);
         for i in 0..50 {
             w.feed(&format!("event {i}")).await.unwrap();
         }
@@ -340,14 +331,7 @@ mod tests {
 
     #[tokio::test]
     async fn feeding_past_the_bound_writes_what_is_held_first() {
-        let mut w = WsWrite::new(
-            Socket {
-                room: usize::MAX,
-                ..Socket::default()
-            },
-            HOLD,
-            4 << 20,
-        );
+        let mut w = writer(usize::MAX, HOLD, 4 << 20);
         let event = "e".repeat(10_000);
         for _ in 0..20 {
             w.feed(&event).await.unwrap();
@@ -360,27 +344,13 @@ mod tests {
 
     #[tokio::test]
     async fn nothing_is_held_past_the_hard_bound_and_zero_holds_nothing() {
-        let mut w = WsWrite::new(
-            Socket {
-                room: usize::MAX,
-                ..Socket::default()
-            },
-            HOLD,
-            25_000,
-        );
+        let mut w = writer(usize::MAX, HOLD, 25_000);
         let event = "e".repeat(10_000);
         for _ in 0..10 {
             w.feed(&event).await.unwrap();
             assert!(w.held.len() - w.sent <= 25_000, "{}", w.held.len());
         }
-        let mut w = WsWrite::new(
-            Socket {
-                room: usize::MAX,
-                ..Socket::default()
-            },
-            0,
-            4 << 20,
-        );
+        let mut w = writer(usize::MAX, 0, 4 << 20);
         w.feed("a").await.unwrap();
         assert_eq!(w.io.writes, 1, "written at once");
         assert_eq!(w.held_capacity(), 0);
@@ -388,27 +358,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_socket_that_takes_nothing_is_an_error_not_a_spin() {
-        let mut w = WsWrite::new(
-            Socket {
-                room: 0,
-                ..Socket::default()
-            },
-            HOLD,
-            4 << 20,
-        );
+        let mut w = writer(0, HOLD, 4 << 20);
         assert!(w.send("x").await.is_err());
     }
 
     #[tokio::test]
     async fn close_reasons_are_cut_at_a_character_boundary() {
-        let mut w = WsWrite::new(
-            Socket {
-                room: usize::MAX,
-                ..Socket::default()
-            },
-            HOLD,
-            4 << 20,
-        );
+        let mut w = writer(usize::MAX, HOLD, 4 << 20);
         w.close(1000, &"é".repeat(100)).await.unwrap();
         let f = frames(&w.io.data);
         assert!(f[0].1.len() <= 125);
