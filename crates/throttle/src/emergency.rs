@@ -194,4 +194,30 @@ mod tests {
         };
         assert_eq!(Emergency::new(c).unwrap_err().key, "exit_pressure");
     }
+
+    #[test]
+    fn a_new_mode_is_off_counts_each_entry_and_reads_back_its_config() {
+        let mut e = emergency();
+        assert!(!e.is_active());
+        assert_eq!(e.entered_total(), 0);
+        for _ in 0..2 {
+            e.update(1.0);
+            e.update(0.5);
+        }
+        assert_eq!(e.entered_total(), 2);
+        let tighter = EmergencyConfig {
+            enter_pressure: 0.8,
+            exit_pressure: 0.7,
+            retry_after_ms: 250,
+        };
+        e.set_config(tighter).unwrap();
+        assert_eq!(e.config(), &tighter);
+        assert!(e.update(0.85), "the next update applies it");
+        let bad = EmergencyConfig {
+            exit_pressure: 0.9,
+            ..tighter
+        };
+        assert!(e.set_config(bad).is_err());
+        assert_eq!(e.config(), &tighter, "a refused config changes nothing");
+    }
 }

@@ -282,4 +282,27 @@ mod tests {
         assert_eq!(delay.unwrap(), serde_json::json!({ "delay_ns": 3_000_000 }));
         assert_eq!(serde_json::to_value(Verdict::Allow).unwrap(), "allow");
     }
+
+    #[test]
+    fn the_config_reads_back_and_a_reset_makes_the_next_tick_a_first() {
+        let mut g = Governor::new(ThrottleConfig::default()).unwrap();
+        let c = ThrottleConfig {
+            target_memory_mb: 2048,
+            ..ThrottleConfig::default()
+        };
+        g.set_config(c.clone()).unwrap();
+        assert_eq!(g.config(), &c);
+        let hot = LoadSignals {
+            writer_wait_secs: 0.2,
+            ..LoadSignals::default()
+        };
+        g.tick(0, &hot, 0);
+        let s = *g.tick(0, &hot, TICK_NS);
+        assert!(s.write.pid.integral != 0.0 && s.read.pid.integral != 0.0);
+        g.reset();
+        let s = *g.tick(0, &hot, 2 * TICK_NS);
+        assert_eq!(s.write.pid.integral, 0.0, "no step since the reset");
+        assert_eq!(s.read.pid.integral, 0.0);
+        assert_eq!(s.write.pid.d, 0.0);
+    }
 }

@@ -560,4 +560,81 @@ mod tests {
         assert_consistent(&m);
         assert!(m.set_config(config(100.0), 0).is_err());
     }
+
+    #[test]
+    fn stopping_usage_tracking_forgets_and_starting_again_keeps() {
+        let mut m = KeyedBuckets::new(config(10.0), 4).unwrap();
+        let mut out = Vec::new();
+        m.set_usage_tracking(true);
+        m.check(&"a", 0, 2).unwrap();
+        m.set_usage_tracking(true);
+        m.drain_usage(&mut out);
+        assert_eq!(out, vec![("a", 2)], "turning it on again forgets nothing");
+        out.clear();
+        m.check(&"a", 0, 1).unwrap();
+        m.set_usage_tracking(false);
+        m.set_usage_tracking(true);
+        m.drain_usage(&mut out);
+        assert!(out.is_empty(), "stopping forgets what was counted");
+        // A key used at cost 0 has nothing to report.
+        m.check(&"b", 0, 0).unwrap();
+        m.drain_usage(&mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn settle_charges_a_positive_delta_and_refunds_a_negative_one() {
+        let mut m = KeyedBuckets::new(config(10.0), 4).unwrap();
+        // Zero: nothing to refund, no bucket made.
+        m.settle(&"a", 0, 0);
+        assert!(m.is_empty());
+        m.settle(&"a", 0, 10);
+        assert_eq!(m.len(), 1);
+        assert!(!m.is_empty());
+        assert!(m.check(&"a", 0, 1).is_err(), "the pool (10) is spent");
+        m.settle(&"a", 0, -5);
+        assert!(m.check(&"a", 0, 5).is_ok(), "5 given back");
+        // charge: debt beyond the pool, on a new key too.
+        m.charge(&"b", 0, 15);
+        assert!(m.check(&"b", SEC / 2, 1).is_err(), "5 of debt left");
+        assert!(m.check(&"b", SEC, 1).is_ok());
+    }
+
+    #[test]
+    fn the_rate_reads_back_as_set() {
+        let mut m: KeyedBuckets<u32> = KeyedBuckets::new(config(10.0), 4).unwrap();
+        assert_eq!(m.rate_per_s(), 10.0);
+        m.set_rate(3.5);
+        assert_eq!(m.rate_per_s(), 3.5);
+    }
+
+    #[test]
+    fn a_reload_at_the_same_bound_keeps_undrained_use() {
+        let mut m = KeyedBuckets::new(config(10.0), 2).unwrap();
+        m.set_usage_tracking(true);
+        m.check(&"a", 0, 1).unwrap();
+        m.check(&"b", 0, 1).unwrap();
+        m.set_config(config(10.0), 2).unwrap();
+        let mut out = Vec::new();
+        m.drain_usage(&mut out);
+        out.sort();
+        assert_eq!(out, vec![("a", 1), ("b", 1)]);
+        assert_eq!(m.stats().evicted_active_total, 0);
+    }
+
+    #[test]
+    fn the_slots_never_grow_past_the_bound() {
+        for bound in [1usize, 5, 20, 33, 100] {
+            let mut m = KeyedBuckets::new(config(10.0), bound).unwrap();
+            for k in 0..bound as u32 * 2 {
+                m.check(&k, 0, 1).unwrap();
+                assert!(
+                    m.slots.capacity() <= bound,
+                    "bound {bound}: {}",
+                    m.slots.capacity()
+                );
+            }
+            assert_eq!(m.len(), bound);
+        }
+    }
 }

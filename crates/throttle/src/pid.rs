@@ -493,4 +493,63 @@ mod tests {
         assert!(p.set_config(bad).is_err());
         assert_eq!(p.config().setpoint, c.setpoint);
     }
+
+    #[test]
+    fn a_sample_at_the_same_time_keeps_the_derivative() {
+        let mut c = PidConfig::write_default();
+        c.derivative_alpha = 1.0;
+        let mut p = pid(c);
+        p.update(0.85, 0);
+        p.update(0.95, TICK_NS);
+        let (d, filtered) = (p.state().d, p.state().filtered_error);
+        assert!((d - 0.05 * 0.1 / 0.1).abs() < 1e-9, "{d}");
+        // Same instant, another value: no step to differentiate over.
+        let out = p.update(1.25, TICK_NS);
+        assert!(out.is_finite());
+        assert_eq!(p.state().d, d);
+        assert_eq!(p.state().filtered_error, filtered);
+    }
+
+    #[test]
+    fn the_integral_stops_where_the_output_reaches_its_max_counting_the_derivative() {
+        let c = PidConfig {
+            kp: 0.1,
+            ki: 1.0,
+            kd: 0.1,
+            setpoint: 0.5,
+            derivative_alpha: 1.0,
+            integral_min: -1.0,
+            integral_max: 10.0,
+            output_min: 0.0,
+            output_max: 1.0,
+            max_delay_ms: 1000,
+        };
+        let mut p = pid(c);
+        p.update(0.5, 0);
+        p.update(2.5, 1_000_000_000);
+        // p = 0.2, d = 0.1 * 2 / 1 = 0.2: the integral may reach
+        // (1 - 0.2 - 0.2) / 1 = 0.6, not the 2 error-seconds seen.
+        let s = p.state();
+        assert!((s.p - 0.2).abs() < 1e-12 && (s.d - 0.2).abs() < 1e-12);
+        assert!((s.integral - 0.6).abs() < 1e-12, "{}", s.integral);
+        assert!((p.output() - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn with_no_integral_gain_the_integral_still_counts_error_seconds() {
+        // P alone saturates; with ki = 0 the integral changes no output,
+        // and it is the plain error-seconds shown on /metrics.
+        let mut c = PidConfig::write_default();
+        c.ki = 0.0;
+        c.kd = 0.0;
+        let mut p = pid(c);
+        p.update(3.85, 0);
+        p.update(3.85, TICK_NS);
+        assert_eq!(p.output(), 1.0);
+        assert!(
+            (p.state().integral - 0.3).abs() < 1e-12,
+            "{}",
+            p.state().integral
+        );
+    }
 }

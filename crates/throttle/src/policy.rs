@@ -1328,4 +1328,126 @@ mod tests {
         assert_eq!(t.rate_per_s, c.read_cost_per_ip.rate_per_s * 2.0);
         assert_eq!(t.window_ms, c.read_cost_per_ip.window_ms);
     }
+
+    #[test]
+    fn a_spent_outsider_budget_asks_for_work_only_when_adaptive_work_is_asked() {
+        let limited = |adaptive, current| {
+            WriteStanding::Outsider(OutsiderRule {
+                writes: OutsiderWrites::Limited,
+                floor: 0,
+                current,
+                adaptive,
+            })
+        };
+        let mut w = World::new(roomy(Mode::Enforce));
+        for _ in 0..2 {
+            assert_eq!(w.at(0, |c| c.outsiders(&limited(false, 0), 0)), Ok(()));
+        }
+        for (adaptive, current) in [(false, 9), (true, 0), (false, 0)] {
+            let refused = w.at(0, |c| c.outsiders(&limited(adaptive, current), 0));
+            assert!(
+                matches!(refused, Err(AuthorRefusal::Limited(_))),
+                "adaptive {adaptive}, current {current}: {refused:?}"
+            );
+        }
+        assert_eq!(
+            w.at(0, |c| c.outsiders(&limited(true, 4), 0)),
+            Err(AuthorRefusal::Pow { required: 4 })
+        );
+    }
+
+    #[test]
+    fn off_settles_nothing() {
+        let who = tiers().principal(ip(), &[PUBKEY]);
+        let mut w = World::new(config(Mode::Off));
+        w.at(0, |c| c.settle_read_cost(&who, 1000));
+        let address = Bucket::Address(Quota::ReadCost, ip());
+        let pubkey = Bucket::Pubkey(Quota::ReadCost, 1, &PUBKEY);
+        assert!(w.maps.could_take(address, 1000, 0));
+        assert!(w.maps.could_take(pubkey, 1000, 0));
+        let mut conn = TokenBucket::new(w.cfg.clients.read_cost_per_connection, 0).unwrap();
+        w.at(0, |c| c.settle_connection(&mut conn, 1000));
+        assert!(conn.try_take(0, 1000).is_ok());
+        // Enforced, the same settlements charge.
+        let mut w = World::new(config(Mode::Enforce));
+        w.at(0, |c| c.settle_read_cost(&who, 1000));
+        assert!(!w.maps.could_take(address, 1, 0));
+        let mut conn = TokenBucket::new(w.cfg.clients.read_cost_per_connection, 0).unwrap();
+        w.at(0, |c| c.settle_connection(&mut conn, 1000));
+        assert!(conn.try_take(0, 1).is_err());
+    }
+
+    #[test]
+    fn shadow_counts_a_query_past_the_deadline_not_one_at_it_and_enforce_counts_no_shadow_line() {
+        let queries = crate::config::QueriesConfig {
+            slots: 1,
+            deadline_ms: 10,
+            max_open_units: 1_000_000_000_000,
+            max_open_units_per_client: 1_000_000_000_000,
+            max_queued: 100_000,
+            max_queued_per_client: 100_000,
+            ..crate::config::QueriesConfig::default()
+        };
+        let who = Principal::anonymous(ip());
+        let other = Principal::anonymous("192.0.2.2".parse().unwrap());
+        let deadline = Duration::from_millis(10);
+        let shadow_line = "decision read query_scheduler refuse false";
+        // Shadow, an empty queue: nothing to count.
+        let mut w = World::new(config(Mode::Shadow));
+        let mut sched = FairQueue::new(queries.clone()).unwrap();
+        assert!(sched.estimated_wait(&who.key) < deadline);
+        w.at(0, |c| c.schedule(&mut sched, &other, 1, 1)).unwrap();
+        assert!(w.counted.0.is_empty(), "{:?}", w.counted.0);
+        // Raise the wait to the deadline exactly: still not past it.
+        let mut sched = FairQueue::new(queries.clone()).unwrap();
+        // Before any step ran a unit counts 1 us: newcomers' first steps
+        // of 10,000 units in all put a new flow 10 ms behind.
+        let mut n = 0u32;
+        while sched.estimated_wait(&who.key) < deadline {
+            n += 1;
+            assert!(n < 1_000, "the wait never reached the deadline");
+            let rest = (deadline - sched.estimated_wait(&who.key)).as_micros() as u64;
+            let ip = IpAddr::from([10, 0, (n >> 8) as u8, n as u8]);
+            let newcomer = Principal::anonymous(ip);
+            w.at(0, |c| c.schedule(&mut sched, &newcomer, 1, rest.min(500)))
+                .unwrap();
+        }
+        assert_eq!(sched.estimated_wait(&who.key), deadline);
+        w.at(0, |c| c.schedule(&mut sched, &who, 1, 1)).unwrap();
+        assert!(w.counted.0.is_empty(), "{:?}", w.counted.0);
+        // Enforced past the deadline: a refusal, and no shadow line.
+        let mut w = World::new(config(Mode::Enforce));
+        let mut sched = FairQueue::new(queries).unwrap();
+        let refused = (0..20)
+            .filter(|_| w.at(0, |c| c.schedule(&mut sched, &who, 1, 5_000)).is_err())
+            .count();
+        assert!(refused > 0);
+        assert!(!w.counted.has(shadow_line), "{:?}", w.counted.0);
+    }
+
+    #[test]
+    fn a_heavier_tier_is_polite_up_to_its_weight_times_the_polite_rate() {
+        // Listed weighs 4: polite up to 20 a second; 15 a second passes.
+        let who = tiers().principal(ip(), &[LISTED]);
+        let delay = Verdict::Delay(Duration::from_millis(400));
+        let mut w = World::new(roomy(Mode::Enforce));
+        let mut pacer = ConnPacer::new(1);
+        for k in 1..=60 {
+            let v = w.at(k * 66 * MS, |c| {
+                c.operation(Op::Event, &who, &mut pacer, delay)
+            });
+            assert_eq!(v, Verdict::Allow, "op {k}");
+        }
+        // Anonymous at the same pace is above its 5 a second.
+        let anon = Principal::anonymous(ip());
+        let mut pacer = ConnPacer::new(1);
+        let last = (1..=60)
+            .map(|k| {
+                w.at(k * 66 * MS, |c| {
+                    c.operation(Op::Event, &anon, &mut pacer, delay)
+                })
+            })
+            .last();
+        assert_eq!(last, Some(delay));
+    }
 }

@@ -283,4 +283,28 @@ mod tests {
             "pow.raise_above"
         );
     }
+
+    #[test]
+    fn at_the_ceiling_the_first_bit_down_waits_from_reaching_it_and_the_lower_bound_holds() {
+        let cfg = adaptive();
+        let mut c = PowController::new();
+        let mut t = 10 * S;
+        for _ in 0..3 {
+            c.tick(&cfg, 1.0, 0.0, t);
+            t += S;
+        }
+        assert_eq!(c.extra(), 3, "the ceiling (7 - 4)");
+        // Pressed at the ceiling for a minute: nothing more to raise.
+        for _ in 0..60 {
+            assert_eq!(c.tick(&cfg, 1.0, 0.0, t), 3);
+            t += S;
+        }
+        // Calm: the first bit comes off at once (10 s since the last change).
+        assert_eq!(c.tick(&cfg, 0.0, 0.0, t), 2);
+        // Pressure at `lower_below` exactly is not calm.
+        let mut c = PowController::new();
+        c.tick(&cfg, 1.0, 0.0, 10 * S);
+        assert_eq!(c.tick(&cfg, cfg.lower_below, 0.0, 100 * S), 1);
+        assert_eq!(c.tick(&cfg, cfg.lower_below - 0.01, 0.0, 100 * S), 0);
+    }
 }

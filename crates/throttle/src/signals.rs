@@ -352,4 +352,13 @@ mod tests {
         };
         assert_eq!(t.validate().unwrap_err().key, "commit_slowdown_at_full");
     }
+
+    #[test]
+    fn the_low_map_fill_must_stay_below_the_full_one() {
+        let mut t = SignalTargets::default();
+        t.map_fill_low = t.map_fill_full;
+        assert_eq!(t.validate().unwrap_err().key, "map_fill_low");
+        t.map_fill_low = t.map_fill_full - 0.01;
+        t.validate().unwrap();
+    }
 }

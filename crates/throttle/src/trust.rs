@@ -660,4 +660,97 @@ mod tests {
         };
         assert_eq!(far.validate(&tiers).unwrap_err().key, "trust.max_distance");
     }
+
+    #[test]
+    fn each_outsider_rule_is_named_as_the_config_spells_it() {
+        for w in [
+            OutsiderWrites::Allow,
+            OutsiderWrites::Pow,
+            OutsiderWrites::Limited,
+            OutsiderWrites::Deny,
+        ] {
+            let spelled = serde_json::to_value(w).unwrap();
+            assert_eq!(spelled.as_str(), Some(w.as_str()));
+        }
+        assert_eq!(OutsiderWrites::Limited.as_str(), "limited");
+    }
+
+    #[test]
+    fn a_distance_may_name_a_listed_tier() {
+        let tiers = TiersConfig {
+            listed: vec![crate::tiers::ListedTier {
+                name: "friends".into(),
+                weight: 4,
+                rate_multiplier: 2.0,
+                pubkeys: Vec::new(),
+            }],
+            ..TiersConfig::default()
+        };
+        let c = TrustConfig {
+            distance_tiers: DistanceTiers::List(vec!["friends".into(), "nobody".into()]),
+            ..TrustConfig::default()
+        };
+        assert_eq!(
+            c.validate(&tiers).unwrap_err().key,
+            "trust.distance_tiers.2"
+        );
+        let c = TrustConfig {
+            distance_tiers: DistanceTiers::List(vec!["friends".into(), "authenticated".into()]),
+            ..TrustConfig::default()
+        };
+        c.validate(&tiers).unwrap();
+    }
+
+    #[test]
+    fn the_seeds_decode_and_a_web_is_on_only_with_seeds() {
+        let none = TrustConfig::default();
+        assert!(!none.enabled());
+        assert!(none.seeds().is_empty());
+        assert!(TrustGraph::new(&none).is_empty());
+        let c = TrustConfig {
+            seed_pubkeys: vec![hex(&pk(7)), hex(&pk(3))],
+            ..TrustConfig::default()
+        };
+        assert!(c.enabled());
+        assert_eq!(c.seeds(), vec![pk(7), pk(3)]);
+        let g = TrustGraph::new(&c);
+        assert!(!g.is_empty());
+        assert!(!g.truncated());
+        assert_eq!(g.distances(), HashMap::from([(pk(7), 0), (pk(3), 0)]));
+    }
+
+    #[test]
+    fn mined_needs_adaptive_work_asked_and_carried() {
+        let rule = |current, adaptive| OutsiderRule {
+            writes: OutsiderWrites::Limited,
+            floor: 0,
+            current,
+            adaptive,
+        };
+        assert!(!rule(0, true).mined(0), "nothing asked: nothing mined");
+        assert!(!rule(0, true).mined(30));
+        assert!(rule(8, true).mined(8));
+        assert!(!rule(8, true).mined(7));
+        assert!(!rule(8, false).mined(30));
+    }
+
+    #[test]
+    fn a_list_whose_author_moves_to_the_edge_stops_counting_at_once() {
+        let mut g = graph(&[1], 2, 100);
+        follow(&mut g, 1, 10, &[2, 4]);
+        follow(&mut g, 2, 10, &[4]);
+        follow(&mut g, 4, 10, &[5]);
+        assert_eq!(g.distance(&pk(5)), Some(2));
+        assert_eq!(g.lists().0, 3);
+        // 1 unfollows 4: 4 is now at the edge (through 2), and its list
+        // no longer reaches anyone.
+        follow(&mut g, 1, 20, &[2]);
+        assert_eq!(g.distance(&pk(4)), Some(2));
+        assert_eq!(g.distance(&pk(5)), None);
+        assert_eq!(g.lists(), (2, 2), "4's list is dropped");
+        assert_eq!(
+            g.distances(),
+            HashMap::from([(pk(1), 0), (pk(2), 1), (pk(4), 2)])
+        );
+    }
 }
