@@ -645,4 +645,43 @@ mod tests {
         assert_eq!(partial.tick_ms, 50);
         assert_eq!(partial.queries, QueriesConfig::default());
     }
+
+    #[test]
+    fn a_kind_class_without_bucket_shape_gets_the_defaults() {
+        let k: KindLimit =
+            serde_json::from_str(r#"{"name":"reactions","kinds":[7],"rate_per_s":1}"#).unwrap();
+        assert_eq!(
+            (k.burst_ratio, k.window_ms, k.catch_up_ms),
+            (2.0, 2000, 5000)
+        );
+    }
+
+    #[test]
+    fn kind_class_names_and_count_are_checked() {
+        let class = |name: &str| KindLimit {
+            name: name.into(),
+            kinds: vec![7],
+            rate_per_s: 1.0,
+            burst_ratio: 2.0,
+            window_ms: 2000,
+            catch_up_ms: 5000,
+        };
+        let with = |kinds: Vec<KindLimit>| ClientsConfig {
+            kinds,
+            ..ClientsConfig::default()
+        };
+        for good in ["reactions", "re_actions", "r2", "_", "a_b"] {
+            with(vec![class(good)]).validate().unwrap();
+        }
+        for bad in ["", "Reactions", "re-actions", "a b", &"x".repeat(33)] {
+            let err = with(vec![class(bad)]).validate().unwrap_err();
+            assert_eq!(err.key, "kinds[0].name", "{bad:?}");
+        }
+        let many = |n: usize| with((0..n).map(|i| class(&format!("c{i}"))).collect());
+        many(MAX_KIND_CLASSES).validate().unwrap();
+        assert_eq!(
+            many(MAX_KIND_CLASSES + 1).validate().unwrap_err().key,
+            "kinds"
+        );
+    }
 }
