@@ -1024,7 +1024,11 @@ async fn full_store_answers_error_and_stays_readable() {
             .await
             .is_empty()
     );
-    assert!(relay.log_text().contains("STORE IS FULL"));
+    // The log reaches the test through a reader thread: wait for the line.
+    eventually("the full store is logged", || async {
+        relay.log_text().contains("STORE IS FULL")
+    })
+    .await;
 }
 
 // --------------------------------------------------------- real traffic

@@ -11,25 +11,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use sluice_proto::Event;
-use support::{Relay, ev, import_events, now, pubkey_hex, tmpfs};
+use support::{Relay, ev, eventually, import_events, now, pubkey_hex, tmpfs};
 
 const DAY: u64 = 86_400;
-
-/// Polls `check` every 100 ms until it holds, failing after 30 s.
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if check().await {
-            return;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// The ids a REQ for `filter` returns (limit 5000).
 async fn ids(relay: &Relay, mut filter: serde_json::Value) -> Vec<String> {

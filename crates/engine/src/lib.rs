@@ -54,7 +54,7 @@ use tokio::sync::oneshot;
 
 pub use config::EngineConfig;
 pub use gauge::GaugeGuard;
-pub use live::{Lagged, LiveConn, LiveDelivery, LiveHub, LiveSub, SubHandle};
+pub use live::{LiveConn, LiveDelivery, LiveEnd, LiveHub, LiveSub, SubHandle};
 pub use mirror_tap::{MirrorTap, Origin};
 pub use policy::{Denial, PolicyConfig};
 pub use reads::{ReadEnd, ReadGuard, ReadMsg, ReadSink, Reads};
@@ -610,6 +610,12 @@ impl Engine {
     /// and receives the events that match them.
     pub fn live_connect(&self) -> LiveConn {
         self.live.connect()
+    }
+
+    /// The relay is stopping: every session's live queue says so
+    /// ([`LiveEnd::Stopped`]), now and for a session opened later.
+    pub fn stop_sessions(&self) {
+        self.live.stop();
     }
 
     /// Whether the engine can serve: not shutting down, the writer thread

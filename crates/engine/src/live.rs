@@ -31,6 +31,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use crate::LiveEvent;
@@ -49,9 +50,14 @@ pub struct LiveDelivery {
     pub subs: Vec<SubHandle>,
 }
 
-/// The connection fell behind: its queue filled, it got nothing since.
+/// Why a connection's live queue gives nothing more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lagged;
+pub enum LiveEnd {
+    /// The connection fell behind: its queue filled, it got nothing since.
+    Lagged,
+    /// The relay is stopping ([`LiveHub::stop`]): the session winds down.
+    Stopped,
+}
 
 /// The index of every open subscription. One per engine.
 pub struct LiveHub {
@@ -59,6 +65,8 @@ pub struct LiveHub {
     next_conn: AtomicU64,
     queue_events: usize,
     queue_bytes: usize,
+    /// Set once by [`LiveHub::stop`]: every connection's `recv` ends.
+    stopping: AtomicBool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -118,7 +126,24 @@ impl LiveHub {
             next_conn: AtomicU64::new(1),
             queue_events: queue_events.max(1),
             queue_bytes: queue_bytes.max(1),
+            stopping: AtomicBool::new(false),
         })
+    }
+
+    /// The relay is stopping: every connection's [`LiveConn::recv`], now
+    /// and later, ends with [`LiveEnd::Stopped`]. One wake-up per
+    /// connection, so a session needs no shutdown future of its own.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        let shared: Vec<Arc<ConnShared>> = self
+            .read()
+            .conns
+            .values()
+            .map(|c| c.shared.clone())
+            .collect();
+        for s in shared {
+            s.queue.wake();
+        }
     }
 
     fn read(&self) -> RwLockReadGuard<'_, Index> {
@@ -408,20 +433,42 @@ impl LiveConn {
         }
     }
 
-    /// The next delivery. `Err(Lagged)` once the queue has filled: the
-    /// connection must end.
-    pub async fn recv(&mut self) -> Result<LiveDelivery, Lagged> {
+    /// The next delivery. `Err(LiveEnd::Lagged)` once the queue has filled:
+    /// the connection must end; `Err(LiveEnd::Stopped)` once the relay
+    /// stops. Cancel-safe; the future is one pointer.
+    pub fn recv(
+        &mut self,
+    ) -> impl std::future::Future<Output = Result<LiveDelivery, LiveEnd>> + '_ {
+        std::future::poll_fn(move |cx| self.poll_recv(cx))
+    }
+
+    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<LiveDelivery, LiveEnd>> {
         if self.shared.lagged.load(Ordering::Acquire) {
-            return Err(Lagged);
+            return Poll::Ready(Err(LiveEnd::Lagged));
         }
-        let d = self.shared.queue.recv().await;
-        self.shared
-            .queued_bytes
-            .fetch_sub(d.event.event.raw().len(), Ordering::AcqRel);
-        if self.shared.lagged.load(Ordering::Acquire) {
-            return Err(Lagged);
+        if self.stopping() {
+            return Poll::Ready(Err(LiveEnd::Stopped));
         }
-        Ok(d)
+        match self.shared.queue.poll_recv(cx) {
+            Poll::Ready(d) => {
+                self.shared
+                    .queued_bytes
+                    .fetch_sub(d.event.event.raw().len(), Ordering::AcqRel);
+                if self.shared.lagged.load(Ordering::Acquire) {
+                    return Poll::Ready(Err(LiveEnd::Lagged));
+                }
+                Poll::Ready(Ok(d))
+            }
+            // Looked at after the waker is registered: a stop between the
+            // first look and here wakes this poll's waker.
+            Poll::Pending if self.stopping() => Poll::Ready(Err(LiveEnd::Stopped)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Whether the relay is stopping ([`LiveHub::stop`]).
+    pub fn stopping(&self) -> bool {
+        self.hub.stopping.load(Ordering::SeqCst)
     }
 
     /// A delivery already queued, if any (it does not report lagging).
@@ -681,8 +728,35 @@ mod tests {
             assert_eq!(fast.recv().await.unwrap().event.serial, Some(serial));
         }
         assert!(slow.lagged());
-        assert_eq!(slow.recv().await.unwrap_err(), Lagged);
+        assert_eq!(slow.recv().await.unwrap_err(), LiveEnd::Lagged);
         assert!(!fast.lagged());
+    }
+
+    #[tokio::test]
+    async fn a_stop_ends_every_waiting_receiver_and_any_opened_later() {
+        let hub = LiveHub::new(4, usize::MAX);
+        let all = Filter::from_value(&json!({})).unwrap();
+        let mut waiting = Vec::new();
+        for _ in 0..3 {
+            let mut conn = hub.connect();
+            let sub = conn.subscribe(vec![all.clone()]);
+            waiting.push(tokio::spawn(async move {
+                let _sub = sub;
+                conn.recv().await.map(|_| ())
+            }));
+        }
+        // Each waits on an empty queue until the stop.
+        tokio::task::yield_now().await;
+        assert!(waiting.iter().all(|w| !w.is_finished()));
+        hub.stop();
+        for w in waiting {
+            assert_eq!(w.await.unwrap(), Err(LiveEnd::Stopped));
+        }
+        let mut late = hub.connect();
+        assert!(late.stopping());
+        assert_eq!(late.recv().await.unwrap_err(), LiveEnd::Stopped);
+        drop(late);
+        assert!(hub.read().conns.is_empty(), "each ended receiver left");
     }
 
     #[test]

@@ -74,9 +74,10 @@ impl<T> Mailbox<T> {
         Ok(())
     }
 
-    /// The next item, waiting for one. Cancel-safe.
-    pub async fn recv(&self) -> T {
-        poll_fn(|cx| self.poll_recv(cx)).await
+    /// The next item, waiting for one. Cancel-safe. The future is one
+    /// pointer: a connection's task holds it in every wait.
+    pub fn recv(&self) -> impl std::future::Future<Output = T> + '_ {
+        poll_fn(|cx| self.poll_recv(cx))
     }
 
     pub fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<T> {
@@ -89,6 +90,15 @@ impl<T> Mailbox<T> {
                 }
                 Poll::Pending
             }
+        }
+    }
+
+    /// Wakes the receiver without an item (it looks at its other state:
+    /// a connection's live queue is woken so when the relay stops).
+    pub fn wake(&self) {
+        let waker = self.lock().waker.take();
+        if let Some(w) = waker {
+            w.wake();
         }
     }
 

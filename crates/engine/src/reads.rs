@@ -170,9 +170,10 @@ impl Drop for ReadSink {
 }
 
 impl ReadSink {
-    /// The next message of any of this session's queries. Cancel-safe.
-    pub async fn recv(&mut self) -> Box<ReadMsg> {
-        self.tx.recv().await
+    /// The next message of any of this session's queries. Cancel-safe;
+    /// the future is one pointer.
+    pub fn recv(&mut self) -> impl std::future::Future<Output = Box<ReadMsg>> + '_ {
+        self.tx.recv()
     }
 }
 

@@ -32,8 +32,8 @@ use sluice_throttle::policy::{
 };
 use sluice_throttle::trust::WriteStanding;
 use sluice_throttle::{
-    BucketConfig, Direction, GovernorState, KeyedBuckets, KeyedStats, Mode, RateLimited, Tiers,
-    TokenBucket, Verdict,
+    BucketConfig, BucketPools, Direction, GovernorState, KeyedBuckets, KeyedStats, Mode,
+    RateLimited, Tiers, TokenBucket, Verdict,
 };
 
 // The policy types, where the engine's callers have always found them.
@@ -441,9 +441,18 @@ impl Throttle {
         estimate: u64,
         schedule: impl FnOnce(&mut EngineChecks<'_>) -> Result<J, E>,
     ) -> Result<J, E> {
+        let mut bucket = self.connection_bucket(budget);
+        let admitted = self.checks(|c| c.query(who, &mut bucket, estimate, schedule));
+        budget.pools = bucket.pools();
+        admitted
+    }
+
+    /// A connection's read budget made whole: the current config and rate
+    /// around its pools.
+    fn connection_bucket(&self, budget: &ConnReadBudget) -> TokenBucket {
+        let cfg = self.config.load().clients.read_cost_per_connection;
         let rate = f64::from_bits(self.read_cost_conn_rate.load(Ordering::Relaxed));
-        budget.bucket.set_rate(rate);
-        self.checks(|c| c.query(who, &mut budget.bucket, estimate, schedule))
+        TokenBucket::resume(cfg, rate, budget.pools)
     }
 
     /// Settles a query's cost with its client's read budgets: a positive
@@ -455,7 +464,9 @@ impl Throttle {
 
     /// Settles a connection's read budget likewise.
     pub fn settle_connection_read_cost(&self, budget: &mut ConnReadBudget, delta_units: i64) {
-        self.checks(|c| c.settle_connection(&mut budget.bucket, delta_units));
+        let mut bucket = self.connection_bucket(budget);
+        self.checks(|c| c.settle_connection(&mut bucket, delta_units));
+        budget.pools = bucket.pools();
     }
 
     /// A new connection's own read budget (owned by its session).
@@ -466,7 +477,9 @@ impl Throttle {
             TokenBucket::new(BucketConfig::default(), self.now_ns())
                 .unwrap_or_else(|_| unreachable!("the default bucket config is valid"))
         });
-        ConnReadBudget { bucket }
+        ConnReadBudget {
+            pools: bucket.pools(),
+        }
     }
 
     /// Publishes a governor tick: verdicts for the hot path, bucket rates
@@ -518,10 +531,12 @@ fn dir_index(d: Direction) -> usize {
     }
 }
 
-/// A connection's read budget, in cost units; owned by its session.
+/// A connection's read budget, in cost units; owned by its session. Only
+/// its pools: the config and the rate are every connection's, read at each
+/// use (40 bytes a connection, not 120).
 #[derive(Debug, Clone)]
 pub struct ConnReadBudget {
-    bucket: TokenBucket,
+    pools: BucketPools,
 }
 
 /// Counts one open connection of an IP; uncounts it on drop.

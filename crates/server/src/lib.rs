@@ -45,6 +45,9 @@ pub struct AppState {
     pub engine: Arc<Engine>,
     pub server: ServerConfig,
     pub auth: AuthConfig,
+    /// Who reads on a connection that has not authenticated: shared by
+    /// every such connection.
+    anonymous_readers: Arc<sluice_proto::Readers>,
     /// `[limits]` and `[relay]`: replaced whole by a reload.
     front: ArcSwap<Reloadable>,
     /// `None` when /metrics is not served on the relay port.
@@ -112,6 +115,10 @@ impl AppState {
                 queue_per_ip: server.handshake_queue_per_ip,
                 queue_total: server.handshake_queue_total,
             }),
+            anonymous_readers: Arc::new(sluice_proto::Readers::new(
+                auth.private_kinds.clone(),
+                Vec::new(),
+            )),
             engine,
             server,
             auth,
@@ -153,7 +160,17 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// waits (up to `shutdown_grace_ms`) for sessions to answer their pending
 /// EVENTs and close.
 pub async fn serve(listener: tokio::net::TcpListener, state: Arc<AppState>) -> std::io::Result<()> {
+    // One wait for the whole relay, not one per session: the sessions
+    // learn of the stop through their live queues.
+    let stopper = {
+        let st = state.clone();
+        tokio::spawn(async move {
+            st.shutdown.cancelled().await;
+            st.engine.stop_sessions();
+        })
+    };
     accept::run(listener, router(state.clone()), state.clone()).await;
+    let _ = stopper.await;
     state.sessions.close();
     let grace = Duration::from_millis(state.server.shutdown_grace_ms);
     if tokio::time::timeout(grace, state.sessions.wait())
@@ -219,7 +236,13 @@ async fn root(
         // The session keeps the sections current at its upgrade.
         let front = st.front();
         let (answer, on_upgrade) = upgrade.respond();
-        let session = session::run(on_upgrade, (st.clone(), front), ip, host, (permit, per_ip));
+        let opening = Box::new(session::Opening {
+            on_upgrade,
+            st: st.clone(),
+            front,
+            host,
+        });
+        let session = session::run(opening, ip, (permit, per_ip));
         tokio::spawn(st.sessions.track_future(session));
         return answer;
     }

@@ -377,7 +377,28 @@ impl TokenBucket {
     pub fn is_full(&self, now_ns: u64) -> bool {
         self.state.is_full(&self.params, now_ns)
     }
+
+    /// Its pools alone (40 bytes), for an owner that keeps many buckets of
+    /// one config and rate: [`TokenBucket::resume`] makes it whole again.
+    pub fn pools(&self) -> BucketPools {
+        BucketPools(self.state)
+    }
+
+    /// A bucket of `config` at `rate_per_s` with the pools of an earlier
+    /// one ([`TokenBucket::pools`]); `config` was validated when those
+    /// pools were made.
+    pub fn resume(config: BucketConfig, rate_per_s: f64, pools: BucketPools) -> TokenBucket {
+        TokenBucket {
+            config,
+            params: Params::new(&config, rate_per_s),
+            state: pools.0,
+        }
+    }
 }
+
+/// A [`TokenBucket`]'s pools without its config and rate.
+#[derive(Debug, Clone, Copy)]
+pub struct BucketPools(BucketState);
 
 #[cfg(test)]
 mod tests {

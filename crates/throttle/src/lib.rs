@@ -75,7 +75,7 @@ pub mod tiers;
 pub mod trust;
 
 pub use admission::{Decision, DelayBatcher, Direction, Mode, Verdict};
-pub use bucket::{BucketConfig, TokenBucket, scaled_rate};
+pub use bucket::{BucketConfig, BucketPools, TokenBucket, scaled_rate};
 pub use config::{ClientsConfig, QueriesConfig, ReliefConfig, ThrottleConfig};
 pub use connection::{ConnPacer, client_key};
 pub use cost::{CostConfig, FilterShape};

@@ -25,31 +25,37 @@ use crate::metrics_names as m;
 
 /// One connection's authentication state.
 pub(super) struct AuthState {
-    challenge: String,
+    /// 16 random bytes, sent as hex.
+    challenge: [u8; 16],
     /// The challenge has been sent.
     sent: bool,
     /// Counts this connection in `sluice_connections_authenticated` once it
     /// has a pubkey.
     counted: Option<sluice_engine::GaugeGuard>,
     /// Who may read private messages here; shared with running queries
-    /// and the live index.
+    /// and the live index (and, until an AUTH, with every connection
+    /// that has none).
     readers: Arc<Readers>,
 }
 
 impl AuthState {
-    pub(super) fn new(private_kinds: &[u16]) -> AuthState {
-        let mut bytes = [0u8; 16];
+    pub(super) fn new(anonymous: &Arc<Readers>) -> AuthState {
+        let mut challenge = [0u8; 16];
         // A failing OS random source leaves the bytes zero: the challenge is
         // then predictable but still per-connection in its use.
-        if getrandom::fill(&mut bytes).is_err() {
+        if getrandom::fill(&mut challenge).is_err() {
             tracing::warn!("no OS randomness for an AUTH challenge");
         }
         AuthState {
-            challenge: hex::encode(bytes),
+            challenge,
             sent: false,
             counted: None,
-            readers: Arc::new(Readers::new(private_kinds.to_vec(), Vec::new())),
+            readers: anonymous.clone(),
         }
+    }
+
+    fn challenge(&self) -> String {
+        hex::encode(self.challenge)
     }
 
     pub(super) fn pubkeys(&self) -> &[[u8; 32]] {
@@ -73,7 +79,7 @@ impl Session {
             return Ok(());
         }
         self.auth.sent = true;
-        out.send(RelayMessage::auth(&self.auth.challenge)).await
+        out.send(RelayMessage::auth(&self.auth.challenge())).await
     }
 
     /// Answers a refusal that asks the client to authenticate: the
@@ -110,15 +116,16 @@ impl Session {
         if !self.auth.sent {
             return Err(Refusal::Invalid("no challenge was sent yet".into()));
         }
+        let challenge = self.auth.challenge();
         let check = AuthCheck {
-            challenge: &self.auth.challenge,
+            challenge: &challenge,
             relay_urls: &cfg.relay_urls,
             host: self.host.as_deref(),
             now: sluice_engine::unix_now(),
             max_skew_secs: cfg.max_skew_secs,
         };
         check_auth_event(ev, &check).map_err(|e| Refusal::Invalid(e.to_string()))?;
-        ev.verify_cached(&mut self.keys)
+        ev.verify_cached(super::keys(&mut self.keys))
             .map_err(|e| Refusal::Invalid(e.to_string()))?;
         if self.auth.is_authenticated_as(&ev.pubkey) {
             return Ok(());

@@ -20,7 +20,9 @@
 //! sent only when the writer reports the commit (or at once for an
 //! ephemeral event, which is never stored).
 
+use std::future::Future;
 use std::pin::Pin;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use sluice_engine::{Op, Origin, Verdict};
@@ -56,12 +58,12 @@ impl Writes {
 
     /// The next answer (boxed: it is large, and the connection's task
     /// would otherwise be sized for it). `None` when none is awaited.
-    pub(super) async fn next(&mut self) -> Option<Box<WriteDone>> {
-        use futures_util::StreamExt;
-        match self.0.as_mut() {
-            Some(w) => w.next().await.map(Box::new),
-            None => None,
-        }
+    pub(super) fn next(&mut self) -> impl Future<Output = Option<Box<WriteDone>>> + '_ {
+        use futures_util::Stream;
+        std::future::poll_fn(move |cx| match self.0.as_mut() {
+            Some(w) => Pin::new(w).poll_next(cx).map(|d| d.map(Box::new)),
+            None => Poll::Ready(None),
+        })
     }
 }
 
@@ -85,11 +87,11 @@ impl Held {
 }
 
 /// Completes when the held EVENT's delay is over; pending while none is held.
-pub(super) async fn held_until(held: &mut Option<Held>) {
-    match held {
-        Some(h) => h.until.as_mut().await,
-        None => std::future::pending().await,
-    }
+pub(super) fn held_until(held: &mut Option<Box<Held>>) -> impl Future<Output = ()> + '_ {
+    std::future::poll_fn(move |cx| match held {
+        Some(h) => h.until.as_mut().poll(cx),
+        None => Poll::Pending,
+    })
 }
 
 impl Session {
@@ -109,11 +111,11 @@ impl Session {
             Ok(None) => self.verify_and_submit(out, ev, received).await,
             Ok(Some(delay)) => {
                 let until = Box::pin(tokio::time::sleep(delay));
-                self.held = Some(Held {
+                self.held = Some(Box::new(Held {
                     ev,
                     received,
                     until,
-                });
+                }));
                 Ok(())
             }
         }
@@ -202,7 +204,8 @@ impl Session {
             host: self.host.as_deref(),
             origin: Origin::Client,
         };
-        let outsider = admission::after_signature(&self.st, &ev, &mut self.keys, &from)?;
+        let keys = super::keys(&mut self.keys);
+        let outsider = admission::after_signature(&self.st, &ev, keys, &from)?;
         admission::hand_on(
             &self.st,
             std::sync::Arc::new(*ev),

@@ -10,7 +10,7 @@
 //! filled (`engine.live_buffer_events` / `live_buffer_bytes`) is ended as
 //! a slow consumer.
 
-use sluice_engine::{Lagged, LiveDelivery};
+use sluice_engine::{LiveDelivery, LiveEnd};
 use sluice_proto::RelayMessage;
 
 use super::Session;
@@ -22,10 +22,13 @@ impl Session {
     pub(super) async fn on_live(
         &mut self,
         out: &mut Out,
-        received: Result<LiveDelivery, Lagged>,
+        received: Result<LiveDelivery, LiveEnd>,
     ) -> Step {
-        let Ok(delivery) = received else {
-            return Err(CloseReason::SlowConsumer);
+        let delivery = match received {
+            Ok(d) => d,
+            Err(LiveEnd::Lagged) => return Err(CloseReason::SlowConsumer),
+            // The loop winds the session down itself before it gets here.
+            Err(LiveEnd::Stopped) => return Err(CloseReason::Shutdown),
         };
         let ev = delivery.event;
         let max_held = self.st.server.max_buffered_live_events;

@@ -33,6 +33,7 @@ mod refusal;
 mod req;
 mod subs;
 
+use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -40,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use sluice_engine::throttle::Principal;
 use sluice_engine::throttle::{ConnPacer, ConnReadBudget, ConnectionGuard};
-use sluice_engine::{LiveConn, ReadSink};
+use sluice_engine::{LiveConn, LiveEnd, ReadSink};
 use sluice_proto::message::sniff_id;
 use sluice_proto::{ClientMessage, MessageError, PubkeyCache};
 use tokio::sync::OwnedSemaphorePermit;
@@ -57,6 +58,11 @@ use crate::ws::{Message, WsError, WsRead, WsWrite, close_code};
 /// Parsed author keys one connection keeps (a few hundred bytes at most).
 const SESSION_PUBKEY_CACHE: usize = 4;
 
+/// A session's cache of parsed author keys, made at its first use.
+fn keys(slot: &mut Option<Box<PubkeyCache>>) -> &mut PubkeyCache {
+    slot.get_or_insert_with(|| Box::new(PubkeyCache::new(SESSION_PUBKEY_CACHE)))
+}
+
 fn id_hex(id: &[u8; 32]) -> String {
     sluice_proto::hex32::encode(id)
 }
@@ -71,13 +77,14 @@ struct Session {
     /// direction.
     write_adm: ConnPacer,
     read_adm: ConnPacer,
-    /// Parsed author keys: a client mostly publishes as one or a few.
-    keys: PubkeyCache,
+    /// Parsed author keys: a client mostly publishes as one or a few
+    /// (made at its first EVENT).
+    keys: Option<Box<PubkeyCache>>,
     /// EVENTs handed to the writer, awaiting its answer.
     writes: Writes,
     /// The EVENT waiting out a write delay; no client frame is read while
     /// there is one.
-    held: Option<Held>,
+    held: Option<Box<Held>>,
     subs: Subs,
     /// Where this connection's query answers arrive.
     reads: ReadSink,
@@ -95,7 +102,18 @@ struct Session {
     principal: Principal,
     /// The `Host` header of the upgrade request (AUTH's `relay` tag is
     /// checked against it when no `auth.relay_urls` are configured).
-    host: Option<String>,
+    host: Option<Box<str>>,
+}
+
+/// What a session starts from, boxed: the task keeps only a pointer to it
+/// for the life of the connection, not each field.
+pub(crate) struct Opening {
+    pub(crate) on_upgrade: hyper::upgrade::OnUpgrade,
+    pub(crate) st: Arc<AppState>,
+    /// `[limits]` and `[relay]` as they are at the upgrade.
+    pub(crate) front: Arc<crate::Reloadable>,
+    /// The `Host` header of the upgrade request.
+    pub(crate) host: Option<String>,
 }
 
 /// One connection, from its upgrade to its end. An `async move` block, not
@@ -103,15 +121,19 @@ struct Session {
 /// twice (an `async fn` moves each argument into a local of its own).
 #[allow(clippy::manual_async_fn)] // On purpose: see above.
 pub(crate) fn run(
-    on_upgrade: hyper::upgrade::OnUpgrade,
-    (st, front): (Arc<AppState>, Arc<crate::Reloadable>),
+    opening: Box<Opening>,
     ip: IpAddr,
-    host: Option<String>,
     permits: (OwnedSemaphorePermit, ConnectionGuard),
 ) -> impl std::future::Future<Output = ()> + Send {
     async move {
         // Given back when the connection ends, whatever the path.
         let _permits = &permits;
+        let Opening {
+            on_upgrade,
+            st,
+            front,
+            host,
+        } = *opening;
         let Some((tcp, already)) = crate::ws::take_socket(on_upgrade).await else {
             return;
         };
@@ -123,8 +145,12 @@ pub(crate) fn run(
         // over the limit is answered by the session (with its id when it is an
         // EVENT) rather than cut off by the WebSocket layer.
         let hard_max = front.limits.max_message_bytes.saturating_mul(2);
-        let mut stream = WsRead::new(read_half, &already, hard_max, st.server.read_buffer_bytes);
-        drop(already);
+        // In a block of its own: the bytes read past the request are not
+        // kept in the task once copied.
+        let mut stream = {
+            let already = already;
+            WsRead::new(read_half, &already, hard_max, st.server.read_buffer_bytes)
+        };
         let mut out = Out::new(
             WsWrite::new(
                 write_half,
@@ -133,14 +159,13 @@ pub(crate) fn run(
             ),
             Duration::from_millis(st.server.send_timeout_ms),
         );
-        let mut s = Session::new(st.clone(), front, ip, host);
-        if st.auth.challenge_on_connect && s.send_challenge(&mut out).await.is_err() {
+        let challenge = st.auth.challenge_on_connect;
+        let mut s = Session::new(st, front, ip, host);
+        if challenge && Box::pin(s.send_challenge(&mut out)).await.is_err() {
             let reason = CloseReason::IoError.label();
             metrics::counter!(m::CONNECTIONS_CLOSED_TOTAL, "reason" => reason).increment(1);
             return;
         }
-        let idle_after = (st.server.idle_timeout_ms > 0)
-            .then(|| Duration::from_millis(st.server.idle_timeout_ms));
         // The idle timer exists only while the session is idle (a connection
         // with a subscription holds none).
         let mut last_frame = tokio::time::Instant::now();
@@ -149,6 +174,8 @@ pub(crate) fn run(
         // the task of every connection, idle or not, would otherwise be sized
         // for the largest of them.
         let reason: CloseReason = loop {
+            let idle_after = (s.st.server.idle_timeout_ms > 0)
+                .then(|| Duration::from_millis(s.st.server.idle_timeout_ms));
             match idle_after.filter(|_| s.is_idle()) {
                 Some(after) => {
                     let at = last_frame + after;
@@ -160,10 +187,14 @@ pub(crate) fn run(
                 }
                 None => idle = None,
             }
+            // The relay is stopping (`Engine::stop_sessions`, woken through the
+            // live queue): bounded by shutdown_grace_ms; an EVENT the writer has
+            // not answered by then gets no OK.
+            if s.live.stopping() {
+                break Box::pin(s.finish_for_shutdown(&mut out, &mut stream)).await;
+            }
             let step = tokio::select! {
                 biased;
-                // Bounded by shutdown_grace_ms; an EVENT the writer has not answered by then gets no OK.
-                () = st.shutdown.cancelled() => break Box::pin(s.finish_for_shutdown(&mut out, &mut stream)).await,
                 // At most max_pending_writes: past it this connection's EVENTs are refused with
                 // rate-limited (the publisher loses); the writer's queue is engine.writer_queue_events.
                 Some(done) = s.writes.next(), if !s.writes.is_empty() => Box::pin(s.on_write_done(&mut out, done)).await,
@@ -174,14 +205,17 @@ pub(crate) fn run(
                 // engine.live_buffer_events / live_buffer_bytes queued: past that the client is
                 // disconnected (slow consumer); held per subscription until EOSE at most
                 // max_buffered_live_events (that subscription is CLOSED).
-                r = s.live.recv() => Box::pin(s.on_live(&mut out, r)).await,
+                r = s.live.recv() => match r {
+                    Err(LiveEnd::Stopped) => break Box::pin(s.finish_for_shutdown(&mut out, &mut stream)).await,
+                    r => Box::pin(s.on_live(&mut out, r)).await,
+                },
                 // One EVENT at most, held by a write delay: meanwhile no client frame is read (the
                 // delayed client waits, nobody else).
                 () = event::held_until(&mut s.held), if s.held.is_some() => Box::pin(s.resume_held(&mut out)).await,
                 // One message at a time, at most limits.max_message_bytes; a client that sends faster
                 // than it is answered is held back by its own socket buffers.
                 msg = stream.next(), if s.held.is_none() => {
-                    if idle_after.is_some() {
+                    if s.st.server.idle_timeout_ms > 0 {
                         last_frame = tokio::time::Instant::now();
                     }
                     Box::pin(s.on_frame(&mut out, msg)).await
@@ -208,12 +242,13 @@ pub(crate) fn run(
     }
 }
 
-/// Waits for the idle timer (polled only while there is one).
-async fn idle_elapsed(idle: &mut Option<Pin<Box<Sleep>>>) {
-    match idle {
-        Some(sleep) => sleep.as_mut().await,
-        None => std::future::pending().await,
-    }
+/// Waits for the idle timer (polled only while there is one). The future
+/// is one pointer, as is every one the connection's `select!` holds.
+fn idle_elapsed(idle: &mut Option<Pin<Box<Sleep>>>) -> impl Future<Output = ()> + '_ {
+    std::future::poll_fn(move |cx| match idle {
+        Some(sleep) => sleep.as_mut().poll(cx),
+        None => std::task::Poll::Pending,
+    })
 }
 
 impl Session {
@@ -224,14 +259,14 @@ impl Session {
         host: Option<String>,
     ) -> Session {
         let throttle = st.engine.throttle();
-        let auth = auth::AuthState::new(&st.auth.private_kinds);
+        let auth = auth::AuthState::new(&st.anonymous_readers);
         let live = st.engine.live_connect();
         live.set_readers(auth.readers().clone());
         Session {
             ip,
             write_adm: throttle.pacer(),
             read_adm: throttle.pacer(),
-            keys: PubkeyCache::new(SESSION_PUBKEY_CACHE),
+            keys: None,
             writes: Writes::default(),
             held: None,
             subs: Subs::default(),
@@ -241,7 +276,7 @@ impl Session {
             auth,
             principal: Principal::anonymous(ip),
             neg: neg::NegSessions::default(),
-            host,
+            host: host.map(String::into_boxed_str),
             front,
             st,
         }

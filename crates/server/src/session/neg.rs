@@ -12,8 +12,6 @@
 //! answered with `NEG-ERR`, never a panic; every `NEG-ERR` is a
 //! [`NegError`] case (`refusal.rs`: prefix, wording, metrics).
 
-use std::collections::HashMap;
-
 use negentropy::{Id, Negentropy, NegentropyStorageVector};
 use serde::Deserialize;
 use sluice_engine::{ReadEnd, ReadGuard, ReadMsg};
@@ -33,7 +31,40 @@ const FRAME_SIZE_LIMIT: u64 = 60_000;
 /// This connection's negentropy sessions.
 #[derive(Default)]
 pub(super) struct NegSessions {
-    open: HashMap<String, NegSession>,
+    open: Open,
+}
+
+/// The open sessions by subscription id: a short list (at most
+/// `MAX_SESSIONS`), empty and unallocated on most connections.
+#[derive(Default)]
+struct Open(Vec<(String, NegSession)>);
+
+impl Open {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&String, &NegSession)> {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+
+    fn get_mut(&mut self, sub_id: &str) -> Option<&mut NegSession> {
+        self.0.iter_mut().find(|(k, _)| k == sub_id).map(|(_, v)| v)
+    }
+
+    fn remove(&mut self, sub_id: &str) -> Option<NegSession> {
+        let at = self.0.iter().position(|(k, _)| k == sub_id)?;
+        let (_, v) = self.0.swap_remove(at);
+        if self.0.is_empty() {
+            self.0 = Vec::new();
+        }
+        Some(v)
+    }
+
+    fn insert(&mut self, sub_id: String, session: NegSession) {
+        self.remove(&sub_id);
+        self.0.push((sub_id, session));
+    }
 }
 
 struct NegSession {

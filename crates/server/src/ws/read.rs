@@ -75,8 +75,10 @@ impl<R: AsyncRead + Unpin> WsRead<R> {
 
     /// The next message; `None` once the client closed (after its Close
     /// message), the stream ended, or an error was returned.
-    pub(crate) async fn next(&mut self) -> Option<Result<Message, WsError>> {
-        poll_fn(|cx| self.poll_next(cx)).await
+    pub(crate) fn next(
+        &mut self,
+    ) -> impl std::future::Future<Output = Option<Result<Message, WsError>>> + '_ {
+        poll_fn(move |cx| self.poll_next(cx))
     }
 
     /// Bytes this connection holds for incoming data (for tests).
