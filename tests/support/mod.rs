@@ -187,6 +187,11 @@ impl Relay {
         self._tmp.take()
     }
 
+    /// The relay's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("relay running").id()
+    }
+
     pub fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }

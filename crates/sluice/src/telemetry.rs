@@ -31,6 +31,9 @@ const BATCH_BUCKETS: &[f64] = &[
     1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 4096.0,
 ];
 
+/// How often histogram samples are folded into their buckets.
+const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Installs the global Prometheus recorder and returns its handle.
 pub fn init_metrics() -> anyhow::Result<PrometheusHandle> {
     let handle = PrometheusBuilder::new()
@@ -38,6 +41,20 @@ pub fn init_metrics() -> anyhow::Result<PrometheusHandle> {
         .set_buckets_for_metric(Matcher::Suffix("_events".into()), BATCH_BUCKETS)?
         .install_recorder()
         .context("installing the metrics recorder")?;
+    // Histogram samples wait in the recorder until a render or an upkeep
+    // folds them into their buckets: with nobody scraping /metrics they
+    // would pile up without bound (some 48 bytes per connection opened).
+    // Folded every 5 s here, whoever scrapes.
+    let upkeep = handle.clone();
+    std::thread::Builder::new()
+        .name("sluice-metrics".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(UPKEEP_EVERY);
+                upkeep.run_upkeep();
+            }
+        })
+        .context("starting the metrics upkeep thread")?;
     metrics::gauge!("sluice_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     for d in described_metrics(METRICS_DOC) {
         match d.kind {
