@@ -1260,32 +1260,3 @@ async fn shutdown_in_the_middle_of_an_answer_sends_whole_messages_then_a_1001_cl
     assert!((1..=2000).contains(&events));
     assert!(relay.wait_stopped().success());
 }
-
-/// The environment the serving process runs with, as one string (glibc
-/// splits `GLIBC_TUNABLES` at its colons in place when it reads it).
-fn environ(pid: u32) -> String {
-    let raw = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
-    String::from_utf8_lossy(&raw).replace('\0', " ")
-}
-
-#[tokio::test]
-async fn serve_runs_with_its_heap_settings_unless_the_operator_set_some() {
-    let relay = Relay::start();
-    let env = environ(relay.pid());
-    assert!(
-        env.contains("GLIBC_TUNABLES=glibc.malloc.tcache_count=0 glibc.malloc.arena_max=1"),
-        "{env}"
-    );
-    // Executed again in place: the same process serves.
-    let mut c = relay.client().await;
-    let (ok, _) = c.publish(&ev(1, now(), 1, &[], "after the re-exec")).await;
-    assert!(ok);
-    drop(relay);
-    let own = Relay::start_with(&[("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")]);
-    let env = environ(own.pid());
-    assert!(
-        env.contains("GLIBC_TUNABLES=glibc.malloc.arena_max=2"),
-        "{env}"
-    );
-    assert!(!env.contains("tcache_count"), "{env}");
-}

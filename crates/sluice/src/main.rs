@@ -7,7 +7,6 @@ mod admin;
 mod compact;
 mod config;
 mod export;
-mod heap;
 mod import;
 mod metrics_names;
 mod mirror;
@@ -85,9 +84,6 @@ enum ConfigCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if matches!(cli.command, Command::Serve { .. }) {
-        heap::settle_for_serve();
-    }
     let result = match cli.command {
         Command::Serve { config } => {
             Config::load(config.as_deref()).and_then(|cfg| serve::run(cfg, config))
