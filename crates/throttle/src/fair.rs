@@ -947,13 +947,18 @@ mod tests {
         q.submit_weighted("trusted", 1, CHEAP, 2, 0, false).unwrap();
         q.submit_weighted("anon-x", 1, CHEAP, 1, 0, false).unwrap();
         let mut burst = 0;
-        for c in 0.. {
+        let mut refused = false;
+        for c in 0..100 {
             let name: &'static str = Box::leak(format!("flood{c}").into_boxed_str());
             match q.submit_weighted(name, 2, 3 * SCAN, 1, 0, false) {
                 Ok(_) => burst += 1,
-                Err(_) => break,
+                Err(_) => {
+                    refused = true;
+                    break;
+                }
             }
         }
+        assert!(refused, "the burst is refused at the bound");
         assert!(burst >= 3, "the burst filled the window ({burst})");
         let anon = q.submit_weighted("anon-x", 1, SCAN, 1, 0, false);
         assert_eq!(anon.unwrap_err().cause, Cause::QueueFull);
@@ -1013,7 +1018,7 @@ mod tests {
             q.submit("a", 1, CHEAP, 0).unwrap();
         }
         // Alone, it may use every slot.
-        let got: Vec<_> = std::iter::from_fn(|| q.dispatch_next()).collect();
+        let got: Vec<_> = std::iter::from_fn(|| q.dispatch_next()).take(5).collect();
         assert_eq!(got.len(), 4);
         for id in got {
             q.step_done(id, 10, MS, AfterStep::Continue);
@@ -1021,7 +1026,7 @@ mod tests {
         for _ in 0..8 {
             q.submit("b", 2, CHEAP, 0).unwrap();
         }
-        let got: Vec<_> = std::iter::from_fn(|| q.dispatch_next()).collect();
+        let got: Vec<_> = std::iter::from_fn(|| q.dispatch_next()).take(5).collect();
         assert_eq!(got.len(), 4, "no slot idles");
         let a_running = q.clients.get("a").unwrap().load.running;
         let b_running = q.clients.get("b").unwrap().load.running;
