@@ -721,4 +721,23 @@ mod tests {
         assert!(b.try_take(2 * SEC, 1000).is_ok());
         assert!(b.try_take(2 * SEC, 1).is_err());
     }
+
+    #[test]
+    fn a_bucket_resumed_from_its_pools_goes_on_where_it_was() {
+        let cfg = BucketConfig {
+            rate_per_s: 1000.0,
+            burst_ratio: 1.0,
+            window_ms: 10,
+            catch_up_ms: 0,
+        };
+        let mut b = TokenBucket::new(cfg, 0).unwrap();
+        b.try_take(0, 7).unwrap();
+        let mut again = TokenBucket::resume(cfg, 1000.0, b.pools());
+        assert_eq!(pools(&again), pools(&b));
+        assert!(again.try_take(0, 3).is_ok());
+        assert!(again.try_take(0, 1).is_err(), "10 taken of a 10 ms pool");
+        // At another rate the same pools last longer.
+        let slow = TokenBucket::resume(cfg, 100.0, b.pools());
+        assert_eq!(slow.rate_per_s(), 100.0);
+    }
 }
