@@ -325,18 +325,19 @@ fn landing_page(st: &AppState, peer: SocketAddr, headers: &HeaderMap) -> Respons
     let front = st.front();
     let rules = st.engine.policy().rules();
     let retention = st.engine.retention();
-    let throttle = st.engine.throttle().config();
-    let page = pages::landing::render(&pages::landing::Facts {
-        relay: &front.relay,
-        limits: &front.limits,
-        auth: &st.auth,
-        rules: &rules,
-        throttle: &throttle,
-        retention_target_bytes: retention.target_bytes,
-        retention_rules: &retention.nip11,
-        pow_difficulty: st.engine.trust().difficulty_now(),
-        url: relay_url(st, headers),
-        status_link: st.server.public_status || is_operator(st, peer, headers),
+    let page = st.engine.throttle().with_config(|throttle| {
+        pages::landing::render(&pages::landing::Facts {
+            relay: &front.relay,
+            limits: &front.limits,
+            auth: &st.auth,
+            rules: &rules,
+            throttle,
+            retention_target_bytes: retention.target_bytes,
+            retention_rules: &retention.nip11,
+            pow_difficulty: st.engine.trust().difficulty_now(),
+            url: relay_url(st, headers),
+            status_link: st.server.public_status || is_operator(st, peer, headers),
+        })
     });
     pages::html_response(page, &pages::builtin_policy(&front.relay.icon))
 }

@@ -373,6 +373,32 @@ mod tests {
     }
 
     #[test]
+    fn only_mail_and_web_contacts_become_links() {
+        for (contact, link) in [
+            ("javascript:alert(1)", None),
+            ("data:text/html,x", None),
+            ("me@relay.example", Some("mailto:me@relay.example")),
+            (
+                "https://relay.example/about",
+                Some("https://relay.example/about"),
+            ),
+        ] {
+            let relay = RelayInfoConfig {
+                contact: contact.into(),
+                ..RelayInfoConfig::default()
+            };
+            let p = page(relay, AuthConfig::default());
+            match link {
+                Some(href) => assert!(p.contains(&format!(r#"<a href="{href}">"#)), "{p}"),
+                None => {
+                    assert!(!p.contains(&format!(r#"href="{contact}""#)), "{p}");
+                    assert!(p.contains(&format!("<dd>{contact}</dd>")), "{p}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn a_value_is_not_read_again_for_slots() {
         let relay = RelayInfoConfig {
             name: "{{description}}".into(),
