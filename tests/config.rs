@@ -138,6 +138,24 @@ fn a_bad_value_is_reported_under_the_key_the_operator_wrote() {
             "server.handshake_queue_per_ip",
             &["handshake_queue_wait_ms"],
         ),
+        (
+            "SLUICE_SERVER__LANDING_PAGE",
+            "/nonexistent/landing.html",
+            "server.landing_page",
+            &["public_status"],
+        ),
+        (
+            "SLUICE_SERVER__PUBLIC_STATUS",
+            "sometimes",
+            "server.public_status",
+            &["landing_page"],
+        ),
+        (
+            "SLUICE_RELAY__ICON",
+            "javascript:alert(1)",
+            "relay.icon",
+            &["relay.pubkey"],
+        ),
     ];
     for &(var, value, key, not) in cases {
         let (ok, err) = run(&["config", "check"], (var, value));

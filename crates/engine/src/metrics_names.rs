@@ -79,6 +79,8 @@ pub const QUERY_ADMITTED_TOTAL: &str = "sluice_query_admitted_total";
 pub const QUERY_CANCELLED_TOTAL: &str = "sluice_query_cancelled_total";
 pub const QUERY_COST_UNITS_TOTAL: &str = "sluice_query_cost_units_total";
 pub const QUERY_SENT_BYTES_TOTAL: &str = "sluice_query_sent_bytes_total";
+/// Stored events returned by query steps (REQ answers).
+pub const QUERY_EVENTS_TOTAL: &str = "sluice_query_events_total";
 pub const QUERY_ANSWERS_DROPPED_TOTAL: &str = "sluice_query_answers_dropped_total";
 pub const QUERY_READ_BUDGET_RATE: &str = "sluice_query_read_budget_units_per_second";
 /// Events the write-policy plugin decided, by result (`accept`, `reject`,

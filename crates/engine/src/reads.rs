@@ -552,6 +552,7 @@ impl Inner {
             body.spent += units;
             metrics::counter!(m::QUERY_ROWS_SCANNED_TOTAL).increment(step.rows);
             metrics::counter!(m::QUERY_SENT_BYTES_TOTAL).increment(step.bytes);
+            metrics::counter!(m::QUERY_EVENTS_TOTAL).increment(step.events.len() as u64);
             metrics::counter!(m::QUERY_COST_UNITS_TOTAL, "stage" => "spent").increment(units);
             let settle = settle(&mut body, done);
             self.throttle.settle_read_cost(&body.who, settle);

@@ -9,6 +9,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod auth;
+pub mod bech32;
 pub mod event;
 pub mod filter;
 pub mod hex32;

@@ -56,6 +56,13 @@ pub struct ServerConfig {
     /// no EVENT awaiting its OK, that sends nothing for this long, is
     /// closed; 0 never closes one.
     pub idle_timeout_ms: u64,
+    /// What `/` answers a browser (`Accept: text/html`): `"builtin"` (the
+    /// relay's own page), `"off"` (the one line of plain text), or the
+    /// path of an HTML file, read once at start (`crate::pages`).
+    pub landing_page: String,
+    /// `/status` and `/status.json` answer everyone; otherwise only what
+    /// may read `/metrics` (`metrics.allow_from`, direct connections).
+    pub public_status: bool,
 }
 
 impl Default for ServerConfig {
@@ -77,6 +84,8 @@ impl Default for ServerConfig {
             handshake_queue_total: 256,
             handshake_queue_wait_ms: 5_000,
             idle_timeout_ms: 300_000,
+            landing_page: crate::pages::BUILTIN.into(),
+            public_status: false,
         }
     }
 }
@@ -200,7 +209,7 @@ impl ServerConfig {
         if !(1..=600_000).contains(&self.handshake_queue_wait_ms) {
             return Err("server.handshake_queue_wait_ms must be 1..=600000".into());
         }
-        Ok(())
+        crate::pages::Landing::load(&self.landing_page).map(drop)
     }
 }
 
@@ -245,6 +254,12 @@ impl RelayInfoConfig {
     pub fn validate(&self) -> Result<(), String> {
         if !self.pubkey.is_empty() && sluice_proto::hex32::decode::<32>(&self.pubkey).is_none() {
             return Err("relay.pubkey must be 64 lowercase hex characters or empty".into());
+        }
+        if !self.icon.is_empty() && crate::pages::origin_of(&self.icon).is_none() {
+            return Err(format!(
+                "relay.icon: {:?} is not an http:// or https:// URL",
+                self.icon
+            ));
         }
         Ok(())
     }

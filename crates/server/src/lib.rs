@@ -1,5 +1,6 @@
-//! Sluice's front end: the axum router, WebSocket sessions, NIP-11, and the
-//! operator endpoints (`/metrics`, `/healthz`, `/readyz`).
+//! Sluice's front end: the axum router, WebSocket sessions, NIP-11, the
+//! pages a browser reads (`pages`: the landing page, the live status), and
+//! the operator endpoints (`/metrics`, `/healthz`, `/readyz`).
 //!
 //! Architecture invariant: this is the only crate that names axum. It holds
 //! no store handle of its own: everything goes through the engine.
@@ -12,6 +13,7 @@ pub mod config;
 pub mod metrics_names;
 pub mod nip11;
 pub mod nip86;
+pub mod pages;
 mod session;
 mod ws;
 
@@ -21,7 +23,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use axum::Router;
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{ConnectInfo, Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -52,6 +54,12 @@ pub struct AppState {
     front: ArcSwap<Reloadable>,
     /// `None` when /metrics is not served on the relay port.
     render_metrics: Option<MetricsRenderer>,
+    /// What the status sampler reads (`None`: no /status).
+    status_source: Option<MetricsRenderer>,
+    /// The live status's samples.
+    status: pages::status::Board,
+    /// What `/` answers a browser.
+    landing: pages::Landing,
     /// Who may read the operator endpoints on the relay port.
     operators: address::TrustedProxies,
     /// Cancelled when the relay starts shutting down.
@@ -69,6 +77,8 @@ pub struct FrontEnd {
     pub limits: LimitsConfig,
     pub auth: AuthConfig,
     pub relay: RelayInfoConfig,
+    /// `server.landing_page`, read at start ([`pages::Landing::load`]).
+    pub landing: pages::Landing,
 }
 
 /// The front end's sections a SIGHUP replaces: NIP-11 answers from the
@@ -92,11 +102,19 @@ impl Reloadable {
     }
 }
 
+/// The recorder's renderings the front end serves: /metrics on the relay
+/// port (`on_relay_port`) and the live status (`status`).
+#[derive(Clone, Default)]
+pub struct Renderers {
+    pub on_relay_port: Option<MetricsRenderer>,
+    pub status: Option<MetricsRenderer>,
+}
+
 impl AppState {
     pub fn new(
         engine: Arc<Engine>,
         sections: FrontEnd,
-        render_metrics: Option<MetricsRenderer>,
+        renderers: Renderers,
         operators: address::TrustedProxies,
         shutdown: CancellationToken,
     ) -> Arc<AppState> {
@@ -105,6 +123,7 @@ impl AppState {
             limits,
             auth,
             relay,
+            landing,
         } = sections;
         Arc::new(AppState {
             front: ArcSwap::from_pointee(Reloadable::new(limits, relay)),
@@ -122,7 +141,10 @@ impl AppState {
             engine,
             server,
             auth,
-            render_metrics,
+            render_metrics: renderers.on_relay_port,
+            status_source: renderers.status,
+            status: pages::status::Board::default(),
+            landing,
             operators,
             shutdown,
             sessions: TaskTracker::new(),
@@ -152,6 +174,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/api/throttle", get(throttle_status))
+        .route("/status", get(status_page))
+        .route("/status.json", get(status_json))
+        .route("/assets/{name}", get(asset))
         .with_state(state)
 }
 
@@ -160,6 +185,9 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// waits (up to `shutdown_grace_ms`) for sessions to answer their pending
 /// EVENTs and close.
 pub async fn serve(listener: tokio::net::TcpListener, state: Arc<AppState>) -> std::io::Result<()> {
+    if let Some(render) = state.status_source.clone() {
+        tokio::spawn(pages::status::run_sampler(state.clone(), render));
+    }
     // One wait for the whole relay, not one per session: the sessions
     // learn of the stop through their live queues.
     let stopper = {
@@ -250,6 +278,15 @@ async fn root(
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("application/nostr+json"));
+    if !wants_nip11 && wants_html(&headers) {
+        match &st.landing {
+            pages::Landing::Builtin => return landing_page(&st, peer, &headers),
+            pages::Landing::Custom(page) => {
+                return pages::html_response(page.to_string(), pages::CUSTOM_POLICY);
+            }
+            pages::Landing::Off => {}
+        }
+    }
     if wants_nip11 {
         let front = st.front();
         let doc = nip11::document(
@@ -273,6 +310,105 @@ async fn root(
         "This is a Nostr relay (Sluice). Connect with a Nostr client over WebSocket.\n",
     )
         .into_response()
+}
+
+/// Whether the client asks for HTML (a browser).
+fn wants_html(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/html"))
+}
+
+/// The built-in landing page, from the sections current now.
+fn landing_page(st: &AppState, peer: SocketAddr, headers: &HeaderMap) -> Response {
+    let front = st.front();
+    let rules = st.engine.policy().rules();
+    let retention = st.engine.retention();
+    let page = st.engine.throttle().with_config(|throttle| {
+        pages::landing::render(&pages::landing::Facts {
+            relay: &front.relay,
+            limits: &front.limits,
+            auth: &st.auth,
+            rules: &rules,
+            throttle,
+            retention_target_bytes: retention.target_bytes,
+            retention_rules: &retention.nip11,
+            pow_difficulty: st.engine.trust().difficulty_now(),
+            url: relay_url(st, headers),
+            status_link: st.server.public_status || is_operator(st, peer, headers),
+        })
+    });
+    pages::html_response(page, &pages::builtin_policy(&front.relay.icon))
+}
+
+/// The URL clients connect to: the first of `auth.relay_urls`, else the
+/// one the browser used, `wss://` when a proxy says it came over https.
+fn relay_url(st: &AppState, headers: &HeaderMap) -> String {
+    if let Some(url) = st.auth.relay_urls.first() {
+        return url.clone();
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("localhost");
+    let tls = headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("https"));
+    format!("{}://{host}", if tls { "wss" } else { "ws" })
+}
+
+/// `/status`: the live status page (`pages::status`).
+async fn status_page(
+    State(st): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refused) = status_refusal(&st, peer, &headers) {
+        return refused;
+    }
+    let front = st.front();
+    let rules = st.engine.policy().rules();
+    let name = rules.name.as_deref().unwrap_or(&front.relay.name);
+    let page = pages::status::page(&st.status.document(), name);
+    pages::html_response(page, &pages::builtin_policy(""))
+}
+
+/// `/status.json`: what the status page's script polls.
+async fn status_json(
+    State(st): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refused) = status_refusal(&st, peer, &headers) {
+        return refused;
+    }
+    let body = serde_json::to_string(&st.status.document()).unwrap_or_default();
+    (
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// The status is an operator endpoint unless `server.public_status`; it
+/// does not exist where nothing samples (no recorder).
+fn status_refusal(st: &AppState, peer: SocketAddr, headers: &HeaderMap) -> Option<Response> {
+    if st.status_source.is_none() {
+        return Some(StatusCode::NOT_FOUND.into_response());
+    }
+    if st.server.public_status {
+        return None;
+    }
+    operator_refusal(st, peer, headers)
+}
+
+async fn asset(Path(name): Path<String>) -> Response {
+    pages::asset(&name).unwrap_or_else(|| StatusCode::NOT_FOUND.into_response())
 }
 
 /// The `Retry-After` of a refused upgrade.
@@ -340,10 +476,7 @@ async fn metrics(
 /// (no proxy headers: a proxy on the same host would otherwise expose them)
 /// from an address in `metrics.allow_from`; others get this 403.
 fn operator_refusal(st: &AppState, peer: SocketAddr, headers: &HeaderMap) -> Option<Response> {
-    let proxied = ["x-forwarded-for", "x-real-ip", "forwarded"]
-        .iter()
-        .any(|h| headers.contains_key(*h));
-    if !proxied && st.operators.contains(peer.ip()) {
+    if is_operator(st, peer, headers) {
         return None;
     }
     metrics::counter!(m::OPERATOR_REQUESTS_REFUSED_TOTAL).increment(1);
@@ -354,6 +487,14 @@ fn operator_refusal(st: &AppState, peer: SocketAddr, headers: &HeaderMap) -> Opt
         )
             .into_response(),
     )
+}
+
+/// A direct connection (no proxy headers) from `metrics.allow_from`.
+fn is_operator(st: &AppState, peer: SocketAddr, headers: &HeaderMap) -> bool {
+    let proxied = ["x-forwarded-for", "x-real-ip", "forwarded"]
+        .iter()
+        .any(|h| headers.contains_key(*h));
+    !proxied && st.operators.contains(peer.ip())
 }
 
 fn metrics_response(render: &MetricsRenderer) -> Response {

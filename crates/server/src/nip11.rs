@@ -14,6 +14,16 @@ pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 13, 40, 45, 62, 77, 86];
 /// NIPs offered when `auth.enabled` is on: AUTH and protected events.
 pub const AUTH_NIPS: &[u16] = &[42, 70];
 
+/// The NIPs served with this `[auth]`, in order.
+pub fn supported_nips(auth: &AuthConfig) -> Vec<u16> {
+    let mut nips = SUPPORTED_NIPS.to_vec();
+    if auth.enabled {
+        nips.extend_from_slice(AUTH_NIPS);
+        nips.sort_unstable();
+    }
+    nips
+}
+
 pub fn document(
     info: &RelayInfoConfig,
     limits: &LimitsConfig,
@@ -22,11 +32,7 @@ pub fn document(
     retention: &[Value],
     min_pow_difficulty: u32,
 ) -> String {
-    let mut nips = SUPPORTED_NIPS.to_vec();
-    if auth.enabled {
-        nips.extend_from_slice(AUTH_NIPS);
-        nips.sort_unstable();
-    }
+    let nips = supported_nips(auth);
     let mut doc = json!({
         "name": policy.name.as_deref().unwrap_or(&info.name),
         "description": policy.description.as_deref().unwrap_or(&info.description),

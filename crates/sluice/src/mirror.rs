@@ -637,8 +637,9 @@ async fn alone(
             limits: cfg.limits.clone(),
             auth: cfg.auth.clone(),
             relay: cfg.relay.clone(),
+            landing: sluice_server::pages::Landing::Off,
         },
-        None,
+        sluice_server::Renderers::default(),
         sluice_server::address::TrustedProxies::default(),
         stop.clone(),
     );

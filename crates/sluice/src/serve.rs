@@ -133,6 +133,9 @@ async fn serve(
         .await
         .context("loading the runtime policy from the store")?;
     let auth = auth_with_cluster_reader(&cfg);
+    // Read once here; `config` checked that it can be.
+    let landing = sluice_server::pages::Landing::load(&cfg.server.landing_page)
+        .map_err(anyhow::Error::msg)?;
     let state = AppState::new(
         engine.clone(),
         sluice_server::FrontEnd {
@@ -140,8 +143,12 @@ async fn serve(
             limits: cfg.limits.clone(),
             auth: auth.clone(),
             relay: cfg.relay.clone(),
+            landing,
         },
-        cfg.metrics.on_relay_port.then(|| render.clone()),
+        sluice_server::Renderers {
+            on_relay_port: cfg.metrics.on_relay_port.then(|| render.clone()),
+            status: Some(render.clone()),
+        },
         // Validated at load.
         sluice_server::address::TrustedProxies::parse(&cfg.metrics.allow_from).unwrap_or_default(),
         shutdown.clone(),
