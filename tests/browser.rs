@@ -5,8 +5,10 @@
 //! chart change while the test publishes over a real WebSocket, checks that
 //! no Content-Security-Policy violation was reported (a
 //! `securitypolicyviolation` listener installed before any page script,
-//! and the DevTools log), and writes a screenshot of each page to
-//! `docs/img/` (landing.png, status.png: README.md shows them).
+//! and the DevTools log), and takes a screenshot of each page (landing.png,
+//! status.png): to the test's target directory, or to `docs/img/` (which
+//! README.md shows) with `UPDATE_SCREENSHOTS=1`, so a test run leaves the
+//! committed ones alone.
 //!
 //! Without a browser the test says so and passes, unless
 //! `BROWSER_TESTS_REQUIRE=1` (set by `.ci/run`).
@@ -223,7 +225,8 @@ impl Browser {
         out
     }
 
-    /// A PNG of the whole page, written to docs/img/`name`.
+    /// A PNG of the whole page, written to `name` in docs/img with
+    /// `UPDATE_SCREENSHOTS=1`, else beside the test binary.
     async fn screenshot(&mut self, name: &str) {
         let height = self
             .eval("Math.ceil(document.documentElement.scrollHeight)")
@@ -238,7 +241,15 @@ impl Browser {
             .decode(shot["data"].as_str().unwrap())
             .unwrap();
         assert!(png.starts_with(b"\x89PNG"), "not a PNG");
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/img");
+        let dir = if std::env::var_os("UPDATE_SCREENSHOTS").is_some() {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/img")
+        } else {
+            std::env::current_exe()
+                .unwrap()
+                .parent()
+                .unwrap()
+                .join("screenshots")
+        };
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(name), png).unwrap();
         self.viewport(1100, 900).await;
