@@ -7,6 +7,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::search::{MAX_SEARCH_BYTES, Search};
 use crate::{Event, hex32};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,6 +30,8 @@ pub enum FilterError {
     BadTagValue(String),
     #[error("unsupported filter field {0}: only single-letter tag filters are indexed")]
     UnsupportedTag(String),
+    #[error("search must be a string of at most {max} bytes")]
+    BadSearch { max: usize },
     #[error("filter lists at most {max} values per field, {field} has {count}")]
     TooManyValues {
         field: String,
@@ -52,6 +55,10 @@ pub struct Filter {
     pub since: Option<u64>,
     pub until: Option<u64>,
     pub limit: Option<u64>,
+    /// NIP-50: the words (and extensions) of `search`; an event matches
+    /// only if its searchable text contains every word
+    /// ([`crate::search`]).
+    pub search: Option<Search>,
 }
 
 /// How the store's index encodes one tag value; exposed here so the store
@@ -114,8 +121,9 @@ impl Filter {
                     }
                     f.tags.push((name[0], tag_list(val, k)?));
                 }
-                // Unknown fields (NIP-50 `search` and others this relay does
-                // not implement) are ignored, as NIP-01 relays commonly do.
+                "search" => f.search = Some(search(val)?),
+                // Unknown fields (others this relay does not implement)
+                // are ignored, as NIP-01 relays commonly do.
                 _ => {}
             }
         }
@@ -153,6 +161,7 @@ impl Filter {
                     l == *letter && values.binary_search_by(|x| x.as_str().cmp(v)).is_ok()
                 })
             })
+            && self.search.as_ref().is_none_or(|s| s.matches(ev))
     }
 
     /// since/until, both inclusive.
@@ -215,6 +224,15 @@ fn tag_list(val: &Value, field: &str) -> Result<Vec<String>, FilterError> {
     out.sort_unstable();
     out.dedup();
     Ok(out)
+}
+
+fn search(val: &Value) -> Result<Search, FilterError> {
+    match val.as_str() {
+        Some(text) if text.len() <= MAX_SEARCH_BYTES => Ok(Search::parse(text)),
+        _ => Err(FilterError::BadSearch {
+            max: MAX_SEARCH_BYTES,
+        }),
+    }
 }
 
 fn uint(val: &Value, field: &'static str) -> Result<u64, FilterError> {
@@ -318,13 +336,50 @@ mod tests {
         assert!(!f(json!({})).is_empty_match());
     }
 
-    /// NIP-50 `search` and other fields this relay does not implement are
-    /// ignored, not refused as tag filters.
+    /// Fields this relay does not implement are ignored, not refused as
+    /// tag filters.
     #[test]
     fn unknown_fields_are_ignored() {
-        let with_search = f(json!({"search":"best nostr apps","kinds":[1],"x":5}));
-        assert_eq!(with_search, f(json!({"kinds":[1]})));
-        assert!(with_search.matches(&ev(1, 10, vec![])));
+        let with_x = f(json!({"kinds":[1],"x":5,"nips":[50]}));
+        assert_eq!(with_x, f(json!({"kinds":[1]})));
+        assert!(with_x.matches(&ev(1, 10, vec![])));
+    }
+
+    /// NIP-50: `search` is parsed (extensions split out) and matching
+    /// honours it with every other field.
+    #[test]
+    fn search_is_parsed_and_matched() {
+        let s = f(json!({"search":"Best nostr include:spam language:en foo:bar","kinds":[1]}));
+        let search = s.search.clone().unwrap();
+        assert_eq!(search.words, ["best", "nostr"]);
+        assert_eq!(search.language.as_deref(), Some("en"));
+        let lang = vec![vec!["l", "en", "ISO-639-1"]];
+        let hit = Event::sign(
+            &[3u8; 32],
+            10,
+            1,
+            vec![vec!["l".into(), "en".into(), "ISO-639-1".into()]],
+            "the best of Nostr",
+        );
+        assert!(s.matches(&hit));
+        assert!(
+            !s.matches(&ev(1, 10, lang.clone())),
+            "content lacks the words"
+        );
+        let other_kind = Event::sign(&[3u8; 32], 10, 2, hit.tags.clone(), "the best of Nostr");
+        assert!(!s.matches(&other_kind));
+        let plain = f(json!({"search":"best nostr"}));
+        assert!(!plain.matches(&ev(1, 10, vec![])), "content is `c`");
+        assert!(f(json!({"search":"c"})).matches(&ev(1, 10, vec![])));
+        assert!(f(json!({"search":""})).matches(&ev(1, 10, vec![])));
+        assert_eq!(
+            Filter::from_value(&json!({"search":5})),
+            Err(FilterError::BadSearch {
+                max: MAX_SEARCH_BYTES
+            })
+        );
+        let long = "a ".repeat(MAX_SEARCH_BYTES);
+        assert!(Filter::from_value(&json!({ "search": long })).is_err());
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod kind;
 pub mod message;
 pub mod pow;
 pub mod reason;
+pub mod search;
 
 pub use auth::{AuthCheck, AuthError, Readers};
 pub use event::{Event, EventError, Limits as EventLimits, PubkeyCache};
@@ -24,3 +25,4 @@ pub use filter::{Filter, FilterError, TagValue};
 pub use kind::KindClass;
 pub use message::{ClientMessage, MessageError, RelayMessage};
 pub use reason::Reason;
+pub use search::Search;

@@ -890,9 +890,14 @@ fn load_if_match(
 }
 
 /// Whether rows need their JSON parsed to check tags: some tag condition
-/// is not answered by the index scanned, or a filter value is long enough
-/// to have been indexed by its hash. Decided once per scan, not per row.
+/// is not answered by the index scanned, a filter value is long enough
+/// to have been indexed by its hash, or there are search words. Decided once per scan, not per row.
 fn needs_tag_check(f: &Filter, covered_tag: Option<u8>) -> bool {
+    // A NIP-50 `search` is checked on the parsed event too (a search the
+    // full-text index does not answer, as when `[search]` is off, scans).
+    if f.search.is_some() {
+        return true;
+    }
     let uncovered = f.tags.iter().any(|(l, _)| Some(*l) != covered_tag);
     let hashed = f
         .tags
