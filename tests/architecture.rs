@@ -14,10 +14,16 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
     BTreeMap::from([
         ("proto", &[][..]),
         ("store", &["sluice-proto"][..]),
+        ("search", &["sluice-proto", "sluice-store"][..]),
         ("throttle", &[][..]),
         (
             "engine",
-            &["sluice-proto", "sluice-store", "sluice-throttle"][..],
+            &[
+                "sluice-proto",
+                "sluice-store",
+                "sluice-search",
+                "sluice-throttle",
+            ][..],
         ),
         (
             "server",
@@ -33,6 +39,7 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
             &[
                 "sluice-proto",
                 "sluice-store",
+                "sluice-search",
                 "sluice-throttle",
                 "sluice-engine",
                 "sluice-server",

@@ -63,7 +63,15 @@ pub struct QueryArgs {
 }
 
 /// The query types of the mix.
-pub const QUERY_TYPES: [&str; 6] = ["author", "author_kinds", "e", "p", "t", "kinds_since"];
+pub const QUERY_TYPES: [&str; 7] = [
+    "author",
+    "author_kinds",
+    "e",
+    "p",
+    "t",
+    "kinds_since",
+    "search",
+];
 
 /// Values seen in the file, for building queries that hit.
 #[derive(Debug, Default)]
@@ -74,6 +82,8 @@ pub struct QueryPool {
     p_values: Vec<String>,
     t_values: Vec<String>,
     kinds: Vec<u16>,
+    /// Words of kind-1 contents (NIP-50 `search`), each held by an event.
+    words: Vec<String>,
     min_created_at: u64,
     max_created_at: u64,
 }
@@ -86,6 +96,7 @@ struct PoolSets {
     p: BTreeSet<String>,
     t: BTreeSet<String>,
     kinds: BTreeSet<u16>,
+    words: BTreeSet<String>,
 }
 
 fn insert_bounded<T: Ord>(set: &mut BTreeSet<T>, v: T) {
@@ -118,6 +129,7 @@ impl QueryPool {
             p_values: sets.p.into_iter().collect(),
             t_values: sets.t.into_iter().collect(),
             kinds: sets.kinds.into_iter().collect(),
+            words: sets.words.into_iter().collect(),
             min_created_at: min,
             max_created_at: max,
         })
@@ -142,6 +154,8 @@ impl QueryPool {
                 let since = self.min_created_at + span / 2 + rng.below(span / 2 + 1);
                 json!({"kinds": [pick(&self.kinds, rng)?], "since": since, "limit": limit})
             }
+            // One word of a stored note: it has at least that event.
+            "search" => json!({"search": pick(&self.words, rng)?, "limit": limit}),
             _ => return None,
         })
     }
@@ -153,6 +167,13 @@ impl PoolSets {
         insert_bounded(&mut self.author_kinds, (author.clone(), ev.kind));
         insert_bounded(&mut self.authors, author);
         insert_bounded(&mut self.kinds, ev.kind);
+        if ev.kind == 1 {
+            for (_, w) in sluice_proto::search::words(&ev.content) {
+                if w.len() >= 3 {
+                    insert_bounded(&mut self.words, w);
+                }
+            }
+        }
         for t in ev.tags.iter().filter(|t| t.len() >= 2) {
             let set = match t[0].as_str() {
                 "e" => &mut self.e,

@@ -41,6 +41,7 @@ pub mod process;
 pub mod reads;
 mod replica;
 pub mod retention;
+mod search;
 pub mod throttle;
 pub mod trust;
 mod writer;
@@ -102,6 +103,10 @@ pub enum StartError {
     /// is a bug if it happens).
     #[error("engine configuration refused: {0}")]
     Config(String),
+    /// The NIP-50 index would not open (or its writer is held by another
+    /// process).
+    #[error("{0}")]
+    Search(#[from] sluice_search::SearchError),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -133,6 +138,8 @@ pub enum Unready {
     MonitorStalled(u64),
     #[error("store stats read failed")]
     StoreStats,
+    #[error("search indexer stopped")]
+    SearchStopped,
 }
 
 /// What [`Engine::health`] judges, read from the threads' records.
@@ -270,6 +277,8 @@ pub struct Engine {
     disk: Arc<DiskGate>,
     /// The web of trust and the proof-of-work difficulty.
     trust: Arc<trust::Trust>,
+    /// The NIP-50 index, once [`Engine::start_search`] started it.
+    search: Arc<search::SearchSlot>,
 }
 
 /// Current unix time in seconds.
@@ -300,18 +309,19 @@ impl Engine {
         let retention = Arc::new(retention::SharedPlan::default());
         let disk = Arc::new(DiskGate::default());
         let trust = Arc::new(trust::Trust::default());
+        let search = Arc::new(search::SearchSlot::default());
         let writer = writer::spawn(
             store.clone(),
             cfg.clone(),
             live.clone(),
-            (tap.clone(), mirrors.clone(), trust.clone()),
+            (tap.clone(), mirrors.clone(), trust.clone(), search.clone()),
             retention.clone(),
             disk.clone(),
         )?;
         let throttle = Throttle::new(throttle);
         // On error the writer's handle drops here: its queue closes and the
         // thread ends.
-        let reads = Reads::start(store.clone(), throttle.clone(), &cfg)?;
+        let reads = Reads::start(store.clone(), throttle.clone(), &cfg, search.clone())?;
         let engine = Arc::new(Engine {
             throttle,
             reads,
@@ -329,6 +339,7 @@ impl Engine {
             retention,
             disk,
             trust,
+            search,
         });
         if let Err(e) = monitor::MonitorHandle::start(&engine) {
             engine.shutdown();
@@ -378,6 +389,41 @@ impl Engine {
     /// The web of trust and the proof-of-work difficulty.
     pub fn trust(&self) -> &Arc<trust::Trust> {
         &self.trust
+    }
+
+    /// Opens the NIP-50 index in `store.path/search/` and starts its
+    /// indexer thread, which catches up with the store from the serial of
+    /// its last commit. Once per engine; `[search] enabled = false` starts
+    /// nothing.
+    pub fn start_search(&self, cfg: sluice_search::SearchConfig) -> Result<(), StartError> {
+        if !cfg.enabled {
+            return Ok(());
+        }
+        let dir = self.store.path().join(sluice_search::INDEX_DIR);
+        let index = sluice_search::SearchIndex::open(&dir, cfg)?;
+        let indexer = sluice_search::Indexer::start(index.clone(), self.store.clone())?;
+        if !self.search.set(index, indexer) {
+            return Err(StartError::Config("search started twice".into()));
+        }
+        Ok(())
+    }
+
+    /// The NIP-50 index, when search is on.
+    pub fn search_index(&self) -> Option<&Arc<sluice_search::SearchIndex>> {
+        self.search.index()
+    }
+
+    /// Blocks until the index has committed every event stored so far
+    /// (the import's last step); true at once without search, false if
+    /// the indexer stopped.
+    pub fn wait_search_caught_up(&self) -> bool {
+        let Some(indexer) = self.search.indexer() else {
+            return true;
+        };
+        match self.store.next_serial() {
+            Ok(next) => indexer.wait_caught_up(next),
+            Err(_) => false,
+        }
     }
 
     /// The retention plan in force.
@@ -624,6 +670,11 @@ impl Engine {
     /// its last store stats read successful. Reads atomics only.
     pub fn health(&self) -> Result<(), Unready> {
         let m = &self.monitor.health;
+        if self.search.indexer().is_some_and(|i| !i.alive())
+            && !self.shutting_down.load(Ordering::Acquire)
+        {
+            return Err(Unready::SearchStopped);
+        }
         judge(HealthInputs {
             shutting_down: self.shutting_down.load(Ordering::Acquire),
             writer_alive: self.writer.alive(),
@@ -644,6 +695,7 @@ impl Engine {
         self.trust.stop();
         self.reads.shutdown();
         self.writer.shutdown();
+        self.search.stop();
         if let Err(e) = self.store.force_sync() {
             tracing::error!(error = %e, "final store sync failed");
         }

@@ -37,6 +37,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use sluice_proto::{Filter, Readers};
+use sluice_search::{SearchCursor, SearchIndex};
 use sluice_store::{
     CountCursor, PlanShape, QueryCursor, QueryOptions, StepLimits, Store, plan_shape,
 };
@@ -67,6 +68,9 @@ struct Inner {
     throttle: Arc<Throttle>,
     max_scan_rows: u64,
     max_count_rows: u64,
+    /// The NIP-50 index, once started: REQs and COUNTs with a `search`
+    /// run on it.
+    search: Arc<crate::search::SearchSlot>,
 }
 
 struct State {
@@ -83,6 +87,8 @@ struct State {
 enum Work {
     Query(QueryCursor),
     Count(CountCursor),
+    /// A REQ (or, counting, a COUNT) with search filters.
+    Search(Box<SearchCursor>),
 }
 
 struct Body {
@@ -208,6 +214,7 @@ impl Reads {
         store: Store,
         throttle: Arc<Throttle>,
         engine: &crate::EngineConfig,
+        search: Arc<crate::search::SearchSlot>,
     ) -> Result<Reads, crate::StartError> {
         let cfg = throttle.config().queries;
         let slots = cfg.slots;
@@ -227,6 +234,7 @@ impl Reads {
             throttle,
             max_scan_rows: engine.max_scan_rows,
             max_count_rows: engine.max_count_rows,
+            search,
         });
         let reads = Reads {
             inner,
@@ -297,18 +305,44 @@ impl Reads {
         self.submit_filters(sink, who, filters, readers, budget, true)
     }
 
-    /// Estimates the cost from the plan, builds the cursor (which serves
-    /// private kinds only to `readers`), and submits.
+    /// NIP-50: a search filter matches only the kinds the index holds
+    /// (`[search] kinds`), stored and live alike. Nothing changes while
+    /// search is off (the store then checks the words by scanning).
+    pub fn scope_search(&self, filters: &mut [Filter]) {
+        let Some(index) = self.inner.search.index() else {
+            return;
+        };
+        let indexed = &index.config().kinds;
+        for f in filters.iter_mut().filter(|f| f.search.is_some()) {
+            let mut kinds: Vec<u16> = match &f.kinds {
+                Some(k) => k.iter().copied().filter(|k| indexed.contains(k)).collect(),
+                None => indexed.clone(),
+            };
+            kinds.sort_unstable();
+            kinds.dedup();
+            f.kinds = Some(kinds);
+        }
+    }
+
+    /// Estimates the cost from the plan (a search's from the postings its
+    /// words touch), builds the cursor (which serves private kinds only to
+    /// `readers`), and submits.
     fn submit_filters(
         &self,
         sink: &ReadSink,
         who: Principal,
-        filters: Vec<Filter>,
+        mut filters: Vec<Filter>,
         readers: Arc<Readers>,
         budget: &mut ConnReadBudget,
         count: bool,
     ) -> Result<ReadGuard, QueryError> {
-        let shapes = shapes(&filters);
+        self.scope_search(&mut filters);
+        let search = self
+            .inner
+            .search
+            .index()
+            .filter(|_| filters.iter().any(|f| f.search.is_some()));
+        let shapes = shapes(&filters, search);
         let cost = self.inner.lock().cfg.cost;
         let max_rows = if count {
             self.inner.max_count_rows
@@ -319,16 +353,21 @@ impl Reads {
             now: unix_now(),
             max_scan_rows: max_rows,
         };
-        let (estimate, work) = if count {
-            (
-                cost.estimate_count(&shapes, max_rows),
-                Work::Count(CountCursor::new(filters, opts).for_readers(readers)),
-            )
+        let estimate = if count {
+            cost.estimate_count(&shapes, max_rows)
         } else {
-            (
-                cost.estimate_req(&shapes, max_rows),
-                Work::Query(QueryCursor::new(filters, opts).for_readers(readers)),
-            )
+            cost.estimate_req(&shapes, max_rows)
+        };
+        let work = match (search, count) {
+            (Some(index), _) => Work::Search(Box::new(SearchCursor::new(
+                index.clone(),
+                filters,
+                opts,
+                readers,
+                count,
+            ))),
+            (None, true) => Work::Count(CountCursor::new(filters, opts).for_readers(readers)),
+            (None, false) => Work::Query(QueryCursor::new(filters, opts).for_readers(readers)),
         };
         self.submit(sink, who, work, estimate, budget)
     }
@@ -426,17 +465,25 @@ fn register(
     base
 }
 
-fn shapes(filters: &[Filter]) -> Vec<FilterShape> {
+fn shapes(filters: &[Filter], search: Option<&Arc<SearchIndex>>) -> Vec<FilterShape> {
+    let searcher = search.map(|i| (i, i.searcher()));
     filters
         .iter()
-        .map(|f| match plan_shape(f) {
-            PlanShape::Empty => FilterShape::Empty,
-            PlanShape::Ids(n) => FilterShape::Ids { ids: n as u64 },
-            PlanShape::Scan {
-                prefixes,
-                keyed,
-                post_filter,
-            } => FilterShape::Scan {
+        .map(|f| match (&searcher, plan_shape(f)) {
+            (_, PlanShape::Empty) => FilterShape::Empty,
+            (Some((index, searcher)), _) if f.search.is_some() => FilterShape::Search {
+                postings: index.postings(searcher, f),
+                limit: f.limit,
+            },
+            (_, PlanShape::Ids(n)) => FilterShape::Ids { ids: n as u64 },
+            (
+                _,
+                PlanShape::Scan {
+                    prefixes,
+                    keyed,
+                    post_filter,
+                },
+            ) => FilterShape::Scan {
                 prefixes: prefixes as u64,
                 limit: f.limit,
                 keyed,
@@ -624,6 +671,34 @@ impl Inner {
                     ReadEnd::Eose {
                         snapshot_serial: cur.snapshot_serial().unwrap_or(1),
                         truncated: cur.truncated(),
+                    }
+                });
+                Ok(StepResult {
+                    events,
+                    rows: did.rows,
+                    bytes: did.bytes,
+                    end,
+                })
+            }
+            Work::Search(cur) => {
+                let mut events = Vec::new();
+                let did = cur
+                    .step(&self.store, limits, &mut events)
+                    .map_err(|e| tracing::warn!(error = %e, "search failed"))?;
+                let end = did.done.then(|| {
+                    if cur.truncated() {
+                        metrics::counter!(m::QUERY_TRUNCATED_TOTAL).increment(1);
+                    }
+                    if cur.counting() {
+                        ReadEnd::Count {
+                            count: cur.count(),
+                            truncated: cur.truncated(),
+                        }
+                    } else {
+                        ReadEnd::Eose {
+                            snapshot_serial: cur.snapshot_serial().unwrap_or(1),
+                            truncated: cur.truncated(),
+                        }
                     }
                 });
                 Ok(StepResult {

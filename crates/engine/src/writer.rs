@@ -245,10 +245,11 @@ pub(crate) fn spawn(
     store: Store,
     cfg: EngineConfig,
     live: Arc<LiveHub>,
-    (tap, mirrors, trust): (
+    (tap, mirrors, trust, search): (
         Arc<crate::replica::Tap>,
         Arc<MirrorTaps>,
         Arc<crate::trust::Trust>,
+        Arc<crate::search::SearchSlot>,
     ),
     plan: Arc<SharedPlan>,
     disk: Arc<DiskGate>,
@@ -265,6 +266,7 @@ pub(crate) fn spawn(
         tap,
         mirrors,
         trust,
+        search,
         rx,
         queued: queued.clone(),
         bulk_cost: CommitCost::default(),
@@ -444,6 +446,8 @@ struct Writer {
     tap: Arc<crate::replica::Tap>,
     mirrors: Arc<MirrorTaps>,
     trust: Arc<crate::trust::Trust>,
+    /// The NIP-50 indexer, rung after each commit that stored events.
+    search: Arc<crate::search::SearchSlot>,
     rx: Receiver<Msg>,
     queued: Arc<AtomicUsize>,
     bulk_cost: CommitCost,
@@ -801,6 +805,9 @@ impl Writer {
                 self.retainer.note_stored(stored.iter().map(|l| &*l.event));
                 self.apply_vanish(&plan, stored.iter().map(|l| &*l.event));
                 self.trust.note_stored(stored.iter().map(|l| &*l.event));
+                if !stored.is_empty() {
+                    self.search.ring();
+                }
                 if self.tap.attached() {
                     for (r, outcome) in batch.iter().zip(&outcomes) {
                         if r.origin != Origin::Replica
@@ -900,6 +907,7 @@ impl Writer {
         self.retainer.note_stored(stored_events());
         self.apply_vanish(&plan, stored_events());
         self.trust.note_stored(stored_events());
+        self.search.ring();
         let live: Vec<Arc<LiveEvent>> = if self.live.subscriptions() > 0 {
             bulk.events
                 .into_iter()

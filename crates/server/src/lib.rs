@@ -295,7 +295,10 @@ async fn root(
             &st.auth,
             &st.engine.policy().rules(),
             &st.engine.retention().nip11,
-            st.engine.trust().difficulty_now(),
+            (
+                st.engine.trust().difficulty_now(),
+                st.engine.search_index().is_some(),
+            ),
         );
         let mut resp = doc.into_response();
         resp.headers_mut().insert(
@@ -337,6 +340,7 @@ fn landing_page(st: &AppState, peer: SocketAddr, headers: &HeaderMap) -> Respons
             pow_difficulty: st.engine.trust().difficulty_now(),
             url: relay_url(st, headers),
             status_link: st.server.public_status || is_operator(st, peer, headers),
+            search: st.engine.search_index().is_some(),
         })
     });
     pages::html_response(page, &pages::builtin_policy(&front.relay.icon))

@@ -14,13 +14,20 @@ pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 13, 40, 45, 62, 77, 86];
 /// NIPs offered when `auth.enabled` is on: AUTH and protected events.
 pub const AUTH_NIPS: &[u16] = &[42, 70];
 
-/// The NIPs served with this `[auth]`, in order.
-pub fn supported_nips(auth: &AuthConfig) -> Vec<u16> {
+/// NIP-50 search, offered while `[search]` is on.
+pub const SEARCH_NIP: u16 = 50;
+
+/// The NIPs served with this `[auth]` and, with `search`, a full-text
+/// index, in order.
+pub fn supported_nips(auth: &AuthConfig, search: bool) -> Vec<u16> {
     let mut nips = SUPPORTED_NIPS.to_vec();
     if auth.enabled {
         nips.extend_from_slice(AUTH_NIPS);
-        nips.sort_unstable();
     }
+    if search {
+        nips.push(SEARCH_NIP);
+    }
+    nips.sort_unstable();
     nips
 }
 
@@ -30,9 +37,9 @@ pub fn document(
     auth: &AuthConfig,
     policy: &sluice_engine::policy::Rules,
     retention: &[Value],
-    min_pow_difficulty: u32,
+    (min_pow_difficulty, search): (u32, bool),
 ) -> String {
-    let nips = supported_nips(auth);
+    let nips = supported_nips(auth, search);
     let mut doc = json!({
         "name": policy.name.as_deref().unwrap_or(&info.name),
         "description": policy.description.as_deref().unwrap_or(&info.description),

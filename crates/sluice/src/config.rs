@@ -7,7 +7,8 @@
 //! `[server]`, `[limits]`, `[relay]`, `[auth]` by `sluice-server`; `[engine]`, `[policy]` by
 //! `sluice-engine`; `[retention]` by `sluice-engine`; `[throttle]` and its tables by `sluice-throttle`
 //! (except that `throttle.clients.trusted_proxies` is parsed by the
-//! server's `address` module); `[cluster]` by `sluice-cluster`; `[store]`, `[metrics]`, `[log]` here,
+//! server's `address` module); `[cluster]` by `sluice-cluster`; `[search]` by
+//! `sluice-search`; `[store]`, `[metrics]`, `[log]` here,
 //! `[[mirror]]` in `mirror.rs`.
 
 use std::path::{Path, PathBuf};
@@ -18,6 +19,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 use sluice_cluster::ClusterConfig;
 use sluice_engine::{EngineConfig, PolicyConfig, RetentionConfig, RetentionPlan};
+use sluice_search::SearchConfig;
 use sluice_server::address::TrustedProxies;
 use sluice_server::{AuthConfig, LimitsConfig, RelayInfoConfig, ServerConfig};
 use sluice_throttle::{PowConfig, ThrottleConfig, TrustConfig};
@@ -41,6 +43,7 @@ pub struct Config {
     pub metrics: MetricsConfig,
     pub log: LogConfig,
     pub cluster: ClusterConfig,
+    pub search: SearchConfig,
     /// `[[mirror]]`: relays mirrored live (`mirror.rs`).
     pub mirror: Vec<MirrorConfig>,
 }
@@ -155,6 +158,7 @@ impl Config {
             self.metrics.validate(),
             self.log.validate(),
             self.cluster.validate(),
+            self.search.validate(),
         ];
         for c in checks {
             if let Err(msg) = c {

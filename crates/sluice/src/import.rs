@@ -191,11 +191,20 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     // Returns after the monitor's first tick: a first verdict before the
     // first batch, not an optimistic default.
     let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone())?;
+    // The NIP-50 index is fed as the import commits, by its own thread.
+    if let Err(e) = engine.start_search(cfg.search.clone()) {
+        engine.shutdown();
+        return Err(e.into());
+    }
     engine.set_retention(cfg.retention_plan());
     engine.bulk_backlog().set_bound(plan.max_in_flight as u64);
     let limiter = Limiter::new(engine.throttle().clone());
     let started = Instant::now();
     let result = pipeline(&plan, &engine, &limiter, &reporter);
+    // Searchable once imported: the index takes the last batches.
+    if !engine.wait_search_caught_up() {
+        tracing::warn!("the search indexer stopped; run `sluice reindex`");
+    }
     let elapsed = started.elapsed();
     reporter.finish();
     engine.shutdown();

@@ -11,6 +11,7 @@ mod import;
 mod metrics_names;
 mod mirror;
 mod peer;
+mod reindex;
 mod retention;
 mod serve;
 mod sync;
@@ -66,6 +67,8 @@ enum Command {
     /// Write a compacted copy of the store to OUT/data.mdb (a backup, taken
     /// while the relay serves).
     Compact(compact::CompactArgs),
+    /// Build the NIP-50 search index again from the store (relay stopped).
+    Reindex(reindex::ReindexArgs),
     /// Configuration tools.
     Config {
         #[command(subcommand)]
@@ -97,6 +100,7 @@ fn main() -> ExitCode {
         Command::Sync(args) => sync::run(args),
         Command::Mirror(args) => mirror::run(args),
         Command::Compact(args) => compact::run(args),
+        Command::Reindex(args) => reindex::run(args),
         Command::Config {
             command: ConfigCommand::Check { config },
         } => Config::load(config.as_deref()).and_then(|cfg| {

@@ -37,6 +37,11 @@ pub fn run(cfg: Config, config_file: Option<PathBuf>) -> anyhow::Result<()> {
     // The writer, query workers and monitor are engine threads, started
     // here (outside the runtime) and stopped by `shutdown`.
     let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone())?;
+    // The NIP-50 indexer catches up with the store on its own thread.
+    if let Err(e) = engine.start_search(cfg.search.clone()) {
+        engine.shutdown();
+        return Err(e.into());
+    }
     // Retention runs on the writer thread from here on.
     engine.set_retention(cfg.retention_plan());
     // The web of trust is read from the store by its own thread; clients

@@ -36,6 +36,7 @@ mod codec;
 mod policy;
 mod query;
 mod retention;
+mod serials;
 mod tables;
 mod write;
 
@@ -54,6 +55,7 @@ pub use query::{
     plan_shape,
 };
 pub use retention::{Picked, Pruned, Retention, Rule, Scan, Scope, VANISH, is_replaceable};
+pub use serials::SerialLookup;
 pub use write::{WriteOutcome, WriteRules};
 
 /// Says whether the current thread must not open a transaction (set once

@@ -906,7 +906,7 @@ fn needs_tag_check(f: &Filter, covered_tag: Option<u8>) -> bool {
     uncovered || hashed
 }
 
-fn header_matches(f: &Filter, h: &Header, now: u64) -> bool {
+pub(crate) fn header_matches(f: &Filter, h: &Header, now: u64) -> bool {
     !h.is_expired(now)
         && f.matches_time(h.created_at)
         && f.ids

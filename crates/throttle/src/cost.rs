@@ -72,6 +72,10 @@ pub enum FilterShape {
         keyed: bool,
         post_filter: bool,
     },
+    /// A NIP-50 search: the full-text index walks `postings` postings (the
+    /// documents holding each of its words, summed over the words) and
+    /// every hit returned is read from the store, at most `limit`.
+    Search { postings: u64, limit: Option<u64> },
     /// Matches nothing (an empty list in the filter, `limit: 0`).
     Empty,
 }
@@ -150,6 +154,10 @@ impl CostConfig {
                     // A seek per prefix besides the rows.
                     (read.min(max_scan_rows).saturating_add(prefixes), n)
                 }
+                FilterShape::Search { postings, limit } => {
+                    let n = limit.unwrap_or(max_scan_rows).min(max_scan_rows);
+                    (postings.saturating_add(n), n)
+                }
                 FilterShape::Empty => (0, 0),
             };
             rows = rows.saturating_add(r);
@@ -160,13 +168,17 @@ impl CostConfig {
         self.actual(rows, bytes)
     }
 
-    /// Estimated cost of a COUNT.
+    /// Estimated cost of a COUNT (a search's postings count whole: its
+    /// hits are all checked against the store).
     pub fn estimate_count(&self, shapes: &[FilterShape], max_count_rows: u64) -> u64 {
         let seeks: u64 = shapes
             .iter()
             .map(|s| match *s {
                 FilterShape::Ids { ids } => ids,
                 FilterShape::Scan { prefixes, .. } => prefixes,
+                FilterShape::Search { postings, .. } => {
+                    postings.saturating_mul(2).min(max_count_rows)
+                }
                 FilterShape::Empty => 0,
             })
             .sum();
@@ -193,6 +205,32 @@ impl CostConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A search costs the postings its words touch and the hits it
+    /// returns: a rare word is cheap, a common one dear.
+    #[test]
+    fn searches_cost_their_postings() {
+        let c = CostConfig::default();
+        let search = |postings| {
+            c.estimate_req(
+                &[FilterShape::Search {
+                    postings,
+                    limit: Some(20),
+                }],
+                200_000,
+            )
+        };
+        assert!(search(3) < 60, "{}", search(3));
+        assert!(search(100_000) > 100_000, "{}", search(100_000));
+        let count = c.estimate_count(
+            &[FilterShape::Search {
+                postings: 50_000,
+                limit: None,
+            }],
+            2_000_000,
+        );
+        assert!(count > 100_000, "{count}");
+    }
 
     #[test]
     fn lookups_are_cheap_and_big_scans_dear() {

@@ -32,6 +32,8 @@ pub struct Facts<'a> {
     pub url: String,
     /// Whether this visitor may open /status (the link is shown then).
     pub status_link: bool,
+    /// Whether NIP-50 search is on (`[search] enabled`).
+    pub search: bool,
 }
 
 /// The page.
@@ -66,7 +68,7 @@ pub fn render(f: &Facts<'_>) -> String {
         ("{{limits}}", limits(f.limits)),
         ("{{rates}}", rates(f.throttle)),
         ("{{retention}}", retention(f)),
-        ("{{nips}}", nips(f.auth)),
+        ("{{nips}}", nips(f.auth, f.search)),
         ("{{version}}", escape(env!("CARGO_PKG_VERSION"))),
     ];
     fill(TEMPLATE, &values)
@@ -295,9 +297,9 @@ fn retention(f: &Facts<'_>) -> String {
     ul(&items)
 }
 
-fn nips(auth: &AuthConfig) -> String {
+fn nips(auth: &AuthConfig, search: bool) -> String {
     let mut out = String::new();
-    for n in crate::nip11::supported_nips(auth) {
+    for n in crate::nip11::supported_nips(auth, search) {
         let _ = write!(
             out,
             r#"<li><a href="{NIPS_URL}{n:02}.md">NIP-{n:02}</a> {}</li>"#,
@@ -316,6 +318,7 @@ fn nip_title(n: u16) -> &'static str {
         40 => "Expiration",
         42 => "Authentication",
         45 => "Event counts",
+        50 => "Search",
         62 => "Request to vanish",
         70 => "Protected events",
         77 => "Negentropy sync",
@@ -351,6 +354,7 @@ mod tests {
             pow_difficulty: 0,
             url: "wss://relay.example".into(),
             status_link: false,
+            search: true,
         })
     }
 

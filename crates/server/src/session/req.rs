@@ -30,6 +30,8 @@ impl Session {
         for f in &mut filters {
             f.limit = Some(f.limit.unwrap_or(lim.default_limit).min(lim.max_limit));
         }
+        // A search matches only indexed kinds, live as stored.
+        self.st.engine.reads().scope_search(&mut filters);
         // In the live index before the query can take its snapshot: no gap.
         // Replacing a REQ drops the old one's guards: its query is
         // cancelled and it leaves the index.

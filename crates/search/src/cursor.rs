@@ -1,0 +1,286 @@
+//! A REQ or COUNT with NIP-50 `search` filters, in bounded steps: each
+//! search filter's hits come from the index ranked (relevance, then
+//! recency), a page per step, and every hit is checked against the store
+//! in the step's one read transaction before it is answered: an event
+//! the store no longer holds (deleted, replaced, purged, vanished) is
+//! never served, and its document is handed to the indexer for removal;
+//! an expired one, or one the rest of the filter or the reader's rights
+//! exclude, is skipped. A filter without `search` in the same REQ runs
+//! as the store's own query after the search filters.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+
+use sluice_proto::{Filter, Readers};
+use sluice_store::{
+    CountCursor, QueryCursor, QueryOptions, SerialLookup, StepLimits, StepOutput, Store,
+};
+use tantivy::Searcher;
+
+use crate::index::{SearchError, SearchIndex};
+use crate::metrics_names as m;
+
+/// Hits a COUNT checks per step.
+const COUNT_PAGE: usize = 1024;
+/// Most hits a REQ's search filter asks the index for per step (over
+/// what its limit still wants, for the hits the store's check drops).
+const REQ_PAGE_MAX: usize = 512;
+const REQ_PAGE_SLACK: usize = 8;
+
+enum Part {
+    Search {
+        filter: Filter,
+        offset: usize,
+        found: u64,
+        limit: u64,
+        done: bool,
+    },
+    Plain(QueryCursor),
+    PlainCount(CountCursor),
+}
+
+/// A REQ (`count: false`) or a COUNT whose filters include a search.
+pub struct SearchCursor {
+    index: Arc<SearchIndex>,
+    searcher: Option<Searcher>,
+    parts: Vec<Part>,
+    next: usize,
+    opts: QueryOptions,
+    readers: Option<Arc<Readers>>,
+    snapshot: Option<u64>,
+    /// Serials answered by the search filters (an event matched by two is
+    /// sent or counted once).
+    seen: HashSet<u64>,
+    ready: VecDeque<String>,
+    /// Hits read from the index so far (against `opts.max_scan_rows`).
+    scanned: u64,
+    truncated: bool,
+    count: u64,
+    counting: bool,
+    /// A COUNT mixing searches and plain filters may count an event both
+    /// match twice: it says so (approximate).
+    approximate: bool,
+    done: bool,
+}
+
+impl SearchCursor {
+    /// A REQ over `filters` (limits set) or, with `count`, a COUNT.
+    pub fn new(
+        index: Arc<SearchIndex>,
+        filters: Vec<Filter>,
+        opts: QueryOptions,
+        readers: Arc<Readers>,
+        count: bool,
+    ) -> SearchCursor {
+        let (search, plain): (Vec<Filter>, Vec<Filter>) = filters
+            .into_iter()
+            .filter(|f| !f.is_empty_match() && f.limit != Some(0))
+            .partition(|f| f.search.is_some());
+        let approximate = count && !search.is_empty() && !plain.is_empty();
+        let mut parts: Vec<Part> = search
+            .into_iter()
+            .map(|filter| Part::Search {
+                limit: if count {
+                    u64::MAX
+                } else {
+                    filter.limit.unwrap_or(u64::MAX)
+                },
+                filter,
+                offset: 0,
+                found: 0,
+                done: false,
+            })
+            .collect();
+        if !plain.is_empty() {
+            parts.push(if count {
+                Part::PlainCount(CountCursor::new(plain, opts).for_readers(readers.clone()))
+            } else {
+                Part::Plain(QueryCursor::new(plain, opts).for_readers(readers.clone()))
+            });
+        }
+        SearchCursor {
+            index,
+            searcher: None,
+            parts,
+            next: 0,
+            opts,
+            readers: Some(readers),
+            snapshot: None,
+            seen: HashSet::new(),
+            ready: VecDeque::new(),
+            scanned: 0,
+            truncated: false,
+            count: 0,
+            counting: count,
+            approximate,
+            done: false,
+        }
+    }
+
+    /// Serials below this were visible to the query; live delivery takes
+    /// over from here.
+    pub fn snapshot_serial(&self) -> Option<u64> {
+        self.snapshot
+    }
+
+    /// The index's or the store's scan budget ran out before the limits
+    /// were met (or a COUNT may count an event twice).
+    pub fn truncated(&self) -> bool {
+        self.truncated || self.approximate
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Whether this is a COUNT.
+    pub fn counting(&self) -> bool {
+        self.counting
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// One step: answers ranked events into `out` (a REQ) or counts
+    /// (a COUNT). `rows` is the postings walked and the hits checked.
+    pub fn step(
+        &mut self,
+        store: &Store,
+        limits: StepLimits,
+        out: &mut Vec<String>,
+    ) -> Result<StepOutput, SearchError> {
+        let mut did = StepOutput::default();
+        if self.snapshot.is_none() {
+            self.snapshot = Some(store.next_serial()?);
+        }
+        loop {
+            while let Some(raw) = self.ready.pop_front() {
+                did.bytes += raw.len() as u64;
+                out.push(raw);
+                if did.bytes >= limits.bytes {
+                    return Ok(did);
+                }
+            }
+            if did.rows > 0 && did.rows >= limits.rows {
+                return Ok(did);
+            }
+            let Some(part) = self.parts.get_mut(self.next) else {
+                self.done = true;
+                did.done = true;
+                return Ok(did);
+            };
+            match part {
+                Part::Search { .. } => {
+                    did.rows += self.search_page(store)?;
+                }
+                Part::Plain(cur) => {
+                    let plain = store.query_step(cur, limits, out)?;
+                    did.rows += plain.rows;
+                    did.bytes += plain.bytes;
+                    if plain.done {
+                        self.truncated |= cur.truncated();
+                        self.next += 1;
+                    }
+                    return Ok(did);
+                }
+                Part::PlainCount(cur) => {
+                    let plain = store.count_step(cur, limits)?;
+                    did.rows += plain.rows;
+                    if plain.done {
+                        self.truncated |= cur.truncated();
+                        self.count += cur.count();
+                        self.next += 1;
+                    }
+                    return Ok(did);
+                }
+            }
+        }
+    }
+
+    /// One page of the current search filter: its hits, checked against
+    /// the store. Returns the rows it cost.
+    fn search_page(&mut self, store: &Store) -> Result<u64, SearchError> {
+        let snapshot = self.snapshot.unwrap_or(0);
+        let counting = self.counting;
+        let Some(Part::Search {
+            filter,
+            offset,
+            found,
+            limit,
+            done,
+        }) = self.parts.get_mut(self.next)
+        else {
+            return Ok(0);
+        };
+        let left = self.opts.max_scan_rows.saturating_sub(self.scanned);
+        let want = if counting {
+            COUNT_PAGE
+        } else {
+            usize::try_from(limit.saturating_sub(*found))
+                .unwrap_or(usize::MAX)
+                .saturating_add(REQ_PAGE_SLACK)
+                .min(REQ_PAGE_MAX)
+        };
+        let page = want.min(usize::try_from(left).unwrap_or(usize::MAX));
+        if *done || page == 0 {
+            if page == 0 && !*done {
+                self.truncated = true;
+            }
+            self.next += 1;
+            return Ok(0);
+        }
+        let searcher = self.searcher.get_or_insert_with(|| self.index.searcher());
+        let postings = self.index.postings(searcher, filter);
+        metrics::counter!(m::SEARCH_POSTINGS_TOTAL).increment(postings);
+        let hits = self.index.search(searcher, filter, *offset, page)?;
+        *offset += hits.len();
+        self.scanned += hits.len() as u64;
+        let serials: Vec<u64> = hits
+            .iter()
+            .map(|h| h.serial)
+            .filter(|s| *s < snapshot)
+            .collect();
+        let looked = store.lookup_serials(&serials, filter, &self.opts, self.readers.as_deref())?;
+        let (mut gone, mut unmatched) = (0u64, 0u64);
+        for (serial, look) in serials.iter().zip(looked) {
+            match look {
+                SerialLookup::Gone => {
+                    gone += 1;
+                    self.index.forget(*serial);
+                }
+                SerialLookup::NoMatch => unmatched += 1,
+                SerialLookup::Match { raw, .. } => {
+                    if *found >= *limit {
+                        break;
+                    }
+                    if self.seen.insert(*serial) {
+                        *found += 1;
+                        if counting {
+                            self.count += 1;
+                        } else {
+                            self.ready.push_back(raw);
+                        }
+                    }
+                }
+            }
+        }
+        if gone > 0 {
+            metrics::counter!(m::SEARCH_HITS_DROPPED_TOTAL, "reason" => "gone").increment(gone);
+        }
+        if unmatched > 0 {
+            metrics::counter!(m::SEARCH_HITS_DROPPED_TOTAL, "reason" => "unmatched")
+                .increment(unmatched);
+        }
+        if hits.len() < page || *found >= *limit {
+            *done = true;
+        } else if self.scanned >= self.opts.max_scan_rows {
+            *done = true;
+            self.truncated = true;
+        }
+        if *done {
+            self.next += 1;
+        }
+        Ok(postings + hits.len() as u64)
+    }
+}

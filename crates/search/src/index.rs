@@ -1,0 +1,386 @@
+//! The tantivy index: its schema, the tokeniser (the proto crate's
+//! [`sluice_proto::search::words`], so the index and `Filter::matches`
+//! agree), the documents made from events, and the ranked search of one
+//! filter.
+
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use sluice_proto::search::{language, searchable_text, words};
+use sluice_proto::{Event, Filter};
+use tantivy::collector::TopDocs;
+use tantivy::directory::MmapDirectory;
+use tantivy::query::{AllQuery, BooleanQuery, Occur, Query, RangeQuery, TermQuery, TermSetQuery};
+use tantivy::schema::{
+    FAST, Field, INDEXED, IndexRecordOption, STRING, Schema, TextFieldIndexing, TextOptions,
+};
+use tantivy::tokenizer::{Token, TokenStream, Tokenizer};
+use tantivy::{DocAddress, Index, IndexReader, ReloadPolicy, Searcher, TantivyDocument, Term};
+
+use crate::config::SearchConfig;
+use crate::metrics_names as m;
+
+/// The tokeniser's name in the index.
+const WORDS: &str = "sluice_words";
+
+/// Most removals waiting for the indexer; more are dropped (counted) and
+/// found again by a later search.
+const MAX_PENDING_REMOVALS: usize = 4096;
+
+/// Errors of the index.
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    #[error("search index: {0}")]
+    Index(#[from] tantivy::TantivyError),
+    #[error("search index directory {path}: {source}")]
+    Dir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("search index directory {path}: {message}")]
+    Open { path: PathBuf, message: String },
+    #[error("store: {0}")]
+    Store(#[from] sluice_store::StoreError),
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fields {
+    pub serial: Field,
+    pub created_at: Field,
+    pub kind: Field,
+    pub pubkey: Field,
+    pub language: Field,
+    pub text: Field,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut b = Schema::builder();
+    let serial = b.add_u64_field("serial", INDEXED | FAST);
+    let created_at = b.add_u64_field("created_at", FAST);
+    let kind = b.add_u64_field("kind", INDEXED);
+    let pubkey = b.add_bytes_field("pubkey", INDEXED);
+    let language = b.add_text_field("language", STRING);
+    let text = b.add_text_field(
+        "text",
+        TextOptions::default().set_indexing_options(
+            TextFieldIndexing::default()
+                .set_tokenizer(WORDS)
+                .set_index_option(IndexRecordOption::WithFreqs),
+        ),
+    );
+    (
+        b.build(),
+        Fields {
+            serial,
+            created_at,
+            kind,
+            pubkey,
+            language,
+            text,
+        },
+    )
+}
+
+/// [`words`] as a tantivy tokeniser.
+#[derive(Clone, Default)]
+struct WordTokenizer;
+
+struct WordStream {
+    tokens: std::vec::IntoIter<Token>,
+    current: Token,
+}
+
+impl Tokenizer for WordTokenizer {
+    type TokenStream<'a> = WordStream;
+
+    fn token_stream<'a>(&'a mut self, text: &'a str) -> WordStream {
+        let tokens: Vec<Token> = words(text)
+            .enumerate()
+            .map(|(position, (offset, w))| Token {
+                offset_from: offset,
+                offset_to: offset + w.len(),
+                position,
+                text: w,
+                position_length: 1,
+            })
+            .collect();
+        WordStream {
+            tokens: tokens.into_iter(),
+            current: Token::default(),
+        }
+    }
+}
+
+impl TokenStream for WordStream {
+    fn advance(&mut self) -> bool {
+        match self.tokens.next() {
+            Some(t) => {
+                self.current = t;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn token(&self) -> &Token {
+        &self.current
+    }
+
+    fn token_mut(&mut self) -> &mut Token {
+        &mut self.current
+    }
+}
+
+/// One ranked hit: relevance, then recency, then the newer serial.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RankedHit {
+    pub score: f32,
+    pub created_at: u64,
+    pub serial: u64,
+}
+
+/// Work the indexer thread is asked to do besides catching up.
+#[derive(Default)]
+pub(crate) struct Pending {
+    /// Something was committed to the store (the writer rang).
+    pub rung: bool,
+    /// Serials the store no longer holds, found by searches.
+    pub removals: Vec<u64>,
+    pub stopping: bool,
+}
+
+/// The full-text index: shared by the indexer thread (which writes it)
+/// and the query workers (which search it).
+pub struct SearchIndex {
+    pub(crate) index: Index,
+    pub(crate) reader: IndexReader,
+    pub(crate) fields: Fields,
+    pub(crate) cfg: SearchConfig,
+    pub(crate) dir: PathBuf,
+    pub(crate) pending: Mutex<Pending>,
+    pub(crate) wake: Condvar,
+}
+
+impl SearchIndex {
+    /// Opens the index in `dir` (created if missing). An index whose
+    /// schema is not this build's is an error naming the directory
+    /// (`sluice reindex` rebuilds it).
+    pub fn open(dir: &Path, cfg: SearchConfig) -> Result<Arc<SearchIndex>, SearchError> {
+        std::fs::create_dir_all(dir).map_err(|source| SearchError::Dir {
+            path: dir.to_owned(),
+            source,
+        })?;
+        let (schema, fields) = schema();
+        let mmap = MmapDirectory::open(dir).map_err(|e| SearchError::Open {
+            path: dir.to_owned(),
+            message: e.to_string(),
+        })?;
+        let index = Index::open_or_create(mmap, schema).map_err(|e| SearchError::Open {
+            path: dir.to_owned(),
+            message: format!("{e} (rebuild it with `sluice reindex`)"),
+        })?;
+        index.tokenizers().register(WORDS, WordTokenizer);
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        Ok(Arc::new(SearchIndex {
+            index,
+            reader,
+            fields,
+            cfg,
+            dir: dir.to_owned(),
+            pending: Mutex::new(Pending::default()),
+            wake: Condvar::new(),
+        }))
+    }
+
+    /// The configuration it was opened with.
+    pub fn config(&self) -> &SearchConfig {
+        &self.cfg
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The writer committed events: the indexer reads them from the store.
+    /// Coalescing: many rings before the indexer looks are one.
+    pub fn ring(&self) {
+        let mut p = self.lock();
+        if !p.rung {
+            p.rung = true;
+            drop(p);
+            self.wake.notify_one();
+        }
+    }
+
+    /// The store no longer holds the event at `serial`: the indexer
+    /// removes its document (bounded: when the queue is full the removal
+    /// is dropped, counted, and found again by a later search).
+    pub fn forget(&self, serial: u64) {
+        let mut p = self.lock();
+        if p.removals.len() >= MAX_PENDING_REMOVALS {
+            drop(p);
+            metrics::counter!(m::SEARCH_REMOVALS_DROPPED_TOTAL).increment(1);
+            return;
+        }
+        p.removals.push(serial);
+        drop(p);
+        self.wake.notify_one();
+    }
+
+    /// The document of an event, when its kind is indexed.
+    pub(crate) fn document(&self, serial: u64, ev: &Event) -> Option<TantivyDocument> {
+        if !self.cfg.indexes(ev.kind) {
+            return None;
+        }
+        let f = self.fields;
+        let mut doc = TantivyDocument::default();
+        doc.add_u64(f.serial, serial);
+        doc.add_u64(f.created_at, ev.created_at);
+        doc.add_u64(f.kind, u64::from(ev.kind));
+        doc.add_bytes(f.pubkey, &ev.pubkey[..]);
+        if let Some(lang) = language(ev) {
+            doc.add_text(f.language, &lang);
+        }
+        doc.add_text(
+            f.text,
+            searchable_text(ev, self.cfg.max_indexed_bytes_per_event),
+        );
+        Some(doc)
+    }
+
+    /// A searcher over the index as last committed: a query keeps one for
+    /// its life, so its pages rank the same documents.
+    pub fn searcher(&self) -> Searcher {
+        self.reader.searcher()
+    }
+
+    /// Postings a search of `f` walks: the documents holding each word,
+    /// summed (the cost estimate; no store access).
+    pub fn postings(&self, searcher: &Searcher, f: &Filter) -> u64 {
+        let Some(s) = &f.search else { return 0 };
+        s.words
+            .iter()
+            .map(|w| {
+                searcher
+                    .doc_freq(&Term::from_field_text(self.fields.text, w))
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+
+    /// The tantivy query for a filter: every word, the language, and the
+    /// kinds, authors and time range (the other conditions are checked
+    /// against the store).
+    fn query(&self, f: &Filter) -> Box<dyn Query> {
+        let fl = self.fields;
+        let mut must: Vec<(Occur, Box<dyn Query>)> = Vec::new();
+        if let Some(s) = &f.search {
+            for w in &s.words {
+                must.push((
+                    Occur::Must,
+                    Box::new(TermQuery::new(
+                        Term::from_field_text(fl.text, w),
+                        IndexRecordOption::WithFreqs,
+                    )),
+                ));
+            }
+            if let Some(lang) = &s.language {
+                must.push((
+                    Occur::Must,
+                    Box::new(TermQuery::new(
+                        Term::from_field_text(fl.language, lang),
+                        IndexRecordOption::Basic,
+                    )),
+                ));
+            }
+        }
+        if let Some(kinds) = &f.kinds {
+            let terms = kinds
+                .iter()
+                .map(|k| Term::from_field_u64(fl.kind, u64::from(*k)));
+            must.push((Occur::Must, Box::new(TermSetQuery::new(terms))));
+        }
+        if let Some(authors) = &f.authors {
+            let terms = authors.iter().map(|a| Term::from_field_bytes(fl.pubkey, a));
+            must.push((Occur::Must, Box::new(TermSetQuery::new(terms))));
+        }
+        if f.since.is_some() || f.until.is_some() {
+            let bound = |v: Option<u64>| match v {
+                Some(v) => Bound::Included(Term::from_field_u64(fl.created_at, v)),
+                None => Bound::Unbounded,
+            };
+            must.push((
+                Occur::Must,
+                Box::new(RangeQuery::new(bound(f.since), bound(f.until))),
+            ));
+        }
+        if must.is_empty() {
+            return Box::new(AllQuery);
+        }
+        Box::new(BooleanQuery::new(must))
+    }
+
+    /// Hits `offset..offset + n` of `f`'s search in `searcher`, ranked by
+    /// relevance, then created_at (newest first), then serial.
+    pub fn search(
+        &self,
+        searcher: &Searcher,
+        f: &Filter,
+        offset: usize,
+        n: usize,
+    ) -> Result<Vec<RankedHit>, SearchError> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let query = self.query(f);
+        let collector = TopDocs::with_limit(n).and_offset(offset).tweak_score(
+            move |seg: &tantivy::SegmentReader| {
+                let fast = seg.fast_fields();
+                let created = fast
+                    .u64("created_at")
+                    .map(|c| c.first_or_default_col(0))
+                    .ok();
+                let serial = fast.u64("serial").map(|c| c.first_or_default_col(0)).ok();
+                move |doc: tantivy::DocId, score: tantivy::Score| {
+                    (
+                        score,
+                        created.as_ref().map_or(0, |c| c.get_val(doc)),
+                        serial.as_ref().map_or(0, |c| c.get_val(doc)),
+                    )
+                }
+            },
+        );
+        let top: Vec<((f32, u64, u64), DocAddress)> = searcher.search(&*query, &collector)?;
+        Ok(top
+            .into_iter()
+            .map(|((score, created_at, serial), _)| RankedHit {
+                score,
+                created_at,
+                serial,
+            })
+            .collect())
+    }
+
+    /// Bytes the index takes on disk.
+    pub fn disk_bytes(&self) -> u64 {
+        dir_bytes(&self.dir)
+    }
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,290 @@
+//! The indexer thread (`sluice-search`): reads the events the store
+//! committed after the last indexed serial, in serial order, adds their
+//! documents and commits the index with that serial as its payload. It
+//! never sits in the writer's path: the writer only rings
+//! ([`SearchIndex::ring`]), and the indexer pulls from the store, so it
+//! cannot lose an event nor delay an OK. After a crash it resumes from
+//! the serial of its last commit: what it had added since is added again
+//! (never twice: a commit holds the documents and the serial together).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use sluice_proto::Event;
+use sluice_store::Store;
+use tantivy::{IndexWriter, TantivyDocument, Term};
+
+use crate::index::{SearchError, SearchIndex};
+use crate::metrics_names as m;
+
+/// Events read from the store per read transaction.
+const BATCH: usize = 2048;
+/// While behind (an import, a restart), commit at most this often: the
+/// progress a crash keeps.
+const CATCH_UP_COMMIT: Duration = Duration::from_secs(10);
+/// A store error is retried after this long.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// The running indexer: stopping it commits what it has indexed.
+pub struct Indexer {
+    index: Arc<SearchIndex>,
+    thread: std::sync::Mutex<Option<JoinHandle<()>>>,
+    alive: Arc<AtomicBool>,
+    indexed: Arc<AtomicU64>,
+}
+
+impl SearchIndex {
+    /// The store serial the index's last commit covers (0: none).
+    pub fn committed_serial(&self) -> Result<u64, SearchError> {
+        Ok(self
+            .index
+            .load_metas()?
+            .payload
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0))
+    }
+}
+
+impl Indexer {
+    /// Takes the index's writer (an error if another process holds it) and
+    /// starts the thread. An index ahead of `store` (the store was replaced
+    /// by an older copy) is emptied and built again.
+    pub fn start(index: Arc<SearchIndex>, store: Store) -> Result<Indexer, SearchError> {
+        Self::start_with(index, store, false)
+    }
+
+    /// Empties the index and starts the thread to build it again from
+    /// the whole store (`sluice reindex`): searches see the old index
+    /// until the first commit.
+    pub fn rebuild(index: Arc<SearchIndex>, store: Store) -> Result<Indexer, SearchError> {
+        Self::start_with(index, store, true)
+    }
+
+    fn start_with(
+        index: Arc<SearchIndex>,
+        store: Store,
+        rebuild: bool,
+    ) -> Result<Indexer, SearchError> {
+        let writer: IndexWriter<TantivyDocument> = index
+            .index
+            .writer_with_num_threads(1, index.cfg.writer_memory_mb << 20)
+            .map_err(|e| SearchError::Open {
+                path: index.dir.clone(),
+                message: e.to_string(),
+            })?;
+        let mut last = index.committed_serial()?;
+        if rebuild {
+            last = 0;
+            writer.delete_all_documents()?;
+        } else if last >= store.next_serial()? && last > 0 {
+            tracing::warn!(
+                indexed = last,
+                "the search index is ahead of the store (an older store?): rebuilding it"
+            );
+            last = 0;
+            writer.delete_all_documents()?;
+        }
+        let alive = Arc::new(AtomicBool::new(true));
+        let indexed = Arc::new(AtomicU64::new(last));
+        index.lock().stopping = false;
+        let run = Run {
+            index: index.clone(),
+            store,
+            writer,
+            last,
+            indexed: indexed.clone(),
+        };
+        let flag = alive.clone();
+        let thread = std::thread::Builder::new()
+            .name("sluice-search".into())
+            .spawn(move || {
+                let _exit = Exit(flag);
+                run.run();
+            })
+            .map_err(|source| SearchError::Dir {
+                path: index.dir.clone(),
+                source,
+            })?;
+        Ok(Indexer {
+            index,
+            thread: std::sync::Mutex::new(Some(thread)),
+            alive,
+            indexed,
+        })
+    }
+
+    /// Whether the thread runs (false after it failed or was stopped).
+    pub fn alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// The serial the index has committed.
+    pub fn indexed_serial(&self) -> u64 {
+        self.indexed.load(Ordering::Acquire)
+    }
+
+    /// Blocks until the index has committed every event below `next`
+    /// (the store's next serial) or the thread stopped; false if it did.
+    pub fn wait_caught_up(&self, next: u64) -> bool {
+        self.index.ring();
+        while self.indexed_serial() + 1 < next {
+            if !self.alive() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    }
+
+    /// Commits what is indexed and stops the thread. Idempotent.
+    pub fn stop(&self) {
+        self.index.lock().stopping = true;
+        self.index.wake.notify_all();
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = thread {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Indexer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Clears `alive` when the thread ends, however; a panic is logged.
+struct Exit(Arc<AtomicBool>);
+
+impl Drop for Exit {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+        if std::thread::panicking() {
+            tracing::error!("the search indexer panicked; /readyz reports it until a restart");
+        }
+    }
+}
+
+struct Run {
+    index: Arc<SearchIndex>,
+    store: Store,
+    writer: IndexWriter<TantivyDocument>,
+    /// The last serial read from the store (indexed or not indexable).
+    last: u64,
+    /// The last serial committed, for everyone.
+    indexed: Arc<AtomicU64>,
+}
+
+impl Run {
+    fn run(mut self) {
+        let interval = Duration::from_millis(self.index.cfg.commit_interval_ms);
+        metrics::gauge!(m::SEARCH_INDEXED_SERIAL).set(self.indexed.load(Ordering::Relaxed) as f64);
+        metrics::gauge!(m::SEARCH_INDEX_BYTES).set(self.index.disk_bytes() as f64);
+        let mut since_commit = Instant::now();
+        let mut dirty = false;
+        loop {
+            let (stopping, removals) = {
+                let mut p = self.index.lock();
+                p.rung = false;
+                (p.stopping, std::mem::take(&mut p.removals))
+            };
+            for serial in &removals {
+                self.writer
+                    .delete_term(Term::from_field_u64(self.index.fields.serial, *serial));
+            }
+            if !removals.is_empty() {
+                dirty = true;
+                metrics::counter!(m::SEARCH_REMOVED_TOTAL).increment(removals.len() as u64);
+            }
+            let behind = match self.catch_up_batch() {
+                Ok(Some(behind)) => {
+                    dirty = true;
+                    behind
+                }
+                Ok(None) => false,
+                Err(e) => {
+                    metrics::counter!(m::SEARCH_ERRORS_TOTAL).increment(1);
+                    if let SearchError::Index(_) = e {
+                        tracing::error!(error = %e, "search indexer stopped");
+                        return;
+                    }
+                    tracing::warn!(error = %e, "search indexer: store read failed; retrying");
+                    self.wait(RETRY);
+                    continue;
+                }
+            };
+            let due = since_commit.elapsed() >= if behind { CATCH_UP_COMMIT } else { interval };
+            if dirty && (due || stopping) {
+                if let Err(e) = self.commit() {
+                    metrics::counter!(m::SEARCH_ERRORS_TOTAL).increment(1);
+                    tracing::error!(error = %e, "search index commit failed; indexer stopped");
+                    return;
+                }
+                dirty = false;
+                since_commit = Instant::now();
+            }
+            if stopping {
+                return;
+            }
+            if !behind {
+                let wait = if dirty {
+                    interval.saturating_sub(since_commit.elapsed())
+                } else {
+                    Duration::from_secs(1)
+                };
+                self.wait(wait);
+            }
+        }
+    }
+
+    /// Sleeps until rung, asked to remove or stop, or `d` passed.
+    fn wait(&self, d: Duration) {
+        let p = self.index.lock();
+        if p.rung || p.stopping || !p.removals.is_empty() {
+            return;
+        }
+        let _ = self.index.wake.wait_timeout(p, d);
+    }
+
+    /// Indexes the next batch of stored events: `None` when there were
+    /// none, else whether more may follow.
+    fn catch_up_batch(&mut self) -> Result<Option<bool>, SearchError> {
+        let batch = self.store.events_after(self.last, BATCH)?;
+        let next = self.store.next_serial()?;
+        let Some(&(end, _)) = batch.last() else {
+            metrics::gauge!(m::SEARCH_LAG_EVENTS)
+                .set(next.saturating_sub(self.indexed.load(Ordering::Relaxed) + 1) as f64);
+            return Ok(None);
+        };
+        let mut added = 0u64;
+        for (serial, raw) in &batch {
+            let Ok(ev) = Event::parse(raw) else { continue };
+            if let Some(doc) = self.index.document(*serial, &ev) {
+                self.writer.add_document(doc)?;
+                added += 1;
+            }
+        }
+        self.last = end;
+        metrics::counter!(m::SEARCH_DOCUMENTS_TOTAL).increment(added);
+        metrics::gauge!(m::SEARCH_LAG_EVENTS)
+            .set(next.saturating_sub(self.indexed.load(Ordering::Relaxed) + 1) as f64);
+        Ok(Some(batch.len() == BATCH))
+    }
+
+    /// Commits the index with the last serial read as its payload, and
+    /// lets searches see it.
+    fn commit(&mut self) -> Result<(), SearchError> {
+        let started = Instant::now();
+        let mut prepared = self.writer.prepare_commit()?;
+        prepared.set_payload(&self.last.to_string());
+        prepared.commit()?;
+        self.index.reader.reload()?;
+        self.indexed.store(self.last, Ordering::Release);
+        metrics::histogram!(m::SEARCH_COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
+        metrics::gauge!(m::SEARCH_INDEXED_SERIAL).set(self.last as f64);
+        metrics::gauge!(m::SEARCH_INDEX_BYTES).set(self.index.disk_bytes() as f64);
+        Ok(())
+    }
+}
