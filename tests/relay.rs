@@ -846,7 +846,7 @@ async fn nip11_document_lists_every_limit_with_cors() {
     // NIP-86 management is always served on the relay URL.
     assert_eq!(
         doc["supported_nips"],
-        json!([1, 9, 11, 13, 40, 42, 45, 62, 70, 77, 86])
+        json!([1, 9, 11, 13, 40, 42, 45, 50, 62, 70, 77, 86])
     );
     let lim = &doc["limitation"];
     assert_eq!(lim["max_subscriptions"], 7);
