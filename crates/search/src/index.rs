@@ -43,6 +43,10 @@ pub enum SearchError {
     Open { path: PathBuf, message: String },
     #[error("store: {0}")]
     Store(#[from] sluice_store::StoreError),
+    /// Another process (a relay serving this store) holds the index's
+    /// writer: it indexes what is stored, this one need not.
+    #[error("search index {path} is being written by another process")]
+    Busy { path: PathBuf },
 }
 
 #[derive(Debug, Clone, Copy)]

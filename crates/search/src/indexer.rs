@@ -70,9 +70,14 @@ impl Indexer {
         let writer: IndexWriter<TantivyDocument> = index
             .index
             .writer_with_num_threads(1, index.cfg.writer_memory_mb << 20)
-            .map_err(|e| SearchError::Open {
-                path: index.dir.clone(),
-                message: e.to_string(),
+            .map_err(|e| match e {
+                tantivy::TantivyError::LockFailure(..) => SearchError::Busy {
+                    path: index.dir.clone(),
+                },
+                e => SearchError::Open {
+                    path: index.dir.clone(),
+                    message: e.to_string(),
+                },
             })?;
         let mut last = index.committed_serial()?;
         if rebuild {
