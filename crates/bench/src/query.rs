@@ -82,7 +82,8 @@ pub struct QueryPool {
     p_values: Vec<String>,
     t_values: Vec<String>,
     kinds: Vec<u16>,
-    /// Words of kind-1 contents (NIP-50 `search`), each held by an event.
+    /// Words of kind-1 contents (NIP-50 `search`), each held by an event,
+    /// as often as the notes use them.
     words: Vec<String>,
     min_created_at: u64,
     max_created_at: u64,
@@ -96,7 +97,8 @@ struct PoolSets {
     p: BTreeSet<String>,
     t: BTreeSet<String>,
     kinds: BTreeSet<u16>,
-    words: BTreeSet<String>,
+    /// One word of each note (repeats kept: drawn as often as used).
+    words: Vec<String>,
 }
 
 fn insert_bounded<T: Ord>(set: &mut BTreeSet<T>, v: T) {
@@ -129,7 +131,7 @@ impl QueryPool {
             p_values: sets.p.into_iter().collect(),
             t_values: sets.t.into_iter().collect(),
             kinds: sets.kinds.into_iter().collect(),
-            words: sets.words.into_iter().collect(),
+            words: sets.words,
             min_created_at: min,
             max_created_at: max,
         })
@@ -167,11 +169,17 @@ impl PoolSets {
         insert_bounded(&mut self.author_kinds, (author.clone(), ev.kind));
         insert_bounded(&mut self.authors, author);
         insert_bounded(&mut self.kinds, ev.kind);
-        if ev.kind == 1 {
-            for (_, w) in sluice_proto::search::words(&ev.content) {
-                if w.len() >= 3 {
-                    insert_bounded(&mut self.words, w);
-                }
+        if ev.kind == 1 && self.words.len() < MAX_VALUES_PER_FIELD {
+            // One word per note, at a place its id picks: words come as
+            // often as notes use them (common words often, rare ones
+            // rarely), each held by a stored event.
+            let words: Vec<String> = sluice_proto::search::words(&ev.content)
+                .map(|(_, w)| w)
+                .filter(|w| w.len() >= 3)
+                .collect();
+            if !words.is_empty() {
+                let at = usize::from(ev.id[0]) % words.len();
+                self.words.push(words[at].clone());
             }
         }
         for t in ev.tags.iter().filter(|t| t.len() >= 2) {

@@ -472,7 +472,7 @@ fn shapes(filters: &[Filter], search: Option<&Arc<SearchIndex>>) -> Vec<FilterSh
         .map(|f| match (&searcher, plan_shape(f)) {
             (_, PlanShape::Empty) => FilterShape::Empty,
             (Some((index, searcher)), _) if f.search.is_some() => FilterShape::Search {
-                postings: index.postings(searcher, f),
+                postings: index.cost_rows(searcher, f),
                 limit: f.limit,
             },
             (_, PlanShape::Ids(n)) => FilterShape::Ids { ids: n as u64 },

@@ -143,7 +143,8 @@ impl SearchCursor {
     }
 
     /// One step: answers ranked events into `out` (a REQ) or counts
-    /// (a COUNT). `rows` is the postings walked and the hits checked.
+    /// (a COUNT). `rows` is the postings walked (in rows,
+    /// `SearchIndex::cost_rows`) and the hits checked.
     pub fn step(
         &mut self,
         store: &Store,
@@ -233,6 +234,7 @@ impl SearchCursor {
         let searcher = self.searcher.get_or_insert_with(|| self.index.searcher());
         let postings = self.index.postings(searcher, filter);
         metrics::counter!(m::SEARCH_POSTINGS_TOTAL).increment(postings);
+        let work = self.index.cost_rows(searcher, filter);
         let hits = self.index.search(searcher, filter, *offset, page)?;
         *offset += hits.len();
         self.scanned += hits.len() as u64;
@@ -281,6 +283,6 @@ impl SearchCursor {
         if *done {
             self.next += 1;
         }
-        Ok(postings + hits.len() as u64)
+        Ok(work + hits.len() as u64)
     }
 }

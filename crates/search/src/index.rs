@@ -24,6 +24,11 @@ use crate::metrics_names as m;
 /// The tokeniser's name in the index.
 const WORDS: &str = "sluice_words";
 
+/// Postings a search walks for the cost of one row read from the store:
+/// a posting is a few bits decoded and scored, a row an LMDB lookup and an
+/// event loaded.
+pub const POSTINGS_PER_ROW: u64 = 16;
+
 /// Most removals waiting for the indexer; more are dropped (counted) and
 /// found again by a later search.
 const MAX_PENDING_REMOVALS: usize = 4096;
@@ -264,7 +269,7 @@ impl SearchIndex {
     }
 
     /// Postings a search of `f` walks: the documents holding each word,
-    /// summed (the cost estimate; no store access).
+    /// summed (no store access).
     pub fn postings(&self, searcher: &Searcher, f: &Filter) -> u64 {
         let Some(s) = &f.search else { return 0 };
         s.words
@@ -275,6 +280,14 @@ impl SearchIndex {
                     .unwrap_or(0)
             })
             .sum()
+    }
+
+    /// What a search of `f` costs in rows (the read path's cost unit):
+    /// [`POSTINGS_PER_ROW`] postings walked count as one row read, and
+    /// each word at least one.
+    pub fn cost_rows(&self, searcher: &Searcher, f: &Filter) -> u64 {
+        let words = f.search.as_ref().map_or(0, |s| s.words.len() as u64);
+        (self.postings(searcher, f) / POSTINGS_PER_ROW).max(words)
     }
 
     /// The tantivy query for a filter: every word, the language, and the
