@@ -30,6 +30,8 @@ const REQ_PAGE_SLACK: usize = 8;
 enum Part {
     Search {
         filter: Filter,
+        /// A COUNT's matches from the index, checked a page per step.
+        to_check: Option<std::collections::VecDeque<u64>>,
         offset: usize,
         found: u64,
         limit: u64,
@@ -86,6 +88,7 @@ impl SearchCursor {
                     filter.limit.unwrap_or(u64::MAX)
                 },
                 filter,
+                to_check: None,
                 offset: 0,
                 found: 0,
                 done: false,
@@ -206,6 +209,7 @@ impl SearchCursor {
         let counting = self.counting;
         let Some(Part::Search {
             filter,
+            to_check,
             offset,
             found,
             limit,
@@ -214,6 +218,53 @@ impl SearchCursor {
         else {
             return Ok(0);
         };
+        if counting && !*done {
+            // A COUNT takes every match from the index at once (order does
+            // not matter) and checks them against the store a page a step.
+            let mut rows = 0;
+            let searcher = self.searcher.get_or_insert_with(|| self.index.searcher());
+            let pending = match to_check {
+                Some(p) => p,
+                None => {
+                    let postings = self.index.postings(searcher, filter);
+                    metrics::counter!(m::SEARCH_POSTINGS_TOTAL).increment(postings);
+                    rows += self.index.cost_rows(searcher, filter);
+                    let left = self.opts.max_scan_rows.saturating_sub(self.scanned);
+                    let (serials, more) = self.index.matching_serials(searcher, filter, left)?;
+                    self.truncated |= more;
+                    self.scanned += serials.len() as u64;
+                    to_check.insert(serials.into())
+                }
+            };
+            let page: Vec<u64> = pending
+                .drain(..pending.len().min(COUNT_PAGE))
+                .filter(|s| *s < snapshot)
+                .collect();
+            rows += page.len() as u64;
+            let looked =
+                store.lookup_serials(&page, filter, &self.opts, self.readers.as_deref())?;
+            let (mut gone, mut unmatched) = (0u64, 0u64);
+            for (serial, look) in page.iter().zip(looked) {
+                match look {
+                    SerialLookup::Gone => {
+                        gone += 1;
+                        self.index.forget(*serial);
+                    }
+                    SerialLookup::NoMatch => unmatched += 1,
+                    SerialLookup::Match { .. } => {
+                        if self.seen.insert(*serial) {
+                            self.count += 1;
+                        }
+                    }
+                }
+            }
+            count_dropped(gone, unmatched);
+            if pending.is_empty() {
+                *done = true;
+                self.next += 1;
+            }
+            return Ok(rows);
+        }
         let left = self.opts.max_scan_rows.saturating_sub(self.scanned);
         let want = if counting {
             COUNT_PAGE
@@ -267,13 +318,7 @@ impl SearchCursor {
                 }
             }
         }
-        if gone > 0 {
-            metrics::counter!(m::SEARCH_HITS_DROPPED_TOTAL, "reason" => "gone").increment(gone);
-        }
-        if unmatched > 0 {
-            metrics::counter!(m::SEARCH_HITS_DROPPED_TOTAL, "reason" => "unmatched")
-                .increment(unmatched);
-        }
+        count_dropped(gone, unmatched);
         if hits.len() < page || *found >= *limit {
             *done = true;
         } else if self.scanned >= self.opts.max_scan_rows {
@@ -284,5 +329,15 @@ impl SearchCursor {
             self.next += 1;
         }
         Ok(work + hits.len() as u64)
+    }
+}
+
+fn count_dropped(gone: u64, unmatched: u64) {
+    if gone > 0 {
+        metrics::counter!(m::SEARCH_HITS_DROPPED_TOTAL, "reason" => "gone").increment(gone);
+    }
+    if unmatched > 0 {
+        metrics::counter!(m::SEARCH_HITS_DROPPED_TOTAL, "reason" => "unmatched")
+            .increment(unmatched);
     }
 }

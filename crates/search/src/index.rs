@@ -316,7 +316,12 @@ impl SearchIndex {
                 ));
             }
         }
-        if let Some(kinds) = &f.kinds {
+        // Kinds that cover every indexed kind filter nothing here.
+        let all_kinds = f
+            .kinds
+            .as_ref()
+            .is_none_or(|k| self.cfg.kinds.iter().all(|i| k.binary_search(i).is_ok()));
+        if let Some(kinds) = f.kinds.as_ref().filter(|_| !all_kinds) {
             let terms = kinds
                 .iter()
                 .map(|k| Term::from_field_u64(fl.kind, u64::from(*k)));
@@ -336,14 +341,22 @@ impl SearchIndex {
                 Box::new(RangeQuery::new(bound(f.since), bound(f.until))),
             ));
         }
-        if must.is_empty() {
-            return Box::new(AllQuery);
+        match must.len() {
+            0 => Box::new(AllQuery),
+            // Alone, a word's query ranks with block-max pruning.
+            1 => must.remove(0).1,
+            _ => Box::new(BooleanQuery::new(must)),
         }
-        Box::new(BooleanQuery::new(must))
     }
 
     /// Hits `offset..offset + n` of `f`'s search in `searcher`, ranked by
     /// relevance, then created_at (newest first), then serial.
+    ///
+    /// The first page is taken by score alone (tantivy prunes what cannot
+    /// reach the top) and then ordered; when the score of the last hit it
+    /// returns is shared by the next one, the tie may go on beyond it, and
+    /// the page is taken again by the full key, exactly. Later pages are
+    /// taken by the full key.
     pub fn search(
         &self,
         searcher: &Searcher,
@@ -355,6 +368,27 @@ impl SearchIndex {
             return Ok(Vec::new());
         }
         let query = self.query(f);
+        if offset == 0 {
+            let top: Vec<(f32, DocAddress)> = searcher.search(
+                &*query,
+                &TopDocs::with_limit(n.saturating_add(1)).order_by_score(),
+            )?;
+            let boundary_tie = top.len() > n && top[n].0 >= top[n - 1].0;
+            if !boundary_tie {
+                let mut hits = top
+                    .into_iter()
+                    .take(n)
+                    .map(|(score, addr)| self.hit(searcher, score, addr))
+                    .collect::<Result<Vec<_>, _>>()?;
+                hits.sort_by(|a, b| {
+                    b.score
+                        .total_cmp(&a.score)
+                        .then(b.created_at.cmp(&a.created_at))
+                        .then(b.serial.cmp(&a.serial))
+                });
+                return Ok(hits);
+            }
+        }
         let collector = TopDocs::with_limit(n).and_offset(offset).tweak_score(
             move |seg: &tantivy::SegmentReader| {
                 let fast = seg.fast_fields();
@@ -381,6 +415,45 @@ impl SearchIndex {
                 serial,
             })
             .collect())
+    }
+
+    /// A hit's created_at and serial, from the fast fields.
+    fn hit(
+        &self,
+        searcher: &Searcher,
+        score: f32,
+        addr: DocAddress,
+    ) -> Result<RankedHit, SearchError> {
+        let fast = searcher.segment_reader(addr.segment_ord).fast_fields();
+        let created_at = fast.u64("created_at")?.first(addr.doc_id).unwrap_or(0);
+        let serial = fast.u64("serial")?.first(addr.doc_id).unwrap_or(0);
+        Ok(RankedHit {
+            score,
+            created_at,
+            serial,
+        })
+    }
+
+    /// The serials of the documents `f`'s search matches (a COUNT's),
+    /// sorted, at most `max` of them (the lowest), and whether there were
+    /// more.
+    pub fn matching_serials(
+        &self,
+        searcher: &Searcher,
+        f: &Filter,
+        max: u64,
+    ) -> Result<(Vec<u64>, bool), SearchError> {
+        let query = self.query(f);
+        let docs = searcher.search(&*query, &tantivy::collector::DocSetCollector)?;
+        let mut serials = Vec::with_capacity(docs.len());
+        for addr in docs {
+            serials.push(self.hit(searcher, 0.0, addr)?.serial);
+        }
+        serials.sort_unstable();
+        let max = usize::try_from(max).unwrap_or(usize::MAX);
+        let more = serials.len() > max;
+        serials.truncate(max);
+        Ok((serials, more))
     }
 
     /// Bytes the index takes on disk.
