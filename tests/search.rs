@@ -196,7 +196,11 @@ async fn results_are_ranked_and_combine_with_the_other_fields() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleted_replaced_and_expired_events_leave_the_results() {
-    let relay = Relay::start_with(&fast_index());
+    // Expired events stay on disk for the whole test: only the check of
+    // each hit hides them.
+    let mut env = fast_index();
+    env.push(("SLUICE_ENGINE__EXPIRY_PURGE_INTERVAL_MS", "3600000"));
+    let relay = Relay::start_with(&env);
     let mut c = relay.client().await;
     let t = now() - 100;
     let deleted = ev(1, t, 1, &[], "walrus one");
