@@ -488,7 +488,7 @@ mod tests {
     #[test]
     fn mix_parses_and_rejects_unknown_types() {
         let w = parse_mix("author=3,t=1").unwrap();
-        assert_eq!(w, vec![3, 0, 0, 0, 1, 0]);
+        assert_eq!(w, vec![3, 0, 0, 0, 1, 0, 0]);
         assert!(parse_mix("nope=1").is_err());
         assert!(parse_mix("author=0").is_err());
     }
