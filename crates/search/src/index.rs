@@ -9,7 +9,6 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use sluice_proto::search::{language, searchable_text, words};
 use sluice_proto::{Event, Filter};
-use tantivy::collector::TopDocs;
 use tantivy::directory::MmapDirectory;
 use tantivy::query::{AllQuery, BooleanQuery, Occur, Query, RangeQuery, TermQuery, TermSetQuery};
 use tantivy::schema::{
@@ -20,6 +19,7 @@ use tantivy::{DocAddress, Index, IndexReader, ReloadPolicy, Searcher, TantivyDoc
 
 use crate::config::SearchConfig;
 use crate::metrics_names as m;
+use crate::rank::Ranked;
 
 /// The tokeniser's name in the index.
 const WORDS: &str = "sluice_words";
@@ -350,13 +350,8 @@ impl SearchIndex {
     }
 
     /// Hits `offset..offset + n` of `f`'s search in `searcher`, ranked by
-    /// relevance, then created_at (newest first), then serial.
-    ///
-    /// The first page is taken by score alone (tantivy prunes what cannot
-    /// reach the top) and then ordered; when the score of the last hit it
-    /// returns is shared by the next one, the tie may go on beyond it, and
-    /// the page is taken again by the full key, exactly. Later pages are
-    /// taken by the full key.
+    /// relevance, then created_at (newest first), then serial: exactly,
+    /// with the scorer's block-max pruning (`rank.rs`).
     pub fn search(
         &self,
         searcher: &Searcher,
@@ -368,53 +363,9 @@ impl SearchIndex {
             return Ok(Vec::new());
         }
         let query = self.query(f);
-        if offset == 0 {
-            let top: Vec<(f32, DocAddress)> = searcher.search(
-                &*query,
-                &TopDocs::with_limit(n.saturating_add(1)).order_by_score(),
-            )?;
-            let boundary_tie = top.len() > n && top[n].0 >= top[n - 1].0;
-            if !boundary_tie {
-                let mut hits = top
-                    .into_iter()
-                    .take(n)
-                    .map(|(score, addr)| self.hit(searcher, score, addr))
-                    .collect::<Result<Vec<_>, _>>()?;
-                hits.sort_by(|a, b| {
-                    b.score
-                        .total_cmp(&a.score)
-                        .then(b.created_at.cmp(&a.created_at))
-                        .then(b.serial.cmp(&a.serial))
-                });
-                return Ok(hits);
-            }
-        }
-        let collector = TopDocs::with_limit(n).and_offset(offset).tweak_score(
-            move |seg: &tantivy::SegmentReader| {
-                let fast = seg.fast_fields();
-                let created = fast
-                    .u64("created_at")
-                    .map(|c| c.first_or_default_col(0))
-                    .ok();
-                let serial = fast.u64("serial").map(|c| c.first_or_default_col(0)).ok();
-                move |doc: tantivy::DocId, score: tantivy::Score| {
-                    (
-                        score,
-                        created.as_ref().map_or(0, |c| c.get_val(doc)),
-                        serial.as_ref().map_or(0, |c| c.get_val(doc)),
-                    )
-                }
-            },
-        );
-        let top: Vec<((f32, u64, u64), DocAddress)> = searcher.search(&*query, &collector)?;
-        Ok(top
-            .into_iter()
-            .map(|((score, created_at, serial), _)| RankedHit {
-                score,
-                created_at,
-                serial,
-            })
-            .collect())
+        let k = offset.saturating_add(n);
+        let mut top = searcher.search(&*query, &Ranked { k })?;
+        Ok(top.split_off(offset.min(top.len())))
     }
 
     /// A hit's created_at and serial, from the fast fields.

@@ -25,6 +25,7 @@ mod cursor;
 mod index;
 mod indexer;
 pub mod metrics_names;
+mod rank;
 
 pub use config::SearchConfig;
 pub use cursor::SearchCursor;

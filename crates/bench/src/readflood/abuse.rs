@@ -1,6 +1,7 @@
 //! The abusive readers of `readflood`: each connection keeps `subs` costly
 //! REQs open at once, alternating by slot between `{"limit":L}` and
-//! `{"kinds":[1],"#t":["<random hex>"]}`. When a REQ ends (EOSE, CLOSED, or
+//! `{"kinds":[1],"#t":["<random hex>"]}` (or, with `--abusive-search`,
+//! NIP-50 searches for the words given). When a REQ ends (EOSE, CLOSED, or
 //! no answer within the timeout) its slot sends CLOSE (unless the relay
 //! closed it) and at once a new REQ with a new subscription id.
 //!
@@ -44,6 +45,9 @@ pub struct AbuseConfig {
     pub binds: Vec<Option<IpAddr>>,
     pub subs: usize,
     pub limit: u64,
+    /// Words to search for: when not empty, every REQ is a NIP-50 search
+    /// for one of them.
+    pub search: Vec<String>,
     pub timeout: Duration,
     /// The run's time zero (phases and seconds are counted from it).
     pub t0: Instant,
@@ -237,7 +241,10 @@ impl Conn {
     async fn send_req(&mut self, ws: &mut Ws, slot: usize) -> Result<(), String> {
         self.seq += 1;
         let sub = format!("f{}s{slot}n{}", self.id, self.seq);
-        let filter = if slot.is_multiple_of(2) {
+        let filter = if !self.cfg.search.is_empty() {
+            let at = (self.rng.next_u64() % self.cfg.search.len() as u64) as usize;
+            json!({"search": self.cfg.search[at], "limit": self.cfg.limit})
+        } else if slot.is_multiple_of(2) {
             json!({"limit": self.cfg.limit})
         } else {
             let tag = format!("{:016x}", self.rng.next_u64());

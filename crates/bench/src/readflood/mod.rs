@@ -84,6 +84,10 @@ pub struct ReadfloodArgs {
     /// The `limit` of the abusive `{"limit":L}` filters.
     #[arg(long, default_value_t = 5000)]
     pub abusive_limit: u64,
+    /// NIP-50 words (comma-separated): every abusive REQ is then
+    /// `{"search":"<a word drawn from them>","limit":L}` instead.
+    #[arg(long, value_delimiter = ',')]
+    pub abusive_search: Vec<String>,
     #[arg(long, default_value_t = 3)]
     pub polite_clients: usize,
     /// The source address of every polite client.
@@ -172,6 +176,9 @@ pub struct Settings {
     pub abusive_conns_per_addr: usize,
     pub abusive_subs: usize,
     pub abusive_limit: u64,
+    /// The words the abusers search for (none: they do not search).
+    #[serde(default)]
+    pub abusive_search: Vec<String>,
     pub timeout_ms: u64,
     pub before_secs: f64,
     pub flood_secs: f64,
@@ -301,6 +308,7 @@ impl Plan {
             binds,
             subs: args.abusive_subs,
             limit: args.abusive_limit,
+            search: args.abusive_search.clone(),
             timeout: Duration::from_millis(args.timeout_ms),
             t0,
             phase_secs: self.phase_secs.clone(),
@@ -427,6 +435,10 @@ fn child_args(args: &ReadfloodArgs, report: &Path, t0_unix_ms: u64) -> Vec<Strin
     }
     if args.same_source_ip {
         v.push("--same-source-ip".into());
+    }
+    if !args.abusive_search.is_empty() {
+        v.push("--abusive-search".into());
+        v.push(args.abusive_search.join(","));
     }
     v
 }
@@ -620,6 +632,7 @@ fn settings(args: &ReadfloodArgs) -> Settings {
         abusive_conns_per_addr: args.abusive_conns_per_addr,
         abusive_subs: args.abusive_subs,
         abusive_limit: args.abusive_limit,
+        abusive_search: args.abusive_search.clone(),
         timeout_ms: args.timeout_ms,
         before_secs: args.before_secs,
         flood_secs: args.flood_secs,
@@ -740,7 +753,7 @@ impl ReadfloodReport {
     pub fn print(&self) {
         let s = &self.settings;
         println!(
-            "readflood: {} {} polite clients from {} ({} REQ/s, {} EVENT/s each); {} abusive addresses x {} connection(s) x {} REQs open (limit {} / #t){}",
+            "readflood: {} {} polite clients from {} ({} REQ/s, {} EVENT/s each); {} abusive addresses x {} connection(s) x {} REQs open ({}){}",
             self.run.relay.as_deref().unwrap_or("?"),
             s.polite_clients,
             if self.distinct_source_ips {
@@ -753,7 +766,15 @@ impl ReadfloodReport {
             s.abusive_addrs,
             s.abusive_conns_per_addr,
             s.abusive_subs,
-            s.abusive_limit,
+            if s.abusive_search.is_empty() {
+                format!("limit {} / #t", s.abusive_limit)
+            } else {
+                format!(
+                    "search {}, limit {}",
+                    s.abusive_search.join("|"),
+                    s.abusive_limit
+                )
+            },
             if self.abusive.separate_process {
                 ", abusers in a separate process"
             } else {
