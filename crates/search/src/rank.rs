@@ -51,7 +51,7 @@ impl Eq for Key {}
 
 /// Orders hits best first (the order pages are served in).
 pub(crate) fn sort_best_first(hits: &mut [RankedHit]) {
-    hits.sort_unstable_by(|a, b| Key(*b).cmp(&Key(*a)));
+    hits.sort_unstable_by_key(|h| Reverse(Key(*h)));
 }
 
 /// The best `k` hits of a search, best first.
