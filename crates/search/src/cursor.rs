@@ -17,7 +17,7 @@ use sluice_store::{
 };
 use tantivy::Searcher;
 
-use crate::index::{SearchError, SearchIndex};
+use crate::index::{RankedHit, SearchError, SearchIndex};
 use crate::metrics_names as m;
 
 /// Hits a COUNT checks per step.
@@ -26,12 +26,25 @@ const COUNT_PAGE: usize = 1024;
 /// what its limit still wants, for the hits the store's check drops).
 const REQ_PAGE_MAX: usize = 512;
 const REQ_PAGE_SLACK: usize = 8;
+/// Most hits a REQ's search filter ranks at once: what its limit wants
+/// (and the slack) in one ranking, not one ranking per page (each page's
+/// would walk the postings again for every hit before it).
+const RANK_AHEAD_MAX: usize = 8192;
 
 enum Part {
     Search {
         filter: Filter,
+        /// The filter a hit is checked against in the store: `filter`
+        /// without its words (the index matched them, and a serial's
+        /// content never changes), so the check does not split every
+        /// event into words again.
+        check: Filter,
         /// A COUNT's matches from the index, checked a page per step.
         to_check: Option<std::collections::VecDeque<u64>>,
+        /// A REQ's hits ranked ahead, not yet checked against the store.
+        ranked: VecDeque<RankedHit>,
+        /// The index has no hits past `offset`.
+        exhausted: bool,
         offset: usize,
         found: u64,
         limit: u64,
@@ -87,8 +100,14 @@ impl SearchCursor {
                 } else {
                     filter.limit.unwrap_or(u64::MAX)
                 },
+                check: Filter {
+                    search: None,
+                    ..filter.clone()
+                },
                 filter,
                 to_check: None,
+                ranked: VecDeque::new(),
+                exhausted: false,
                 offset: 0,
                 found: 0,
                 done: false,
@@ -209,7 +228,10 @@ impl SearchCursor {
         let counting = self.counting;
         let Some(Part::Search {
             filter,
+            check,
             to_check,
+            ranked,
+            exhausted,
             offset,
             found,
             limit,
@@ -241,8 +263,7 @@ impl SearchCursor {
                 .filter(|s| *s < snapshot)
                 .collect();
             rows += page.len() as u64;
-            let looked =
-                store.lookup_serials(&page, filter, &self.opts, self.readers.as_deref())?;
+            let looked = store.lookup_serials(&page, check, &self.opts, self.readers.as_deref())?;
             let (mut gone, mut unmatched) = (0u64, 0u64);
             for (serial, look) in page.iter().zip(looked) {
                 match look {
@@ -266,35 +287,40 @@ impl SearchCursor {
             return Ok(rows);
         }
         let left = self.opts.max_scan_rows.saturating_sub(self.scanned);
-        let want = if counting {
-            COUNT_PAGE
-        } else {
-            usize::try_from(limit.saturating_sub(*found))
-                .unwrap_or(usize::MAX)
-                .saturating_add(REQ_PAGE_SLACK)
-                .min(REQ_PAGE_MAX)
-        };
-        let page = want.min(usize::try_from(left).unwrap_or(usize::MAX));
+        let left = usize::try_from(left).unwrap_or(usize::MAX);
+        let wanted = usize::try_from(limit.saturating_sub(*found))
+            .unwrap_or(usize::MAX)
+            .saturating_add(REQ_PAGE_SLACK);
+        let mut rows = 0;
+        if ranked.is_empty() && !*exhausted && !*done && left > 0 {
+            // Rank what the limit still wants at once; later pages only
+            // check what was ranked.
+            let ahead = wanted.min(RANK_AHEAD_MAX).min(left);
+            let searcher = self.searcher.get_or_insert_with(|| self.index.searcher());
+            let postings = self.index.postings(searcher, filter);
+            metrics::counter!(m::SEARCH_POSTINGS_TOTAL).increment(postings);
+            rows += self.index.cost_rows(searcher, filter);
+            let hits = self.index.search(searcher, filter, *offset, ahead)?;
+            *exhausted = hits.len() < ahead;
+            *offset += hits.len();
+            ranked.extend(hits);
+        }
+        let page = wanted.min(REQ_PAGE_MAX).min(left).min(ranked.len());
         if *done || page == 0 {
-            if page == 0 && !*done {
+            if !*done && left == 0 && !(ranked.is_empty() && *exhausted) {
                 self.truncated = true;
             }
+            *done = true;
             self.next += 1;
-            return Ok(0);
+            return Ok(rows);
         }
-        let searcher = self.searcher.get_or_insert_with(|| self.index.searcher());
-        let postings = self.index.postings(searcher, filter);
-        metrics::counter!(m::SEARCH_POSTINGS_TOTAL).increment(postings);
-        let work = self.index.cost_rows(searcher, filter);
-        let hits = self.index.search(searcher, filter, *offset, page)?;
-        *offset += hits.len();
-        self.scanned += hits.len() as u64;
-        let serials: Vec<u64> = hits
-            .iter()
+        self.scanned += page as u64;
+        let serials: Vec<u64> = ranked
+            .drain(..page)
             .map(|h| h.serial)
             .filter(|s| *s < snapshot)
             .collect();
-        let looked = store.lookup_serials(&serials, filter, &self.opts, self.readers.as_deref())?;
+        let looked = store.lookup_serials(&serials, check, &self.opts, self.readers.as_deref())?;
         let (mut gone, mut unmatched) = (0u64, 0u64);
         for (serial, look) in serials.iter().zip(looked) {
             match look {
@@ -309,17 +335,13 @@ impl SearchCursor {
                     }
                     if self.seen.insert(*serial) {
                         *found += 1;
-                        if counting {
-                            self.count += 1;
-                        } else {
-                            self.ready.push_back(raw);
-                        }
+                        self.ready.push_back(raw);
                     }
                 }
             }
         }
         count_dropped(gone, unmatched);
-        if hits.len() < page || *found >= *limit {
+        if (ranked.is_empty() && *exhausted) || *found >= *limit {
             *done = true;
         } else if self.scanned >= self.opts.max_scan_rows {
             *done = true;
@@ -328,7 +350,7 @@ impl SearchCursor {
         if *done {
             self.next += 1;
         }
-        Ok(work + hits.len() as u64)
+        Ok(rows + page as u64)
     }
 }
 
