@@ -38,7 +38,7 @@ enum Part {
         /// without its words (the index matched them, and a serial's
         /// content never changes), so the check does not split every
         /// event into words again.
-        check: Filter,
+        check: Box<Filter>,
         /// A COUNT's matches from the index, checked a page per step.
         to_check: Option<std::collections::VecDeque<u64>>,
         /// A REQ's hits ranked ahead, not yet checked against the store.
@@ -100,10 +100,10 @@ impl SearchCursor {
                 } else {
                     filter.limit.unwrap_or(u64::MAX)
                 },
-                check: Filter {
+                check: Box::new(Filter {
                     search: None,
                     ..filter.clone()
-                },
+                }),
                 filter,
                 to_check: None,
                 ranked: VecDeque::new(),
