@@ -26,10 +26,11 @@ const COUNT_PAGE: usize = 1024;
 /// what its limit still wants, for the hits the store's check drops).
 const REQ_PAGE_MAX: usize = 512;
 const REQ_PAGE_SLACK: usize = 8;
-/// Most hits a REQ's search filter ranks at once: what its limit wants
-/// (and the slack) in one ranking, not one ranking per page (each page's
-/// would walk the postings again for every hit before it).
-const RANK_AHEAD_MAX: usize = 8192;
+/// Most hits a REQ's search filter ranks in one step: what its limit
+/// wants (and the slack), in rankings of at most this many, each taking
+/// up below the last (a step stays short, and no ranking walks again the
+/// hits before it).
+const RANK_AHEAD_MAX: usize = 1024;
 
 enum Part {
     Search {
@@ -43,9 +44,10 @@ enum Part {
         to_check: Option<std::collections::VecDeque<u64>>,
         /// A REQ's hits ranked ahead, not yet checked against the store.
         ranked: VecDeque<RankedHit>,
-        /// The index has no hits past `offset`.
+        /// The index has no hits below `after`.
         exhausted: bool,
-        offset: usize,
+        /// The last hit ranked so far.
+        after: Option<RankedHit>,
         found: u64,
         limit: u64,
         done: bool,
@@ -108,7 +110,7 @@ impl SearchCursor {
                 to_check: None,
                 ranked: VecDeque::new(),
                 exhausted: false,
-                offset: 0,
+                after: None,
                 found: 0,
                 done: false,
             })
@@ -232,7 +234,7 @@ impl SearchCursor {
             to_check,
             ranked,
             exhausted,
-            offset,
+            after,
             found,
             limit,
             done,
@@ -300,9 +302,9 @@ impl SearchCursor {
             let postings = self.index.postings(searcher, filter);
             metrics::counter!(m::SEARCH_POSTINGS_TOTAL).increment(postings);
             rows += self.index.cost_rows(searcher, filter);
-            let hits = self.index.search(searcher, filter, *offset, ahead)?;
+            let hits = self.index.search(searcher, filter, *after, ahead)?;
             *exhausted = hits.len() < ahead;
-            *offset += hits.len();
+            *after = hits.last().copied().or(*after);
             ranked.extend(hits);
         }
         let page = wanted.min(REQ_PAGE_MAX).min(left).min(ranked.len());

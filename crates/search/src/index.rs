@@ -349,23 +349,22 @@ impl SearchIndex {
         }
     }
 
-    /// Hits `offset..offset + n` of `f`'s search in `searcher`, ranked by
-    /// relevance, then created_at (newest first), then serial: exactly,
-    /// with the scorer's block-max pruning (`rank.rs`).
+    /// The `n` best hits of `f`'s search in `searcher` (ranked below
+    /// `after` when given: the next page), by relevance, then created_at
+    /// (newest first), then serial: exactly, with the scorer's block-max
+    /// pruning (`rank.rs`).
     pub fn search(
         &self,
         searcher: &Searcher,
         f: &Filter,
-        offset: usize,
+        after: Option<RankedHit>,
         n: usize,
     ) -> Result<Vec<RankedHit>, SearchError> {
         if n == 0 {
             return Ok(Vec::new());
         }
         let query = self.query(f);
-        let k = offset.saturating_add(n);
-        let mut top = searcher.search(&*query, &Ranked { k })?;
-        Ok(top.split_off(offset.min(top.len())))
+        Ok(searcher.search(&*query, &Ranked { k: n, after })?)
     }
 
     /// A hit's created_at and serial, from the fast fields.

@@ -54,14 +54,18 @@ pub(crate) fn sort_best_first(hits: &mut [RankedHit]) {
     hits.sort_unstable_by_key(|h| Reverse(Key(*h)));
 }
 
-/// The best `k` hits of a search, best first.
+/// The best `k` hits of a search, best first; with `after`, the best `k`
+/// ranked below that hit (the next page: no hit is ranked twice, and no
+/// ranking walks again what the pages before it took).
 pub(crate) struct Ranked {
     pub k: usize,
+    pub after: Option<RankedHit>,
 }
 
 /// One segment's best `k`: a min-heap of the keys held.
 pub(crate) struct RankedSegment {
     k: usize,
+    after: Option<RankedHit>,
     heap: BinaryHeap<Reverse<Key>>,
     created_at: Option<Column<u64>>,
     serial: Option<Column<u64>>,
@@ -76,12 +80,13 @@ impl RankedSegment {
             return Score::INFINITY;
         }
         let full = self.heap.len() >= self.k;
-        if full
+        let below_kth = full
             && self
                 .heap
                 .peek()
-                .is_some_and(|Reverse(min)| score < min.0.score)
-        {
+                .is_some_and(|Reverse(min)| score < min.0.score);
+        // Above the page before: ranked already.
+        if below_kth || self.after.is_some_and(|a| score > a.score) {
             return self.threshold();
         }
         let hit = RankedHit {
@@ -93,6 +98,9 @@ impl RankedSegment {
                 .unwrap_or(0),
             serial: self.serial.as_ref().and_then(|c| c.first(doc)).unwrap_or(0),
         };
+        if self.after.is_some_and(|a| Key(hit) >= Key(a)) {
+            return self.threshold();
+        }
         if !full {
             self.heap.push(Reverse(Key(hit)));
         } else if let Some(mut min) = self.heap.peek_mut()
@@ -135,6 +143,7 @@ impl Collector for Ranked {
         let fast = segment.fast_fields();
         Ok(RankedSegment {
             k: self.k,
+            after: self.after,
             heap: BinaryHeap::with_capacity(self.k.min(1024) + 1),
             created_at: fast.u64("created_at").ok(),
             serial: fast.u64("serial").ok(),
@@ -185,6 +194,7 @@ mod tests {
     fn seg(k: usize) -> RankedSegment {
         RankedSegment {
             k,
+            after: None,
             heap: BinaryHeap::new(),
             created_at: None,
             serial: None,
@@ -218,7 +228,7 @@ mod tests {
                 })
                 .collect()
         };
-        let r = Ranked { k: 3 };
+        let r = Ranked { k: 3, after: None };
         let merged = r
             .merge_fruits(vec![
                 hits(&[(1.0, 10, 1), (1.0, 30, 2)]),
@@ -306,17 +316,23 @@ mod tests {
             }
             sort_best_first(&mut all);
             assert!(all.len() > 500, "{word}: {}", all.len());
+            let key = |h: &RankedHit| (h.score, h.created_at, h.serial);
+            let all_keys: Vec<_> = all.iter().map(key).collect();
             for k in [1, 7, 50, 333, all.len() + 5] {
-                let got = searcher.search(&q, &Ranked { k }).unwrap();
-                let want = &all[..k.min(all.len())];
-                assert_eq!(got.len(), want.len(), "{word} k={k}");
-                for (g, w) in got.iter().zip(want) {
-                    assert_eq!(
-                        (g.score, g.created_at, g.serial),
-                        (w.score, w.created_at, w.serial),
-                        "{word} k={k}"
-                    );
+                let got = searcher.search(&q, &Ranked { k, after: None }).unwrap();
+                let got: Vec<_> = got.iter().map(key).collect();
+                assert_eq!(got, all_keys[..k.min(all.len())], "{word} k={k}");
+                // Page by page below the last hit: the same order, to the end.
+                let mut paged = Vec::new();
+                let mut after = None;
+                loop {
+                    let page = searcher.search(&q, &Ranked { k, after }).unwrap();
+                    assert!(page.len() <= k);
+                    let Some(last) = page.last() else { break };
+                    after = Some(*last);
+                    paged.extend(page.iter().map(key));
                 }
+                assert_eq!(paged, all_keys, "{word} pages of {k}");
             }
         }
     }
