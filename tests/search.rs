@@ -384,6 +384,67 @@ async fn import_and_reindex_give_the_same_results() {
     assert_eq!(answers(&relay_a).await, from_import);
 }
 
+/// A REQ whose limit spans several ranking steps (at most 1,024 hits
+/// each) and store checks (512 each) answers the exact ranking: the events
+/// holding the word twice first, then every tie (same words, same length)
+/// newest first, each once, none missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_search_is_ranked_exactly_across_its_steps() {
+    const N: usize = 2600;
+    let base = now() - 100_000;
+    let fruits = ["apple", "banana", "cherry", "damson"];
+    let events: Vec<Event> = (0..N)
+        .map(|i| {
+            // Every text is four words long; one in 500 says `common` twice.
+            let content = if i % 500 == 0 {
+                format!("common common w{i} {}", fruits[i % 4])
+            } else {
+                format!("common w{i} {} {}", fruits[i % 4], fruits[(i / 4) % 4])
+            };
+            ev(1 + (i % 20) as u8, base + i as u64, 1, &[], &content)
+        })
+        .collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    import_events(&store, &events);
+    let relay = Relay::start_in(&store, &fast_index());
+    wait_indexed(&relay, N as u64).await;
+    let mut c = relay.client().await;
+
+    let by_recency = |keep: &dyn Fn(usize) -> bool| -> Vec<String> {
+        (0..N)
+            .rev()
+            .filter(|i| keep(*i))
+            .map(|i| events[i].id_hex())
+            .collect()
+    };
+    let mut want = by_recency(&|i| i % 500 == 0);
+    want.extend(by_recency(&|i| i % 500 != 0));
+    for limit in [2500usize, N] {
+        let got = search(&mut c, json!({"search": "common", "limit": limit})).await;
+        assert_eq!(got.len(), limit);
+        assert!(got == want[..limit], "limit {limit}: not the exact ranking");
+    }
+    // Combined with authors: the same order, one author's events only.
+    let author = pubkey_hex(3);
+    let got = search(
+        &mut c,
+        json!({"search": "common", "authors": [author], "limit": N}),
+    )
+    .await;
+    let theirs: std::collections::HashSet<String> = (0..N)
+        .filter(|i| 1 + (i % 20) == 3)
+        .map(|i| events[i].id_hex())
+        .collect();
+    let mine: Vec<String> = want
+        .iter()
+        .filter(|id| theirs.contains(*id))
+        .cloned()
+        .collect();
+    assert_eq!(mine.len(), N / 20);
+    assert_eq!(got, mine);
+}
+
 /// Settings of the flood: per-IP budgets wide open so only the query
 /// window decides, and a deadline no machine reaches (as tests/req_burst.rs).
 fn flood_limits() -> Vec<(&'static str, &'static str)> {
