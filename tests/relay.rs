@@ -1260,3 +1260,39 @@ async fn shutdown_in_the_middle_of_an_answer_sends_whole_messages_then_a_1001_cl
     assert!((1..=2000).contains(&events));
     assert!(relay.wait_stopped().success());
 }
+
+/// The environment the relay process runs with, from /proc.
+fn environ_of(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .unwrap()
+        .split(|b| *b == 0)
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .collect()
+}
+
+/// `sluice serve` runs with glibc's thread caches off (docs/operating.md,
+/// "Memory"), the same process (pid) still serving; an operator's own
+/// `GLIBC_TUNABLES`, even empty, is kept as it is.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[tokio::test]
+async fn serve_runs_without_glibcs_thread_caches_unless_the_operator_says() {
+    let relay = Relay::start();
+    let env = environ_of(relay.pid());
+    assert!(
+        env.iter()
+            .any(|v| v == "GLIBC_TUNABLES=glibc.malloc.tcache_count=0"),
+        "{env:?}"
+    );
+    let mut c = relay.client().await;
+    assert!(c.publish(&ev(1, now(), 1, &[], "after the exec")).await.0);
+    drop(c);
+    for own in ["glibc.malloc.arena_max=4", ""] {
+        let relay = Relay::start_with(&[("GLIBC_TUNABLES", own)]);
+        let env = environ_of(relay.pid());
+        let set: Vec<&String> = env
+            .iter()
+            .filter(|v| v.starts_with("GLIBC_TUNABLES="))
+            .collect();
+        assert_eq!(set, [&format!("GLIBC_TUNABLES={own}")]);
+    }
+}

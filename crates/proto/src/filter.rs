@@ -58,7 +58,7 @@ pub struct Filter {
     /// NIP-50: the words (and extensions) of `search`; an event matches
     /// only if its searchable text contains every word
     /// ([`crate::search`]).
-    pub search: Option<Search>,
+    pub search: Option<Box<Search>>,
 }
 
 /// How the store's index encodes one tag value; exposed here so the store
@@ -121,7 +121,7 @@ impl Filter {
                     }
                     f.tags.push((name[0], tag_list(val, k)?));
                 }
-                "search" => f.search = Some(search(val)?),
+                "search" => f.search = Some(Box::new(search(val)?)),
                 // Unknown fields (others this relay does not implement)
                 // are ignored, as NIP-01 relays commonly do.
                 _ => {}

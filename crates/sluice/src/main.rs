@@ -8,6 +8,7 @@ mod compact;
 mod config;
 mod export;
 mod import;
+mod malloc;
 mod metrics_names;
 mod mirror;
 mod peer;
@@ -87,6 +88,10 @@ enum ConfigCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Serve { .. }) {
+        // Before any thread exists (docs/operating.md, "Memory").
+        malloc::reexec_for_serve();
+    }
     let result = match cli.command {
         Command::Serve { config } => {
             Config::load(config.as_deref()).and_then(|cfg| serve::run(cfg, config))

@@ -152,12 +152,13 @@ impl Session {
         // Its tier: a listed one, else the one its distance in the web of
         // trust gives it (its reads and requests are charged there).
         let trust = self.st.engine.trust();
-        self.principal =
+        let principal =
             self.st
                 .engine
                 .throttle()
                 .principal_with(self.ip, self.auth.pubkeys(), |p| trust.tier_of(p));
-        metrics::counter!(m::AUTH_TIER_TOTAL, "tier" => self.principal.tier.name).increment(1);
+        metrics::counter!(m::AUTH_TIER_TOTAL, "tier" => principal.tier.name).increment(1);
+        self.principal = Some(Box::new(principal));
         Ok(())
     }
 

@@ -25,7 +25,7 @@ impl Session {
         let readers = self.auth.readers().clone();
         match reads.submit_count(
             &self.reads,
-            self.principal,
+            self.principal(),
             filters,
             readers,
             &mut self.read_budget,

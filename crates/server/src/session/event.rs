@@ -152,7 +152,7 @@ impl Session {
             .st
             .engine
             .throttle()
-            .admit(Op::Event, &self.principal, &mut self.write_adm)
+            .admit(Op::Event, &self.principal(), &mut self.write_adm)
         {
             Verdict::Allow => Ok(None),
             Verdict::Delay(d) => Ok(Some(d)),

@@ -99,7 +99,7 @@ struct Session {
     neg: neg::NegSessions,
     /// Who this connection's requests are charged to: its tier and key
     /// (its address until it authenticates).
-    principal: Principal,
+    principal: Option<Box<Principal>>,
     /// The `Host` header of the upgrade request (AUTH's `relay` tag is
     /// checked against it when no `auth.relay_urls` are configured).
     host: Option<Box<str>>,
@@ -274,11 +274,21 @@ impl Session {
             read_budget: throttle.connection_read_budget(),
             live,
             auth,
-            principal: Principal::anonymous(ip),
+            principal: None,
             neg: neg::NegSessions::default(),
             host: host.map(String::into_boxed_str),
             front,
             st,
+        }
+    }
+
+    /// Who this connection's requests are charged to. An anonymous
+    /// connection keeps none (it is its address's, made when asked for):
+    /// only an authenticated one holds its own, boxed.
+    pub(super) fn principal(&self) -> Principal {
+        match &self.principal {
+            Some(p) => **p,
+            None => Principal::anonymous(self.ip),
         }
     }
 

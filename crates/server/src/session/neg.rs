@@ -136,7 +136,7 @@ impl Session {
         let reads = self.st.engine.reads();
         match reads.submit_query(
             &self.reads,
-            self.principal,
+            self.principal(),
             vec![filter],
             readers,
             &mut self.read_budget,

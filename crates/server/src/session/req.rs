@@ -41,7 +41,7 @@ impl Session {
         let readers = self.auth.readers().clone();
         match reads.submit_query(
             &self.reads,
-            self.principal,
+            self.principal(),
             filters,
             readers,
             &mut self.read_budget,
@@ -124,7 +124,7 @@ impl Session {
             .st
             .engine
             .throttle()
-            .admit(Op::Request, &self.principal, &mut self.read_adm)
+            .admit(Op::Request, &self.principal(), &mut self.read_adm)
         {
             // Reads are never delayed (see `sluice_throttle::ConnPacer`).
             Verdict::Allow | Verdict::Delay(_) => Ok(()),
