@@ -38,6 +38,7 @@ use crate::LiveEvent;
 use crate::mailbox::Mailbox;
 use crate::metrics_names as m;
 use sluice_proto::{Event, Filter, Readers};
+use sluice_throttle::room;
 
 /// A subscription's handle, unique within its connection.
 pub type SubHandle = u64;
@@ -264,43 +265,12 @@ impl LiveHub {
                 index_keys(f, &mut keys);
             }
             index.unlink(key, &keys);
-            shrink(&mut index.subs);
+            room::give_back(&mut index.subs);
         }
         metrics::gauge!(m::LIVE_SUBSCRIPTIONS).set(index.subs.len() as f64);
     }
 }
 
-/// Gives back most of a table's room once it is three quarters empty, so
-/// that the index of a crowd that has left does not stay its size.
-fn shrink<T: Shrink>(t: &mut T) {
-    let (len, cap) = t.len_and_capacity();
-    if cap > 64 && len < cap / 4 {
-        t.shrink_to(len * 2);
-    }
-}
-
-trait Shrink {
-    fn len_and_capacity(&self) -> (usize, usize);
-    fn shrink_to(&mut self, min: usize);
-}
-
-impl<K: std::hash::Hash + Eq, V> Shrink for HashMap<K, V> {
-    fn len_and_capacity(&self) -> (usize, usize) {
-        (self.len(), self.capacity())
-    }
-    fn shrink_to(&mut self, min: usize) {
-        HashMap::shrink_to(self, min);
-    }
-}
-
-impl<K: std::hash::Hash + Eq> Shrink for HashSet<K> {
-    fn len_and_capacity(&self) -> (usize, usize) {
-        (self.len(), self.capacity())
-    }
-    fn shrink_to(&mut self, min: usize) {
-        HashSet::shrink_to(self, min);
-    }
-}
 
 /// The buckets a filter goes in: one per value of its most selective
 /// field; none when it can match nothing.
@@ -354,7 +324,7 @@ impl Index {
                 Key::Kind(k) => remove_from(&mut self.kinds, k, key),
                 Key::Unindexed => {
                     self.unindexed.remove(&key);
-                    shrink(&mut self.unindexed);
+                    room::give_back(&mut self.unindexed);
                 }
             }
         }
@@ -401,10 +371,10 @@ fn remove_from<
 ) {
     if let Some(set) = map.get_mut(k) {
         set.remove(&key);
-        shrink(set);
+        room::give_back(set);
         if set.is_empty() {
             map.remove(k);
-            shrink(map);
+            room::give_back(map);
         }
     }
 }
@@ -500,7 +470,7 @@ impl Drop for LiveConn {
     fn drop(&mut self) {
         let mut index = self.hub.write();
         index.conns.remove(&self.id);
-        shrink(&mut index.conns);
+        room::give_back(&mut index.conns);
         drop(index);
         self.shared.queue.close();
     }

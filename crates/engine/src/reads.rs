@@ -41,6 +41,7 @@ use sluice_search::{SearchCursor, SearchIndex};
 use sluice_store::{
     CountCursor, PlanShape, QueryCursor, QueryOptions, StepLimits, Store, plan_shape,
 };
+use sluice_throttle::room;
 use sluice_throttle::{
     AfterStep, ClientKey, FairQueue, FairStats, FilterShape, JobId, Principal, RateLimited,
     StepFate,
@@ -203,6 +204,7 @@ impl Drop for ReadGuard {
         if st.sched.cancel(self.job)
             && let Some(body) = st.bodies.remove(&self.job)
         {
+            room::give_back(&mut st.bodies);
             drop(st);
             self.inner.finish(body, false);
         }
@@ -518,6 +520,7 @@ impl Inner {
             let expired = self.throttle.checks(|c| c.expire(&mut st.sched));
             for id in expired {
                 if let Some(body) = st.bodies.remove(&id) {
+                    room::give_back(&mut st.bodies);
                     let refusal = self.throttle.checks(|c| c.timed_out(&st.sched));
                     let _ = body.tx.try_send(Box::new(ReadMsg {
                         job: id,
@@ -545,7 +548,10 @@ impl Inner {
                 };
                 continue;
             };
-            let Some(mut body) = st.bodies.remove(&id) else {
+            let body = st.bodies.remove(&id);
+            // A crowd's bodies gone, their table gives its room back.
+            room::give_back(&mut st.bodies);
+            let Some(mut body) = body else {
                 // Cannot happen: a queued query always has its body.
                 tracing::error!(job = id, "query without its work");
                 st.sched.step_done(id, 0, 0, AfterStep::Finished);

@@ -64,6 +64,8 @@
 //! index together. Nothing here panics: an unknown id changes nothing.
 
 use std::collections::{HashMap, VecDeque};
+
+use crate::room;
 use std::hash::Hash;
 use std::time::Duration;
 
@@ -523,7 +525,26 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
             q.clear();
             self.spare_queues.push(q);
         }
+        self.give_back_room();
         Some(job)
+    }
+
+    /// After a crowd of queries: the tables and queues it grew give their
+    /// room back (`crate::room`). With no query left, every entry still in
+    /// the lazily skipped queues is stale, and they are emptied first.
+    fn give_back_room(&mut self) {
+        if self.jobs.is_empty() {
+            self.unstarted.clear();
+        }
+        if self.clients.is_empty() {
+            self.new_flows.clear();
+            self.old_flows.clear();
+        }
+        room::give_back(&mut self.jobs);
+        room::give_back(&mut self.clients);
+        room::give_back(&mut self.unstarted);
+        room::give_back(&mut self.new_flows);
+        room::give_back(&mut self.old_flows);
     }
 
     /// Most units one step is expected to cost: `step_rows` rows,
@@ -1761,6 +1782,51 @@ mod tests {
         assert!(q.is_idle());
         assert_eq!(q.spare_queues.len(), SPARE_QUEUES);
     }
+
+    /// What the scheduler's tables and queues hold room for.
+    fn room_of<K: Hash + Eq + Clone>(q: &FairQueue<K>) -> [usize; 5] {
+        [
+            q.jobs.capacity(),
+            q.clients.capacity(),
+            q.unstarted.capacity(),
+            q.new_flows.capacity(),
+            q.old_flows.capacity(),
+        ]
+    }
+
+    /// A crowd of queries, each from a client of its own, some run to
+    /// their end, the rest cancelled or expired: the table of queries
+    /// shrinks as they go, and once all are gone every table and queue
+    /// has given back the room the crowd grew it to (the queues skipped
+    /// lazily hold stale entries until then).
+    #[test]
+    fn a_crowd_gone_leaves_no_room_behind() {
+        let mut q = FairQueue::new(cfg(2)).unwrap();
+        let ids: Vec<_> = (0..2000u64)
+            .map(|c| q.submit(c, c, CHEAP, 0).unwrap())
+            .collect();
+        assert!(room_of(&q)[..4].iter().all(|r| *r >= 2000), "{:?}", room_of(&q));
+        // Two run, one is left queued behind the others for a while.
+        let a = q.dispatch_next().unwrap();
+        let b = q.dispatch_next().unwrap();
+        assert_eq!(q.step_done(a, 1, MS, AfterStep::Finished), StepFate::Removed);
+        assert_eq!(q.step_done(b, 1, MS, AfterStep::Continue), StepFate::Queued);
+        for id in &ids[2..1999] {
+            assert!(q.cancel(*id));
+        }
+        q.check_invariants();
+        // Two still open: the table of queries has shrunk with the crowd.
+        assert!(room_of(&q)[0] <= KEEP_ROOM, "{:?}", room_of(&q));
+        let last = ids[1999];
+        assert_eq!(q.expire(u64::MAX), vec![last]);
+        let b = q.dispatch_next().unwrap();
+        assert_eq!(q.step_done(b, 1, MS, AfterStep::Finished), StepFate::Removed);
+        assert!(q.is_idle());
+        assert!(room_of(&q).iter().all(|r| *r <= KEEP_ROOM), "{:?}", room_of(&q));
+        q.check_invariants();
+    }
+
+    const KEEP_ROOM: usize = crate::room::KEEP;
 
     /// A change that keeps a queued query queued (here only what is left
     /// of it) keeps its place in its client's queue.

@@ -70,6 +70,7 @@ pub mod pid;
 pub mod policy;
 pub mod pow;
 pub mod refusal;
+pub mod room;
 pub mod signals;
 pub mod tiers;
 pub mod trust;
