@@ -1271,7 +1271,7 @@ fn environ_of(pid: u32) -> Vec<String> {
 }
 
 /// `sluice serve` runs with glibc's thread caches off (docs/operating.md,
-/// "Memory"), the same process (pid) still serving; an operator's own
+/// "The allocator"), the same process (pid) still serving; an operator's own
 /// `GLIBC_TUNABLES`, even empty, is kept as it is.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[tokio::test]

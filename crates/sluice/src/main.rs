@@ -89,7 +89,7 @@ enum ConfigCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if matches!(cli.command, Command::Serve { .. }) {
-        // Before any thread exists (docs/operating.md, "Memory").
+        // Before any thread exists (docs/operating.md, "The allocator").
         malloc::reexec_for_serve();
     }
     let result = match cli.command {
