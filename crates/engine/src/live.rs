@@ -271,7 +271,6 @@ impl LiveHub {
     }
 }
 
-
 /// The buckets a filter goes in: one per value of its most selective
 /// field; none when it can match nothing.
 fn index_keys(f: &Filter, out: &mut Vec<Key>) {

@@ -1805,11 +1805,18 @@ mod tests {
         let ids: Vec<_> = (0..2000u64)
             .map(|c| q.submit(c, c, CHEAP, 0).unwrap())
             .collect();
-        assert!(room_of(&q)[..4].iter().all(|r| *r >= 2000), "{:?}", room_of(&q));
+        assert!(
+            room_of(&q)[..4].iter().all(|r| *r >= 2000),
+            "{:?}",
+            room_of(&q)
+        );
         // Two run, one is left queued behind the others for a while.
         let a = q.dispatch_next().unwrap();
         let b = q.dispatch_next().unwrap();
-        assert_eq!(q.step_done(a, 1, MS, AfterStep::Finished), StepFate::Removed);
+        assert_eq!(
+            q.step_done(a, 1, MS, AfterStep::Finished),
+            StepFate::Removed
+        );
         assert_eq!(q.step_done(b, 1, MS, AfterStep::Continue), StepFate::Queued);
         for id in &ids[2..1999] {
             assert!(q.cancel(*id));
@@ -1820,9 +1827,16 @@ mod tests {
         let last = ids[1999];
         assert_eq!(q.expire(u64::MAX), vec![last]);
         let b = q.dispatch_next().unwrap();
-        assert_eq!(q.step_done(b, 1, MS, AfterStep::Finished), StepFate::Removed);
+        assert_eq!(
+            q.step_done(b, 1, MS, AfterStep::Finished),
+            StepFate::Removed
+        );
         assert!(q.is_idle());
-        assert!(room_of(&q).iter().all(|r| *r <= KEEP_ROOM), "{:?}", room_of(&q));
+        assert!(
+            room_of(&q).iter().all(|r| *r <= KEEP_ROOM),
+            "{:?}",
+            room_of(&q)
+        );
         q.check_invariants();
     }
 

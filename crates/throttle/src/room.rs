@@ -12,7 +12,7 @@ pub const KEEP: usize = 64;
 /// Gives back most of `t`'s room once three quarters of it are empty
 /// (room over [`KEEP`]): it keeps twice what it holds.
 pub fn give_back<T: Room>(t: &mut T) {
-    let (len, cap) = (t.len(), t.room());
+    let (len, cap) = (t.held(), t.room());
     if cap > KEEP && len < cap / 4 {
         t.shrink_to(len * 2);
     }
@@ -20,14 +20,15 @@ pub fn give_back<T: Room>(t: &mut T) {
 
 /// A collection with room of its own.
 pub trait Room {
-    fn len(&self) -> usize;
+    /// What it holds.
+    fn held(&self) -> usize;
     /// What it can hold without growing.
     fn room(&self) -> usize;
     fn shrink_to(&mut self, min: usize);
 }
 
 impl<K: Hash + Eq, V, S: BuildHasher> Room for HashMap<K, V, S> {
-    fn len(&self) -> usize {
+    fn held(&self) -> usize {
         HashMap::len(self)
     }
     fn room(&self) -> usize {
@@ -39,7 +40,7 @@ impl<K: Hash + Eq, V, S: BuildHasher> Room for HashMap<K, V, S> {
 }
 
 impl<K: Hash + Eq, S: BuildHasher> Room for HashSet<K, S> {
-    fn len(&self) -> usize {
+    fn held(&self) -> usize {
         HashSet::len(self)
     }
     fn room(&self) -> usize {
@@ -51,7 +52,7 @@ impl<K: Hash + Eq, S: BuildHasher> Room for HashSet<K, S> {
 }
 
 impl<T> Room for VecDeque<T> {
-    fn len(&self) -> usize {
+    fn held(&self) -> usize {
         VecDeque::len(self)
     }
     fn room(&self) -> usize {
@@ -102,12 +103,16 @@ mod tests {
         m.retain(|k, _| *k < 10);
         let before = m.capacity();
         give_back(&mut m);
-        assert!(m.capacity() < before / 100 && m.capacity() >= 20, "{}", m.capacity());
-        assert_eq!(Room::len(&m), 10);
+        assert!(
+            m.capacity() < before / 100 && m.capacity() >= 20,
+            "{}",
+            m.capacity()
+        );
+        assert_eq!(Room::held(&m), 10);
         let mut s: HashSet<u64> = (0..10_000).collect();
         s.retain(|k| *k < 10);
         give_back(&mut s);
         assert!(s.capacity() < 100 && s.capacity() >= 20, "{}", s.capacity());
-        assert_eq!(Room::len(&s), 10);
+        assert_eq!(Room::held(&s), 10);
     }
 }
