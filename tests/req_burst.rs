@@ -170,16 +170,7 @@ async fn a_pile_of_expensive_reqs_from_one_address_is_refused() {
     }
     // The first message of each: an EVENT if admitted (the rest of the
     // answer waits unread), else the CLOSED.
-    let mut admitted = 0;
-    let mut closed = Vec::new();
-    for c in &mut pile {
-        let m = c.recv().await;
-        match m[0].as_str() {
-            Some("EVENT") => admitted += 1,
-            Some("CLOSED") => closed.push(m),
-            _ => panic!("unexpected first answer {m}"),
-        }
-    }
+    let (admitted, closed) = first_answers(&mut pile).await;
     assert!(admitted >= 1, "an expensive REQ alone is admitted");
     assert!(
         !closed.is_empty(),

@@ -500,16 +500,7 @@ async fn a_pile_of_expensive_searches_is_refused_and_a_polite_reader_answered() 
         c.send(Value::Array(msg)).await;
         pile.push(c);
     }
-    let mut admitted = 0;
-    let mut closed = Vec::new();
-    for c in &mut pile {
-        let m = c.recv().await;
-        match m[0].as_str() {
-            Some("EVENT") => admitted += 1,
-            Some("CLOSED") => closed.push(m),
-            _ => panic!("unexpected first answer {m}"),
-        }
-    }
+    let (admitted, closed) = first_answers(&mut pile).await;
     assert!(admitted >= 1, "an expensive search alone is admitted");
     assert!(
         !closed.is_empty(),

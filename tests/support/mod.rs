@@ -625,6 +625,24 @@ pub fn import_events(store: &Path, events: &[Event]) {
 }
 
 /// Plain HTTP GET over a TCP socket; returns (status, headers, body).
+/// The first answer of each client of a pile that each sent one costly
+/// REQ: how many were admitted (an EVENT came first; the rest of the
+/// answer waits unread) and the CLOSEDs of the others. Anything else
+/// fails the test.
+pub async fn first_answers(pile: &mut [Client]) -> (usize, Vec<Value>) {
+    let mut admitted = 0;
+    let mut closed = Vec::new();
+    for c in pile {
+        let m = c.recv().await;
+        match m[0].as_str() {
+            Some("EVENT") => admitted += 1,
+            Some("CLOSED") => closed.push(m),
+            _ => panic!("unexpected first answer {m}"),
+        }
+    }
+    (admitted, closed)
+}
+
 pub async fn http_get(addr: &str, path: &str, accept: Option<&str>) -> (u16, String, String) {
     let accept: Vec<(&str, &str)> = accept.map(|a| ("Accept", a)).into_iter().collect();
     http_get_with(addr, path, None, &accept).await
