@@ -2,38 +2,82 @@
 //! lives (an open connection, subscription, negentropy session, an
 //! authenticated connection), so the count cannot outlive what it counts.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::OnceLock;
 
-/// One unit of a gauge, taken back on drop.
-pub struct GaugeGuard(metrics::Gauge);
+/// Gauges guards can name: each name takes a slot at its first guard.
+const SLOTS: usize = 16;
+
+/// The gauges' handles, looked up once per name (a lookup allocates a
+/// handle, and every connection holds guards). Filled in order; a slot is
+/// never emptied, so a guard keeps only its slot's index.
+static HANDLES: [OnceLock<(&'static str, metrics::Gauge)>; SLOTS] =
+    [const { OnceLock::new() }; SLOTS];
+
+/// One unit of a gauge, taken back on drop. One byte: a connection holds
+/// several.
+pub struct GaugeGuard(u8);
 
 impl GaugeGuard {
     /// Adds one to the gauge `name` until the guard is dropped.
     ///
-    /// The gauge's handle is looked up once per name and shared: a lookup
-    /// allocates a handle, and every connection holds guards. The metrics
-    /// recorder must be installed before the first guard (the binary
-    /// installs it before anything else).
+    /// The metrics recorder must be installed before the first guard (the
+    /// binary installs it before anything else).
+    ///
+    /// # Panics
+    /// When more than 16 names are held by guards (a programming error:
+    /// the names are constants).
     pub fn hold(name: &'static str) -> GaugeGuard {
-        static HANDLES: Mutex<Vec<(&'static str, metrics::Gauge)>> = Mutex::new(Vec::new());
-        let gauge = {
-            let mut handles = HANDLES.lock().unwrap_or_else(PoisonError::into_inner);
-            match handles.iter().find(|(n, _)| *n == name) {
-                Some((_, g)) => g.clone(),
-                None => {
-                    let g = metrics::gauge!(name);
-                    handles.push((name, g.clone()));
-                    g
-                }
-            }
-        };
-        gauge.increment(1.0);
-        GaugeGuard(gauge)
+        let slot = slot_of(name);
+        handle(slot).increment(1.0);
+        GaugeGuard(slot)
     }
+}
+
+/// The slot of `name`, taking the first free one at its first use. Two
+/// threads naming new gauges at once may race for a free slot: the loser
+/// sees the winner's name there and goes on to the next.
+fn slot_of(name: &'static str) -> u8 {
+    for (i, cell) in HANDLES.iter().enumerate() {
+        let (n, _) = cell.get_or_init(|| (name, metrics::gauge!(name)));
+        if *n == name {
+            return i as u8;
+        }
+    }
+    panic!("more than {SLOTS} gauges held by guards");
+}
+
+fn handle(slot: u8) -> &'static metrics::Gauge {
+    &HANDLES[slot as usize]
+        .get()
+        .expect("a guard's slot is filled before the guard exists")
+        .1
 }
 
 impl Drop for GaugeGuard {
     fn drop(&mut self) {
-        self.0.decrement(1.0);
+        handle(self.0).decrement(1.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_name_keeps_one_slot_and_guards_are_one_byte() {
+        assert_eq!(std::mem::size_of::<GaugeGuard>(), 1);
+        let a = GaugeGuard::hold("sluice_test_gauge_a");
+        let b = GaugeGuard::hold("sluice_test_gauge_b");
+        let a2 = GaugeGuard::hold("sluice_test_gauge_a");
+        assert_eq!(a.0, a2.0);
+        assert_ne!(a.0, b.0);
+        assert_eq!(
+            HANDLES[a.0 as usize].get().unwrap().0,
+            "sluice_test_gauge_a"
+        );
+        assert_eq!(
+            HANDLES[b.0 as usize].get().unwrap().0,
+            "sluice_test_gauge_b"
+        );
     }
 }

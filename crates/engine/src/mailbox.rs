@@ -27,7 +27,8 @@ pub struct Mailbox<T> {
 
 struct State<T> {
     items: VecDeque<T>,
-    cap: usize,
+    /// At least 1 (4 bytes: with `closed`, the state packs into 56).
+    cap: u32,
     waker: Option<Waker>,
     closed: bool,
 }
@@ -45,7 +46,7 @@ impl<T> Mailbox<T> {
         Mailbox {
             state: Mutex::new(State {
                 items: VecDeque::new(),
-                cap: cap.max(1),
+                cap: u32::try_from(cap.max(1)).unwrap_or(u32::MAX),
                 waker: None,
                 closed: false,
             }),
@@ -62,7 +63,7 @@ impl<T> Mailbox<T> {
         if st.closed {
             return Err(SendError::Closed(item));
         }
-        if st.items.len() >= st.cap {
+        if st.items.len() >= st.cap as usize {
             return Err(SendError::Full(item));
         }
         st.items.push_back(item);

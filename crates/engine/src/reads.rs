@@ -46,7 +46,7 @@ use sluice_throttle::{
     AfterStep, ClientKey, FairQueue, FairStats, FilterShape, JobId, Principal, RateLimited,
     StepFate,
 };
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 
 use crate::mailbox::{Mailbox, SendError};
 use crate::metrics_names as m;
@@ -94,8 +94,7 @@ enum Work {
 
 struct Body {
     work: Work,
-    tx: Arc<Mailbox<Box<ReadMsg>>>,
-    credits: Arc<Semaphore>,
+    sink_shared: Arc<SinkShared>,
     sink: u64,
     who: Principal,
     /// Units charged to the budgets so far: the estimate, then any excess.
@@ -140,7 +139,7 @@ pub struct ReadMsg {
 /// A chunk's place in its sink; returned when the message is dropped, and
 /// the sink's parked queries may then run.
 struct Credit {
-    permit: Option<OwnedSemaphorePermit>,
+    permit: Option<CreditPermit>,
     inner: Arc<Inner>,
     sink: u64,
 }
@@ -163,16 +162,42 @@ impl Drop for Credit {
 /// A session's receiving end for all its queries' answers.
 pub struct ReadSink {
     id: u64,
+    shared: Arc<SinkShared>,
+}
+
+/// A sink's queue and read credits, in one allocation per connection.
+///
+/// A queued answer holds its credit, and the credit this (a cycle): it is
+/// broken when the sink goes, since closing the queue drops what it holds.
+struct SinkShared {
     /// Allocated only while answers wait in it; boxed so that what an
     /// emptied queue keeps is small (8-byte slots, not 113).
-    tx: Arc<Mailbox<Box<ReadMsg>>>,
-    credits: Arc<Semaphore>,
+    queue: Mailbox<Box<ReadMsg>>,
+    /// Chunks a query may have unread in the queue.
+    credits: Semaphore,
+}
+
+/// One of a sink's credits, taken; given back when dropped.
+struct CreditPermit(Arc<SinkShared>);
+
+impl CreditPermit {
+    fn try_take(sink: &Arc<SinkShared>) -> Option<CreditPermit> {
+        let permit = sink.credits.try_acquire().ok()?;
+        permit.forget();
+        Some(CreditPermit(sink.clone()))
+    }
+}
+
+impl Drop for CreditPermit {
+    fn drop(&mut self) {
+        self.0.credits.add_permits(1);
+    }
 }
 
 impl Drop for ReadSink {
     fn drop(&mut self) {
         // Answers still queued return their credits now.
-        self.tx.close();
+        self.shared.queue.close();
     }
 }
 
@@ -180,7 +205,7 @@ impl ReadSink {
     /// The next message of any of this session's queries. Cancel-safe;
     /// the future is one pointer.
     pub fn recv(&mut self) -> impl std::future::Future<Output = Box<ReadMsg>> + '_ {
-        self.tx.recv()
+        self.shared.queue.recv()
     }
 }
 
@@ -275,11 +300,12 @@ impl Reads {
         drop(st);
         // Room for every chunk in flight and one final message per open
         // query (plus queries just replaced whose end was already sent).
-        let tx = Arc::new(Mailbox::new(chunks + 2 * max_open + 2));
         ReadSink {
             id,
-            tx,
-            credits: Arc::new(Semaphore::new(chunks)),
+            shared: Arc::new(SinkShared {
+                queue: Mailbox::new(chunks + 2 * max_open + 2),
+                credits: Semaphore::new(chunks),
+            }),
         }
     }
 
@@ -452,8 +478,7 @@ fn register(
         id,
         Body {
             work,
-            tx: sink.tx.clone(),
-            credits: sink.credits.clone(),
+            sink_shared: sink.shared.clone(),
             sink: sink.id,
             who,
             charged: estimate,
@@ -522,7 +547,7 @@ impl Inner {
                 if let Some(body) = st.bodies.remove(&id) {
                     room::give_back(&mut st.bodies);
                     let refusal = self.throttle.checks(|c| c.timed_out(&st.sched));
-                    let _ = body.tx.try_send(Box::new(ReadMsg {
+                    let _ = body.sink_shared.queue.try_send(Box::new(ReadMsg {
                         job: id,
                         events: Vec::new(),
                         end: Some(ReadEnd::Refused(refusal)),
@@ -557,7 +582,7 @@ impl Inner {
                 st.sched.step_done(id, 0, 0, AfterStep::Finished);
                 continue;
             };
-            let Ok(permit) = body.credits.clone().try_acquire_owned() else {
+            let Some(permit) = CreditPermit::try_take(&body.sink_shared) else {
                 // The client has not read what it was sent: wait for it
                 // without a worker.
                 match st.sched.step_done(id, 0, 0, AfterStep::Park) {
@@ -628,7 +653,7 @@ impl Inner {
                         sink: body.sink,
                     }),
                 };
-                deliver(&body.tx, msg);
+                deliver(&body.sink_shared.queue, msg);
             }
 
             st = self.lock();
@@ -640,7 +665,7 @@ impl Inner {
             }
             let after = if done {
                 AfterStep::Finished
-            } else if body.credits.available_permits() > 0 {
+            } else if body.sink_shared.credits.available_permits() > 0 {
                 AfterStep::Continue
             } else {
                 AfterStep::Park

@@ -39,9 +39,10 @@ use crate::metrics_names as m;
 pub(super) type WriteFut = Pin<Box<dyn Future<Output = WriteDone> + Send>>;
 
 /// The EVENTs handed on and awaiting their answer. The set is made at the
-/// first EVENT: a connection that only reads never holds one.
+/// first EVENT: a connection that only reads never holds one (boxed: 8
+/// bytes in every connection's task, not 24).
 #[derive(Default)]
-pub(super) struct Writes(Option<futures_util::stream::FuturesUnordered<WriteFut>>);
+pub(super) struct Writes(Option<Box<futures_util::stream::FuturesUnordered<WriteFut>>>);
 
 impl Writes {
     pub(super) fn len(&self) -> usize {
@@ -61,7 +62,7 @@ impl Writes {
     pub(super) fn next(&mut self) -> impl Future<Output = Option<Box<WriteDone>>> + '_ {
         use futures_util::Stream;
         std::future::poll_fn(move |cx| match self.0.as_mut() {
-            Some(w) => Pin::new(w).poll_next(cx).map(|d| d.map(Box::new)),
+            Some(w) => Pin::new(&mut **w).poll_next(cx).map(|d| d.map(Box::new)),
             None => Poll::Ready(None),
         })
     }

@@ -116,42 +116,75 @@ pub(crate) struct Opening {
     pub(crate) host: Option<String>,
 }
 
-/// One connection, from its upgrade to its end. An `async move` block, not
-/// an `async fn`: the arguments are then stored once in the task, not
-/// twice (an `async fn` moves each argument into a local of its own).
-#[allow(clippy::manual_async_fn)] // On purpose: see above.
+/// One connection, from its upgrade to its end: the upgrade awaited, then
+/// [`Conn`] made (outside any future: what it is made from is not kept
+/// beside it), then served. The task holds one of the two futures at a
+/// time, and the connection's state once.
 pub(crate) fn run(
     opening: Box<Opening>,
     ip: IpAddr,
     permits: (OwnedSemaphorePermit, ConnectionGuard),
 ) -> impl std::future::Future<Output = ()> + Send {
-    async move {
-        // Given back when the connection ends, whatever the path.
-        let _permits = &permits;
-        let Opening {
-            on_upgrade,
-            st,
-            front,
-            host,
-        } = *opening;
-        let Some((tcp, already)) = crate::ws::take_socket(on_upgrade).await else {
-            return;
+    use futures_util::FutureExt;
+    use futures_util::future::Either;
+    let Opening {
+        on_upgrade,
+        st,
+        front,
+        host,
+    } = *opening;
+    crate::ws::take_socket(on_upgrade).then(move |socket| {
+        // The permits are given back when the connection ends, whatever the
+        // path (here, if the upgrade failed).
+        let Some((tcp, already)) = socket else {
+            return Either::Left(std::future::ready(()));
         };
+        let mut conn = Conn::new(tcp, &already, st, front, ip, host, permits);
+        Either::Right(async move {
+            let reason = conn.serve().await;
+            let ip = conn.s.ip;
+            // Subscriptions and queries are given back before the close is counted.
+            drop(conn);
+            if reason == CloseReason::SlowConsumer {
+                metrics::counter!(m::SLOW_CONSUMER_DISCONNECTS_TOTAL).increment(1);
+            }
+            let reason = reason.label();
+            metrics::counter!(m::CONNECTIONS_CLOSED_TOTAL, "reason" => reason).increment(1);
+            tracing::debug!(peer = %ip, reason, "connection closed");
+        })
+    })
+}
+
+/// An upgraded connection: its session and its two halves, and what it
+/// counts in (the connection permits, `sluice_connections_open`).
+struct Conn {
+    s: Session,
+    stream: WsRead,
+    out: Out,
+    _open: sluice_engine::GaugeGuard,
+    _permits: (OwnedSemaphorePermit, ConnectionGuard),
+}
+
+impl Conn {
+    fn new(
+        tcp: tokio::net::TcpStream,
+        already: &[u8],
+        st: Arc<AppState>,
+        front: Arc<crate::Reloadable>,
+        ip: IpAddr,
+        host: Option<String>,
+        permits: (OwnedSemaphorePermit, ConnectionGuard),
+    ) -> Conn {
         metrics::counter!(m::CONNECTIONS_OPENED_TOTAL).increment(1);
-        let _open = sluice_engine::GaugeGuard::hold(m::CONNECTIONS_OPEN);
+        let open = sluice_engine::GaugeGuard::hold(m::CONNECTIONS_OPEN);
         tracing::debug!(peer = %ip, "connection opened");
         let (read_half, write_half) = tcp.into_split();
         // Frames are bounded at twice the message limit, so that a message
         // over the limit is answered by the session (with its id when it is an
         // EVENT) rather than cut off by the WebSocket layer.
         let hard_max = front.limits.max_message_bytes.saturating_mul(2);
-        // In a block of its own: the bytes read past the request are not
-        // kept in the task once copied.
-        let mut stream = {
-            let already = already;
-            WsRead::new(read_half, &already, hard_max, st.server.read_buffer_bytes)
-        };
-        let mut out = Out::new(
+        let stream = WsRead::new(read_half, already, hard_max, st.server.read_buffer_bytes);
+        let out = Out::new(
             WsWrite::new(
                 write_half,
                 st.server.write_buffer_bytes,
@@ -159,12 +192,23 @@ pub(crate) fn run(
             ),
             Duration::from_millis(st.server.send_timeout_ms),
         );
-        let challenge = st.auth.challenge_on_connect;
-        let mut s = Session::new(st, front, ip, host);
-        if challenge && Box::pin(s.send_challenge(&mut out)).await.is_err() {
-            let reason = CloseReason::IoError.label();
-            metrics::counter!(m::CONNECTIONS_CLOSED_TOTAL, "reason" => reason).increment(1);
-            return;
+        Conn {
+            s: Session::new(st, front, ip, host),
+            stream,
+            out,
+            _open: open,
+            _permits: permits,
+        }
+    }
+
+    /// Serves the connection until it ends; why it ended.
+    async fn serve(&mut self) -> CloseReason {
+        if self.s.st.auth.challenge_on_connect
+            && Box::pin(self.s.send_challenge(&mut self.out))
+                .await
+                .is_err()
+        {
+            return CloseReason::IoError;
         }
         // The idle timer exists only while the session is idle (a connection
         // with a subscription holds none).
@@ -173,10 +217,10 @@ pub(crate) fn run(
         // The handlers but live delivery (the fan-out's hot path) are boxed:
         // the task of every connection, idle or not, would otherwise be sized
         // for the largest of them.
-        let reason: CloseReason = loop {
-            let idle_after = (s.st.server.idle_timeout_ms > 0)
-                .then(|| Duration::from_millis(s.st.server.idle_timeout_ms));
-            match idle_after.filter(|_| s.is_idle()) {
+        loop {
+            let idle_after = (self.s.st.server.idle_timeout_ms > 0)
+                .then(|| Duration::from_millis(self.s.st.server.idle_timeout_ms));
+            match idle_after.filter(|_| self.s.is_idle()) {
                 Some(after) => {
                     let at = last_frame + after;
                     match idle.as_mut() {
@@ -190,55 +234,47 @@ pub(crate) fn run(
             // The relay is stopping (`Engine::stop_sessions`, woken through the
             // live queue): bounded by shutdown_grace_ms; an EVENT the writer has
             // not answered by then gets no OK.
-            if s.live.stopping() {
-                break Box::pin(s.finish_for_shutdown(&mut out, &mut stream)).await;
+            if self.s.live.stopping() {
+                break Box::pin(self.s.finish_for_shutdown(&mut self.out, &mut self.stream)).await;
             }
             let step = tokio::select! {
                 biased;
                 // At most max_pending_writes: past it this connection's EVENTs are refused with
                 // rate-limited (the publisher loses); the writer's queue is engine.writer_queue_events.
-                Some(done) = s.writes.next(), if !s.writes.is_empty() => Box::pin(s.on_write_done(&mut out, done)).await,
+                Some(done) = self.s.writes.next(), if !self.s.writes.is_empty() => Box::pin(self.s.on_write_done(&mut self.out, done)).await,
                 // At most chunks_per_connection unsent: a client that does not read parks its own
                 // queries, nobody else's.
-                msg = s.reads.recv() => Box::pin(s.on_read(&mut out, msg)).await,
+                msg = self.s.reads.recv() => Box::pin(self.s.on_read(&mut self.out, msg)).await,
                 // Only events matching this connection's subscriptions, at most
                 // engine.live_buffer_events / live_buffer_bytes queued: past that the client is
                 // disconnected (slow consumer); held per subscription until EOSE at most
                 // max_buffered_live_events (that subscription is CLOSED).
-                r = s.live.recv() => match r {
-                    Err(LiveEnd::Stopped) => break Box::pin(s.finish_for_shutdown(&mut out, &mut stream)).await,
-                    r => Box::pin(s.on_live(&mut out, r)).await,
+                r = self.s.live.recv() => match r {
+                    Err(LiveEnd::Stopped) => break Box::pin(self.s.finish_for_shutdown(&mut self.out, &mut self.stream)).await,
+                    r => Box::pin(self.s.on_live(&mut self.out, r)).await,
                 },
                 // One EVENT at most, held by a write delay: meanwhile no client frame is read (the
                 // delayed client waits, nobody else).
-                () = event::held_until(&mut s.held), if s.held.is_some() => Box::pin(s.resume_held(&mut out)).await,
+                () = event::held_until(&mut self.s.held), if self.s.held.is_some() => Box::pin(self.s.resume_held(&mut self.out)).await,
                 // One message at a time, at most limits.max_message_bytes; a client that sends faster
                 // than it is answered is held back by its own socket buffers.
-                msg = stream.next(), if s.held.is_none() => {
-                    if s.st.server.idle_timeout_ms > 0 {
+                msg = self.stream.next(), if self.s.held.is_none() => {
+                    if self.s.st.server.idle_timeout_ms > 0 {
                         last_frame = tokio::time::Instant::now();
                     }
-                    Box::pin(s.on_frame(&mut out, msg)).await
+                    Box::pin(self.s.on_frame(&mut self.out, msg)).await
                 }
                 // Nothing open and nothing sent for server.idle_timeout_ms: the connection only
                 // holds a socket and a connection slot.
                 () = idle_elapsed(&mut idle), if idle.is_some() => {
-                    Box::pin(out.close(close_code::NORMAL, "idle")).await;
+                    Box::pin(self.out.close(close_code::NORMAL, "idle")).await;
                     break CloseReason::Idle;
                 }
             };
             if let Err(reason) = step {
                 break reason;
             }
-        };
-        // Subscriptions and queries are given back before the close is counted.
-        drop(s);
-        if reason == CloseReason::SlowConsumer {
-            metrics::counter!(m::SLOW_CONSUMER_DISCONNECTS_TOTAL).increment(1);
         }
-        let reason = reason.label();
-        metrics::counter!(m::CONNECTIONS_CLOSED_TOTAL, "reason" => reason).increment(1);
-        tracing::debug!(peer = %ip, reason, "connection closed");
     }
 }
 

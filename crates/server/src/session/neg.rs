@@ -37,7 +37,7 @@ pub(super) struct NegSessions {
 /// The open sessions by subscription id: a short list (at most
 /// `MAX_SESSIONS`), empty and unallocated on most connections.
 #[derive(Default)]
-struct Open(Vec<(String, NegSession)>);
+struct Open(Box<[(String, NegSession)]>);
 
 impl Open {
     fn len(&self) -> usize {
@@ -54,16 +54,13 @@ impl Open {
 
     fn remove(&mut self, sub_id: &str) -> Option<NegSession> {
         let at = self.0.iter().position(|(k, _)| k == sub_id)?;
-        let (_, v) = self.0.swap_remove(at);
-        if self.0.is_empty() {
-            self.0 = Vec::new();
-        }
+        let (_, v) = super::subs::remove_at(&mut self.0, at);
         Some(v)
     }
 
     fn insert(&mut self, sub_id: String, session: NegSession) {
         self.remove(&sub_id);
-        self.0.push((sub_id, session));
+        super::subs::push_exact(&mut self.0, (sub_id, session));
     }
 }
 

@@ -47,12 +47,21 @@ pub(super) type Step = Result<(), CloseReason>;
 
 pub(super) struct Out {
     ws: WsWrite,
-    timeout: Duration,
+    /// The bound on each send, in milliseconds (4 bytes, not a `Duration`'s
+    /// 16, in every connection's task).
+    timeout_ms: u32,
 }
 
 impl Out {
     pub(super) fn new(ws: WsWrite, timeout: Duration) -> Out {
-        Out { ws, timeout }
+        Out {
+            ws,
+            timeout_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
+        }
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms.into())
     }
 
     /// Sends one message now. When the socket takes it at once (the usual
@@ -73,7 +82,7 @@ impl Out {
             self.ws.hold_text(&text);
             return Ok(());
         }
-        Box::pin(async { outcome(tokio::time::timeout(self.timeout, self.ws.feed(&text)).await) })
+        Box::pin(async { outcome(tokio::time::timeout(self.timeout(), self.ws.feed(&text)).await) })
             .await
     }
 
@@ -81,18 +90,18 @@ impl Out {
         if self.ws.is_flushed() {
             return Ok(());
         }
-        outcome(tokio::time::timeout(self.timeout, self.ws.flush()).await)
+        outcome(tokio::time::timeout(self.timeout(), self.ws.flush()).await)
     }
 
     /// Answers a client's Ping.
     pub(super) async fn pong(&mut self, payload: &[u8]) -> Step {
-        outcome(tokio::time::timeout(self.timeout, self.ws.pong(payload)).await)
+        outcome(tokio::time::timeout(self.timeout(), self.ws.pong(payload)).await)
     }
 
     /// Sends a Close frame; the connection is ending, so errors (and a
     /// timeout) are moot.
     pub(super) async fn close(&mut self, code: u16, reason: &str) {
-        let _ = tokio::time::timeout(self.timeout, self.ws.close(code, reason)).await;
+        let _ = tokio::time::timeout(self.timeout(), self.ws.close(code, reason)).await;
     }
 }
 

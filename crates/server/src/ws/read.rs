@@ -52,9 +52,9 @@ pub(crate) struct WsRead<R = OwnedReadHalf> {
     start: usize,
     partial: Option<Box<Partial>>,
     /// The frame and message bound.
-    max_message: usize,
+    max_message: u32,
     /// Most bytes read from the socket at once.
-    read_size: usize,
+    read_size: u32,
     /// A Close was received or the stream failed: nothing more is read.
     done: bool,
 }
@@ -67,8 +67,8 @@ impl<R: AsyncRead + Unpin> WsRead<R> {
             pending: already.to_vec(),
             start: 0,
             partial: None,
-            max_message,
-            read_size: read_size.max(frame::MAX_HEADER),
+            max_message: u32::try_from(max_message).unwrap_or(u32::MAX),
+            read_size: u32::try_from(read_size.max(frame::MAX_HEADER)).unwrap_or(u32::MAX),
             done: false,
         }
     }
@@ -96,7 +96,7 @@ impl<R: AsyncRead + Unpin> WsRead<R> {
                 let parsed = parse_frame(
                     &mut self.pending[self.start..],
                     &mut self.partial,
-                    self.max_message,
+                    self.max_message as usize,
                 );
                 match parsed {
                     Err(e) => return Poll::Ready(Some(self.fail(e))),
@@ -172,7 +172,7 @@ impl<R: AsyncRead + Unpin> WsRead<R> {
 
     fn read_into_pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         let spare = self.pending.spare_capacity_mut();
-        let room = spare.len().min(self.read_size.max(1));
+        let room = spare.len().min((self.read_size as usize).max(1));
         let mut buf = ReadBuf::uninit(&mut spare[..room]);
         ready!(Pin::new(&mut self.io).poll_read(cx, &mut buf))?;
         let n = buf.filled().len();
@@ -185,10 +185,10 @@ impl<R: AsyncRead + Unpin> WsRead<R> {
     /// what was read (`None`: none yet), keeping the rest in `pending`.
     fn poll_read_shared(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Message>, Stop>> {
         READ_BUF.with_borrow_mut(|shared| {
-            if shared.len() < self.read_size {
-                shared.resize(self.read_size, 0);
+            if shared.len() < self.read_size as usize {
+                shared.resize(self.read_size as usize, 0);
             }
-            let mut buf = ReadBuf::new(&mut shared[..self.read_size]);
+            let mut buf = ReadBuf::new(&mut shared[..self.read_size as usize]);
             match Pin::new(&mut self.io).poll_read(cx, &mut buf) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(Failed(WsError::Io(e)))),
@@ -201,7 +201,11 @@ impl<R: AsyncRead + Unpin> WsRead<R> {
             let bytes = &mut shared[..n];
             let mut at = 0;
             while at < n {
-                match parse_frame(&mut bytes[at..], &mut self.partial, self.max_message) {
+                match parse_frame(
+                    &mut bytes[at..],
+                    &mut self.partial,
+                    self.max_message as usize,
+                ) {
                     Err(e) => return Poll::Ready(Err(Failed(e))),
                     Ok(Parsed::Used(used)) => at += used,
                     Ok(Parsed::Message(msg, used)) => {

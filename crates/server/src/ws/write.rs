@@ -41,9 +41,9 @@ pub(crate) struct WsWrite<W = OwnedWriteHalf> {
     held: Vec<u8>,
     sent: usize,
     /// `feed` writes what is held first once this much is held.
-    hold_bytes: usize,
+    hold_bytes: u32,
     /// ... or when the new frame would take what is held past this.
-    max_held: usize,
+    max_held: u32,
 }
 
 impl<W: TryWrite> WsWrite<W> {
@@ -52,8 +52,8 @@ impl<W: TryWrite> WsWrite<W> {
             io,
             held: Vec::new(),
             sent: 0,
-            hold_bytes,
-            max_held,
+            hold_bytes: u32::try_from(hold_bytes).unwrap_or(u32::MAX),
+            max_held: u32::try_from(max_held).unwrap_or(u32::MAX),
         }
     }
 
@@ -85,7 +85,8 @@ impl<W: TryWrite> WsWrite<W> {
     pub(crate) fn must_flush_to_feed(&self, text: &str) -> bool {
         let held = self.held.len() - self.sent;
         held > 0
-            && (held >= self.hold_bytes || held + text.len() + frame::MAX_HEADER > self.max_held)
+            && (held >= self.hold_bytes as usize
+                || held + text.len() + frame::MAX_HEADER > self.max_held as usize)
     }
 
     /// Holds a text message without writing anything (see
