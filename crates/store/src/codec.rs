@@ -578,3 +578,35 @@ mod properties {
         }
     }
 }
+
+/// Edges of the error text and of the prefixes' shapes.
+#[cfg(test)]
+mod exact_tests {
+    use super::*;
+
+    #[test]
+    fn hex_prefix_shows_48_bytes_and_marks_more() {
+        assert_eq!(hex_prefix(&[]), "");
+        assert_eq!(hex_prefix(&[0x0a, 0xff]), "0aff");
+        let at = [0xabu8; 48];
+        assert_eq!(hex_prefix(&at), "ab".repeat(48));
+        let over = [0xabu8; 49];
+        assert_eq!(hex_prefix(&over), format!("{}…", "ab".repeat(48)));
+        assert_eq!(hex_prefix(&[0xcd; 200]), format!("{}…", "cd".repeat(48)));
+    }
+
+    #[test]
+    fn a_kind_key_has_a_two_byte_prefix() {
+        let decode = |b: &[u8]| IndexKeyCodec::<KindPrefix>::bytes_decode(b).ok();
+        assert_eq!(decode(&index_key(&kind_prefix(7), 5, 9)), Some((5, 9)));
+        for prefix in [
+            &[][..],
+            &[1][..],
+            &[1, 2, 3][..],
+            &[7u8; 32][..],
+            &[7u8; 34][..],
+        ] {
+            assert_eq!(decode(&index_key(prefix, 5, 9)), None, "{prefix:?}");
+        }
+    }
+}
