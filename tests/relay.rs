@@ -1270,18 +1270,21 @@ fn environ_of(pid: u32) -> Vec<String> {
         .collect()
 }
 
-/// `sluice serve` runs with glibc's thread caches off (docs/operating.md,
-/// "The allocator"), the same process (pid) still serving; an operator's own
+/// `sluice serve` runs with glibc's thread caches off and a fixed trim
+/// threshold (docs/operating.md, "The allocator"), the same process (pid) still serving; an operator's own
 /// `GLIBC_TUNABLES`, even empty, is kept as it is.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[tokio::test]
 async fn serve_runs_without_glibcs_thread_caches_unless_the_operator_says() {
     let relay = Relay::start();
-    let env = environ_of(relay.pid());
+    // glibc, parsing the variable at start, ends each tunable with a NUL
+    // in place: read as one string, either separator.
+    let raw = std::fs::read(format!("/proc/{}/environ", relay.pid())).unwrap();
+    let raw = String::from_utf8_lossy(&raw).replace('\0', "\n");
+    let want = "GLIBC_TUNABLES=glibc.malloc.tcache_count=0:glibc.malloc.trim_threshold=131072";
     assert!(
-        env.iter()
-            .any(|v| v == "GLIBC_TUNABLES=glibc.malloc.tcache_count=0"),
-        "{env:?}"
+        raw.contains(want) || raw.contains(&want.replace(':', "\n")),
+        "{raw:?}"
     );
     let mut c = relay.client().await;
     assert!(c.publish(&ev(1, now(), 1, &[], "after the exec")).await.0);

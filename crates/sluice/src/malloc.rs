@@ -1,5 +1,6 @@
 //! glibc's allocator, tuned for a relay that serves crowds which come and
-//! go: `sluice serve` runs with `GLIBC_TUNABLES=glibc.malloc.tcache_count=0`
+//! go: `sluice serve` runs with
+//! `GLIBC_TUNABLES=glibc.malloc.tcache_count=0:glibc.malloc.trim_threshold=131072`
 //! unless the operator set `GLIBC_TUNABLES` (even empty) themselves.
 //!
 //! Why: each thread's cache (tcache) keeps up to seven freed blocks of
@@ -14,6 +15,17 @@
 //! arena count (`glibc.malloc.arena_max`) is left alone, as one arena
 //! slowed the query mix by a third.
 //!
+//! A fixed trim threshold: `malloc_trim` (the monitor's) gives back free
+//! pages inside every arena but shrinks only the main arena's top; a worker
+//! thread's arena gives back the top of its heap from `free`, and only once
+//! that top is past the trim threshold, which glibc otherwise raises to
+//! twice the largest block it has handed back to the OS (the search index's
+//! writer frees megabytes). After a crowd of 19,000 left, the workers' tops
+//! then held some 3 MB: RSS came back to +19-24% of its idle figure, with
+//! the threshold fixed at 128 KiB (glibc's initial value) to +9%. The same
+//! setting fixes the mmap threshold at 128 KiB; throughput was the same
+//! (docs/benchmarks.md, "Memory per connection, session 15").
+//!
 //! glibc reads its tunables only at start-up, so the process runs itself
 //! again (`exec`, same pid, same arguments) with the variable set, before
 //! any thread exists. Should that fail, it goes on as it is.
@@ -23,7 +35,7 @@ use std::ffi::OsString;
 /// The variable glibc reads its tunables from.
 pub const TUNABLES: &str = "GLIBC_TUNABLES";
 /// What `sluice serve` sets when the operator did not.
-pub const SERVE_TUNABLES: &str = "glibc.malloc.tcache_count=0";
+pub const SERVE_TUNABLES: &str = "glibc.malloc.tcache_count=0:glibc.malloc.trim_threshold=131072";
 
 /// The tunables `sluice serve` should run with, given the variable as the
 /// process found it: none when the operator set it (their choice stands).
@@ -68,7 +80,10 @@ mod tests {
 
     #[test]
     fn the_operators_setting_stands_even_empty() {
-        assert_eq!(wanted(None), Some("glibc.malloc.tcache_count=0"));
+        assert_eq!(
+            wanted(None),
+            Some("glibc.malloc.tcache_count=0:glibc.malloc.trim_threshold=131072")
+        );
         assert_eq!(wanted(Some(OsString::new())), None);
         assert_eq!(wanted(Some("glibc.malloc.arena_max=2".into())), None);
     }
