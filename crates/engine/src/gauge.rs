@@ -27,35 +27,31 @@ impl GaugeGuard {
     /// When more than 16 names are held by guards (a programming error:
     /// the names are constants).
     pub fn hold(name: &'static str) -> GaugeGuard {
-        let slot = slot_of(name);
-        handle(slot).increment(1.0);
+        let (slot, gauge) = slot_of(name);
+        gauge.increment(1.0);
         GaugeGuard(slot)
     }
 }
 
-/// The slot of `name`, taking the first free one at its first use. Two
-/// threads naming new gauges at once may race for a free slot: the loser
-/// sees the winner's name there and goes on to the next.
-fn slot_of(name: &'static str) -> u8 {
+/// The slot of `name` and its handle, taking the first free slot at its
+/// first use. Two threads naming new gauges at once may race for a free
+/// slot: the loser sees the winner's name there and goes on to the next.
+fn slot_of(name: &'static str) -> (u8, &'static metrics::Gauge) {
     for (i, cell) in HANDLES.iter().enumerate() {
-        let (n, _) = cell.get_or_init(|| (name, metrics::gauge!(name)));
+        let (n, gauge) = cell.get_or_init(|| (name, metrics::gauge!(name)));
         if *n == name {
-            return i as u8;
+            return (i as u8, gauge);
         }
     }
     panic!("more than {SLOTS} gauges held by guards");
 }
 
-fn handle(slot: u8) -> &'static metrics::Gauge {
-    &HANDLES[slot as usize]
-        .get()
-        .expect("a guard's slot is filled before the guard exists")
-        .1
-}
-
 impl Drop for GaugeGuard {
     fn drop(&mut self) {
-        handle(self.0).decrement(1.0);
+        // The slot was filled before the guard was made, and is never emptied.
+        if let Some((_, gauge)) = HANDLES[self.0 as usize].get() {
+            gauge.decrement(1.0);
+        }
     }
 }
 

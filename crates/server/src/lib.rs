@@ -264,12 +264,12 @@ async fn root(
         // The session keeps the sections current at its upgrade.
         let front = st.front();
         let (answer, on_upgrade) = upgrade.respond();
-        let opening = Box::new(session::Opening {
+        let opening = session::Opening {
             on_upgrade,
             st: st.clone(),
             front,
             host,
-        });
+        };
         let session = session::run(opening, ip, (permit, per_ip));
         tokio::spawn(st.sessions.track_future(session));
         return answer;

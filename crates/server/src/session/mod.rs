@@ -105,8 +105,8 @@ struct Session {
     host: Option<Box<str>>,
 }
 
-/// What a session starts from, boxed: the task keeps only a pointer to it
-/// for the life of the connection, not each field.
+/// What a session starts from; taken apart by [`run`] before any future
+/// holds it.
 pub(crate) struct Opening {
     pub(crate) on_upgrade: hyper::upgrade::OnUpgrade,
     pub(crate) st: Arc<AppState>,
@@ -121,7 +121,7 @@ pub(crate) struct Opening {
 /// beside it), then served. The task holds one of the two futures at a
 /// time, and the connection's state once.
 pub(crate) fn run(
-    opening: Box<Opening>,
+    opening: Opening,
     ip: IpAddr,
     permits: (OwnedSemaphorePermit, ConnectionGuard),
 ) -> impl std::future::Future<Output = ()> + Send {
@@ -132,7 +132,7 @@ pub(crate) fn run(
         st,
         front,
         host,
-    } = *opening;
+    } = opening;
     crate::ws::take_socket(on_upgrade).then(move |socket| {
         // The permits are given back when the connection ends, whatever the
         // path (here, if the upgrade failed).
