@@ -6,41 +6,14 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use sluice_proto::{Event, Filter, Readers, hex32};
-use sluice_store::{
-    CountCursor, PlanShape, QueryCursor, QueryOptions, StepLimits, Store, StoreOptions, plan_shape,
-};
+use sluice_proto::{Event, Readers, hex32};
+use sluice_store::{CountCursor, PlanShape, QueryCursor, QueryOptions, StepLimits, plan_shape};
+
+mod support;
+
+use support::{ev, filter, open, pk};
 
 const NOW: u64 = 1_700_000_000;
-
-fn open() -> (tempfile::TempDir, Store) {
-    let dir = tempfile::tempdir().unwrap();
-    let opts = StoreOptions {
-        map_size_bytes: 64 << 20,
-        max_readers: 16,
-        write_map: false,
-        write_map_when_alone: false,
-        min_free_disk_bytes: 0,
-    };
-    let store = Store::open(dir.path(), &opts).unwrap();
-    (dir, store)
-}
-
-fn ev(key: u8, created_at: u64, kind: u16, tags: &[&[&str]], content: &str) -> Event {
-    let tags = tags
-        .iter()
-        .map(|t| t.iter().map(|s| s.to_string()).collect())
-        .collect();
-    Event::sign(&[key; 32], created_at, kind, tags, content)
-}
-
-fn pk(key: u8) -> String {
-    hex32::encode(&ev(key, 0, 1, &[], "").pubkey)
-}
-
-fn filter(v: serde_json::Value) -> Filter {
-    Filter::from_value(&v).unwrap()
-}
 
 fn opts(max_scan_rows: u64) -> QueryOptions {
     QueryOptions {

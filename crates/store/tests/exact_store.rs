@@ -11,14 +11,16 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 
-use heed::types::Bytes;
-use heed::{CommitOrAbort, Database, EnvOpenOptions};
 use serde_json::json;
-use sluice_proto::{Event, Filter, Readers};
+use sluice_proto::{Event, Readers};
 use sluice_store::{
     DEFAULT_MAP_SIZE_BYTES, QueryOptions, SerialLookup, Store, StoreError, StoreOptions,
     StoreStats, WriteOutcome,
 };
+
+mod support;
+
+use support::{ev, filter};
 
 const NOW: u64 = 1_700_000_000;
 const MAP_SIZE_BYTES: u64 = 64 << 20;
@@ -37,14 +39,6 @@ fn open(dir: &Path) -> Store {
     Store::open(dir, &options()).unwrap()
 }
 
-fn ev(key: u8, created_at: u64, kind: u16, tags: &[&[&str]], content: &str) -> Event {
-    let tags = tags
-        .iter()
-        .map(|t| t.iter().map(|s| s.to_string()).collect())
-        .collect();
-    Event::sign(&[key; 32], created_at, kind, tags, content)
-}
-
 fn stored(out: &[WriteOutcome]) -> Vec<u64> {
     out.iter()
         .map(|o| match o {
@@ -59,10 +53,6 @@ fn qopts() -> QueryOptions {
         now: NOW,
         max_scan_rows: 1_000_000,
     }
-}
-
-fn filter(v: serde_json::Value) -> Filter {
-    Filter::from_value(&v).unwrap()
 }
 
 /// `(available, total)` bytes of the filesystem holding `path`, measured
@@ -468,28 +458,8 @@ fn close_waits_for_the_other_clones() {
 
 // ----------------------------------------------------------------- schema
 
-#[expect(
-    clippy::disallowed_methods,
-    reason = "writes the closed store's schema version with heed itself"
-)]
 fn set_schema_version(dir: &Path, version: u64) {
-    let mut eo = EnvOpenOptions::new();
-    eo.map_size(MAP_SIZE_BYTES as usize).max_dbs(16);
-    // SAFETY: the store that used this directory is closed.
-    let env = unsafe { eo.open(dir) }.unwrap();
-    let wtxn = env.write_txn().unwrap();
-    let db: Database<Bytes, Bytes> = env
-        .create_databases_and_commit(wtxn, |wdo, wtxn| -> heed::Result<_> {
-            let db = wdo.create_database::<Bytes, Bytes>(wtxn, Some("meta"))?;
-            Ok(CommitOrAbort::<_, ()>::Commit(db))
-        })
-        .unwrap()
-        .unwrap_commit();
-    let mut wtxn = env.write_txn().unwrap();
-    db.put(&mut wtxn, b"schema_version", &version.to_be_bytes())
-        .unwrap();
-    wtxn.commit().unwrap();
-    env.prepare_for_closing().wait();
+    support::raw_put(dir, "meta", b"schema_version", &version.to_be_bytes());
 }
 
 #[test]

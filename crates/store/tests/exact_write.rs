@@ -6,41 +6,18 @@
 //! and the entries a removed event leaves behind (none).
 
 use std::collections::HashSet;
-use std::path::Path;
 use std::time::Duration;
 
-use heed::types::Bytes;
-use heed::{CommitOrAbort, Database, EnvOpenOptions};
-use sluice_proto::{Event, hex32};
-use sluice_store::{Scan, Scope, Store, StoreOptions, WriteOutcome, WriteRules};
+use sluice_proto::Event;
+use sluice_store::{Scan, Scope, Store, WriteOutcome, WriteRules};
+
+mod support;
+
+use support::{ev, open_at as open, pk};
 
 const NOW: u64 = 1_700_000_000;
-const MAP_SIZE_BYTES: u64 = 64 << 20;
 const VANISH: u16 = 62;
 const GIFT_WRAP: u16 = 1059;
-
-fn open(dir: &Path) -> Store {
-    let opts = StoreOptions {
-        map_size_bytes: MAP_SIZE_BYTES,
-        max_readers: 16,
-        write_map: false,
-        write_map_when_alone: false,
-        min_free_disk_bytes: 0,
-    };
-    Store::open(dir, &opts).unwrap()
-}
-
-fn ev(key: u8, created_at: u64, kind: u16, tags: &[&[&str]], content: &str) -> Event {
-    let tags = tags
-        .iter()
-        .map(|t| t.iter().map(|s| s.to_string()).collect())
-        .collect();
-    Event::sign(&[key; 32], created_at, kind, tags, content)
-}
-
-fn pk(key: u8) -> String {
-    hex32::encode(&ev(key, 0, 1, &[], "").pubkey)
-}
 
 /// Any relay URL names this relay (none configured).
 fn any_relay() -> WriteRules {
@@ -53,31 +30,6 @@ fn put(store: &Store, e: &Event) -> WriteOutcome {
 
 fn is_stored(o: WriteOutcome) -> bool {
     matches!(o, WriteOutcome::Stored { .. })
-}
-
-/// Entries of table `name`, read with heed itself once the store is closed.
-#[expect(
-    clippy::disallowed_methods,
-    reason = "reads the closed store's raw table with heed itself"
-)]
-fn table_len(dir: &Path, name: &str) -> u64 {
-    let mut eo = EnvOpenOptions::new();
-    eo.map_size(MAP_SIZE_BYTES as usize).max_dbs(16);
-    // SAFETY: the store that used this directory is closed.
-    let env = unsafe { eo.open(dir) }.unwrap();
-    let wtxn = env.write_txn().unwrap();
-    let db: Database<Bytes, Bytes> = env
-        .create_databases_and_commit(wtxn, |wdo, wtxn| -> heed::Result<_> {
-            let db = wdo.create_database::<Bytes, Bytes>(wtxn, Some(name))?;
-            Ok(CommitOrAbort::<_, ()>::Commit(db))
-        })
-        .unwrap()
-        .unwrap_commit();
-    let wtxn = env.write_txn().unwrap();
-    let n = db.len(&wtxn).unwrap();
-    wtxn.abort();
-    env.prepare_for_closing().wait();
-    n
 }
 
 // ---------------------------------------------------------- vanish_applies
@@ -451,8 +403,8 @@ fn removed_events_leave_no_address_or_expiry_entry() {
         store.close();
     }
     // Only the contact list's slot is left, pointing at its new version.
-    assert_eq!(table_len(dir.path(), "addresses"), 1);
-    assert_eq!(table_len(dir.path(), "expiry"), 0);
+    assert_eq!(support::raw_len(dir.path(), "addresses"), 1);
+    assert_eq!(support::raw_len(dir.path(), "expiry"), 0);
     let store = open(dir.path());
     assert_eq!(store.stats().unwrap().events, 2);
 }

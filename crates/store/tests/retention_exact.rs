@@ -6,64 +6,19 @@
 //! (a step stops at its first check, after 7 removals) or unbounded.
 
 use std::collections::HashSet;
-use std::path::Path;
 use std::time::Duration;
-
-use heed::types::Bytes;
-use heed::{CommitOrAbort, Database, EnvOpenOptions};
 
 use sluice_proto::Event;
 use sluice_store::{
-    Picked, Retention, Rule, Scan, Scope, Store, StoreError, StoreOptions, WriteOutcome,
-    WriteRules, is_replaceable,
+    Picked, Retention, Rule, Scan, Scope, Store, StoreError, WriteOutcome, WriteRules,
+    is_replaceable,
 };
 
+mod support;
+
+use support::{open, open_at};
+
 const NOW: u64 = 1_700_000_000;
-
-const MAP_SIZE_BYTES: u64 = 64 << 20;
-
-fn open() -> (tempfile::TempDir, Store) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open_at(dir.path());
-    (dir, store)
-}
-
-fn open_at(dir: &Path) -> Store {
-    let opts = StoreOptions {
-        map_size_bytes: MAP_SIZE_BYTES,
-        max_readers: 16,
-        write_map: false,
-        write_map_when_alone: false,
-        min_free_disk_bytes: 0,
-    };
-    Store::open(dir, &opts).unwrap()
-}
-
-/// Puts `key` → `value` in the `meta` table of the closed store in `dir`,
-/// with heed itself (as a damaged disk or another build would).
-#[expect(
-    clippy::disallowed_methods,
-    reason = "damages the closed store's file with heed itself, not through a Store"
-)]
-fn put_meta(dir: &Path, key: &str, value: &[u8]) {
-    let mut eo = EnvOpenOptions::new();
-    eo.map_size(MAP_SIZE_BYTES as usize).max_dbs(16);
-    // SAFETY: the store that used this directory is closed; nothing else
-    // maps it.
-    let env = unsafe { eo.open(dir) }.unwrap();
-    let wtxn = env.write_txn().unwrap();
-    let db: Database<Bytes, Bytes> = env
-        .create_databases_and_commit(wtxn, |wdo, wtxn| -> heed::Result<_> {
-            let db = wdo.create_database::<Bytes, Bytes>(wtxn, Some("meta"))?;
-            Ok(CommitOrAbort::<_, ()>::Commit(db))
-        })
-        .unwrap()
-        .unwrap_commit();
-    let mut wtxn = env.write_txn().unwrap();
-    db.put(&mut wtxn, key.as_bytes(), value).unwrap();
-    wtxn.commit().unwrap();
-    env.prepare_for_closing().wait();
-}
 
 fn pk(key: u8) -> [u8; 32] {
     sluice_proto::event::public_key_of(&[key; 32])
@@ -421,12 +376,17 @@ fn a_damaged_horizon_fails_only_a_step_that_would_raise_it() {
     }
     s.close();
     // A horizon key whose kinds do not parse is not a horizon.
-    put_meta(d.path(), "retention_horizon:1,x", &5u64.to_be_bytes());
+    support::raw_put(
+        d.path(),
+        "meta",
+        b"retention_horizon:1,x",
+        &5u64.to_be_bytes(),
+    );
     let s = open_at(d.path());
     assert_eq!(s.size_horizons().unwrap(), vec![]);
     s.close();
     // A horizon value that is not 8 bytes.
-    put_meta(d.path(), "retention_horizon:*", b"bad");
+    support::raw_put(d.path(), "meta", b"retention_horizon:*", b"bad");
     let s = open_at(d.path());
     assert!(matches!(
         s.size_horizons(),
