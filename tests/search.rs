@@ -195,6 +195,49 @@ async fn results_are_ranked_and_combine_with_the_other_fields() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_req_or_count_mixing_search_and_plain_filters_answers_each_event_once() {
+    let relay = Relay::start_with(&fast_index());
+    let mut c = relay.client().await;
+    let t0 = now() - 1000;
+    // a and b match the search; a, c and d are author 1's (the plain
+    // filter); e matches neither.
+    let a = ev(1, t0, 1, &[], "bitcoin relay");
+    let b = ev(2, t0 + 10, 1, &[], "bitcoin node");
+    let cc = ev(1, t0 + 20, 1, &[], "plain words");
+    let d = ev(1, t0 + 30, 1, &[], "more plain words");
+    let e = ev(3, t0 + 40, 1, &[], "unrelated");
+    for x in [&a, &b, &cc, &d, &e] {
+        assert!(c.publish(x).await.0);
+    }
+    wait_indexed(&relay, 5).await;
+    let id = |e: &Event| e.id_hex();
+    let searched = json!({"search": "bitcoin"});
+    let plain = json!({"authors": [pubkey_hex(1)]});
+    // The search's results first (ranked: same words and length, newer
+    // first), then the plain filter's newest first, a not sent again.
+    assert_eq!(
+        c.req_ids("m", &[searched.clone(), plain.clone()]).await,
+        [id(&b), id(&a), id(&d), id(&cc)]
+    );
+    // A plain filter's limit still counts what the search sent: its
+    // newest two are d and cc, so a is not among them anyway; with limit
+    // 3 they are d, cc and a, and a has been sent already.
+    let plain3 = json!({"authors": [pubkey_hex(1)], "limit": 3});
+    assert_eq!(
+        c.req_ids("m3", &[searched.clone(), plain3]).await,
+        [id(&b), id(&a), id(&d), id(&cc)]
+    );
+    // COUNT: the union, exactly, and not marked approximate.
+    c.send(json!(["COUNT", "n", searched, plain])).await;
+    let m = c.expect("COUNT").await;
+    assert_eq!(m[2]["count"], 4, "{m}");
+    assert!(
+        m[2].get("approximate").is_none_or(|v| v == false),
+        "an exact count is not approximate: {m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleted_replaced_and_expired_events_leave_the_results() {
     // Expired events stay on disk for the whole test: only the check of
     // each hit hides them.
@@ -280,7 +323,8 @@ fn run_sluice(args: &[&str], store: &std::path::Path, env: &[(&str, &str)]) -> S
         cmd.env(k, v);
     }
     let out = cmd.output().unwrap();
-    let text = String::from_utf8_lossy(&out.stderr).to_string();
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "sluice {args:?} failed: {text}");
     text
 }
@@ -382,6 +426,59 @@ async fn import_and_reindex_give_the_same_results() {
     let relay_a = Relay::start_in(&a, &fast_index());
     wait_indexed(&relay_a, 3000).await;
     assert_eq!(answers(&relay_a).await, from_import);
+}
+
+/// `sluice sync` indexes what it stores as it goes, as `import` does:
+/// the index has caught up when it ends (`sluice reindex --status`, which
+/// changes nothing), not only once a relay next starts on the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_leaves_what_it_stored_indexed_and_reindex_status_says_so() {
+    const N: usize = 1500;
+    let events = corpus(N);
+    let tmp = tempfile::tempdir().unwrap();
+    let a = tmp.path().join("a");
+    import_events(&a, &events);
+    let said = run_sluice(&["reindex", "--status"], &a, &[]);
+    assert!(
+        said.contains(&format!("covers serials up to {N};")) && said.contains("caught up"),
+        "{said}"
+    );
+    // A store imported without an index has none, and status says so.
+    let plain = tmp.path().join("plain");
+    let file = tmp.path().join("events.jsonl");
+    let text: String = events.iter().map(|e| format!("{}\n", e.raw())).collect();
+    std::fs::write(&file, text).unwrap();
+    run_sluice(
+        &["import", file.to_str().unwrap()],
+        &plain,
+        &[("SLUICE_SEARCH__ENABLED", "false")],
+    );
+    let said = run_sluice(&["reindex", "--status"], &plain, &[]);
+    assert!(said.contains("no search index"), "{said}");
+    assert!(said.contains(&format!("last serial is {N}")), "{said}");
+
+    let source = Relay::start_in(&a, &fast_index());
+    wait_indexed(&source, N as u64).await;
+    let expected = answers(&source).await;
+    let b = tmp.path().join("b");
+    let url = source.url();
+    let said = {
+        let b = b.clone();
+        tokio::task::spawn_blocking(move || {
+            run_sluice(&["sync", &url, "--direction", "down"], &b, &[])
+        })
+        .await
+        .unwrap()
+    };
+    assert!(said.contains(&format!("(stored {N},")), "{said}");
+    let said = run_sluice(&["reindex", "--status"], &b, &[]);
+    assert!(
+        said.contains(&format!("covers serials up to {N};")) && said.contains("caught up"),
+        "the sync's events indexed by the sync itself: {said}"
+    );
+    drop(source);
+    let relay_b = Relay::start_in(&b, &fast_index());
+    assert_eq!(answers(&relay_b).await, expected);
 }
 
 /// A REQ whose limit spans several ranking steps (at most 1,024 hits

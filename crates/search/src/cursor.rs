@@ -6,7 +6,8 @@
 //! never served, and its document is handed to the indexer for removal;
 //! an expired one, or one the rest of the filter or the reader's rights
 //! exclude, is skipped. A filter without `search` in the same REQ runs
-//! as the store's own query after the search filters.
+//! as the store's own query after the search filters, skipping what they
+//! answered or counted (an event is sent or counted once).
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -74,9 +75,6 @@ pub struct SearchCursor {
     truncated: bool,
     count: u64,
     counting: bool,
-    /// A COUNT mixing searches and plain filters may count an event both
-    /// match twice: it says so (approximate).
-    approximate: bool,
     done: bool,
 }
 
@@ -93,7 +91,6 @@ impl SearchCursor {
             .into_iter()
             .filter(|f| !f.is_empty_match() && f.limit != Some(0))
             .partition(|f| f.search.is_some());
-        let approximate = count && !search.is_empty() && !plain.is_empty();
         let mut parts: Vec<Part> = search
             .into_iter()
             .map(|filter| Part::Search {
@@ -136,7 +133,6 @@ impl SearchCursor {
             truncated: false,
             count: 0,
             counting: count,
-            approximate,
             done: false,
         }
     }
@@ -148,9 +144,9 @@ impl SearchCursor {
     }
 
     /// The index's or the store's scan budget ran out before the limits
-    /// were met (or a COUNT may count an event twice).
+    /// were met.
     pub fn truncated(&self) -> bool {
-        self.truncated || self.approximate
+        self.truncated
     }
 
     pub fn count(&self) -> u64 {
@@ -200,6 +196,8 @@ impl SearchCursor {
                     did.rows += self.search_page(store)?;
                 }
                 Part::Plain(cur) => {
+                    // What the search filters answered is not sent again.
+                    cur.skip_serials(std::mem::take(&mut self.seen));
                     let plain = store.query_step(cur, limits, out)?;
                     did.rows += plain.rows;
                     did.bytes += plain.bytes;
@@ -210,6 +208,8 @@ impl SearchCursor {
                     return Ok(did);
                 }
                 Part::PlainCount(cur) => {
+                    // What the search filters counted is not counted again.
+                    cur.skip_serials(std::mem::take(&mut self.seen));
                     let plain = store.count_step(cur, limits)?;
                     did.rows += plain.rows;
                     if plain.done {

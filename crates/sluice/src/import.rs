@@ -54,9 +54,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use sluice_engine::{BulkTicket, Engine, StartError, Store, WriteOutcome, unix_now};
+use sluice_engine::{BulkTicket, Engine, Store, WriteOutcome, unix_now};
 use sluice_proto::{Event, PubkeyCache};
-use sluice_search::SearchError;
 use sluice_throttle::PidConfig;
 
 use crate::config::Config;
@@ -194,15 +193,9 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone())?;
     // The NIP-50 index is fed as the import commits, by its own thread;
     // beside a running relay, by the relay's (it reads what is committed).
-    match engine.start_search(cfg.search.clone()) {
-        Ok(()) => {}
-        Err(StartError::Search(SearchError::Busy { .. })) => {
-            tracing::info!("a relay holds the search index: it indexes the imported events");
-        }
-        Err(e) => {
-            engine.shutdown();
-            return Err(e.into());
-        }
+    if let Err(e) = crate::reindex::start_indexer(&engine, &cfg.search, "the import") {
+        engine.shutdown();
+        return Err(e.into());
     }
     engine.set_retention(cfg.retention_plan());
     engine.bulk_backlog().set_bound(plan.max_in_flight as u64);

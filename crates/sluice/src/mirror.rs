@@ -608,9 +608,14 @@ pub fn run(args: MirrorArgs) -> anyhow::Result<()> {
     });
     let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone())?;
     engine.set_retention(cfg.retention_plan());
-    let result = engine
-        .set_trust(cfg.trust.clone(), cfg.pow.clone())
+    // What the mirror stores is indexed as it goes.
+    let result = crate::reindex::start_indexer(&engine, &cfg.search, "the mirror")
         .map_err(anyhow::Error::new)
+        .and_then(|()| {
+            engine
+                .set_trust(cfg.trust.clone(), cfg.pow.clone())
+                .map_err(anyhow::Error::new)
+        })
         .and_then(|()| runtime.block_on(alone(&cfg, mirror, engine.clone(), metrics)));
     engine.shutdown();
     runtime.shutdown_timeout(Duration::from_secs(5));

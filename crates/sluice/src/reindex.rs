@@ -9,15 +9,40 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use sluice_search::{INDEX_DIR, Indexer, SearchIndex};
+use sluice_engine::{Engine, StartError};
+use sluice_search::{INDEX_DIR, Indexer, SearchError, SearchIndex};
 
 use crate::config::Config;
+
+/// Starts the NIP-50 indexer of a command that writes to the store
+/// (`import`, `sync`, `mirror`), so what it writes is searchable when it
+/// ends. Beside a running relay the relay holds the index's writer and
+/// indexes what is committed (it polls the store), so this one does not.
+pub(crate) fn start_indexer(
+    engine: &Engine,
+    cfg: &sluice_search::SearchConfig,
+    command: &str,
+) -> Result<(), StartError> {
+    match engine.start_search(cfg.clone()) {
+        Ok(()) => Ok(()),
+        Err(StartError::Search(SearchError::Busy { .. })) => {
+            tracing::info!("a relay holds the search index: it indexes what {command} writes");
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
 
 #[derive(clap::Args, Debug)]
 pub struct ReindexArgs {
     /// TOML configuration file (the store path and `[search]` of `serve`).
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Build nothing: print how far the index is (the store serial its
+    /// last commit covers, against the store's last) and its size. Safe
+    /// beside a running relay.
+    #[arg(long)]
+    status: bool,
 }
 
 pub fn run(args: ReindexArgs) -> anyhow::Result<()> {
@@ -31,6 +56,11 @@ pub fn run(args: ReindexArgs) -> anyhow::Result<()> {
     }
     let store = cfg.store.open()?;
     let dir = cfg.store.path.join(INDEX_DIR);
+    if args.status {
+        let result = status(&store, &dir, &cfg.search);
+        store.close();
+        return result;
+    }
     let index = match SearchIndex::open(&dir, cfg.search.clone()) {
         Ok(i) => i,
         Err(e) => {
@@ -63,5 +93,36 @@ pub fn run(args: ReindexArgs) -> anyhow::Result<()> {
     );
     drop(index);
     store.close();
+    Ok(())
+}
+
+/// `--status`: the index's committed serial against the store's last.
+fn status(
+    store: &sluice_engine::Store,
+    dir: &std::path::Path,
+    cfg: &sluice_search::SearchConfig,
+) -> anyhow::Result<()> {
+    let last = store.next_serial()?.saturating_sub(1);
+    if !dir.join("meta.json").exists() {
+        println!(
+            "no search index in {}; the store's last serial is {last} (`sluice reindex` builds it)",
+            dir.display()
+        );
+        return Ok(());
+    }
+    let index = SearchIndex::open(dir, cfg.clone())
+        .with_context(|| format!("reading the index in {}", dir.display()))?;
+    let covered = index.committed_serial()?;
+    let behind = last.saturating_sub(covered);
+    println!(
+        "search index in {}: covers serials up to {covered}; the store's last is {last}: {}; index {} bytes",
+        dir.display(),
+        if behind == 0 {
+            "caught up".to_owned()
+        } else {
+            format!("{behind} serials behind")
+        },
+        index.disk_bytes(),
+    );
     Ok(())
 }

@@ -94,6 +94,11 @@ pub fn run(args: SyncArgs) -> anyhow::Result<()> {
     let local = peer::local_items(&store, &filter)?;
     eprintln!("sync: {} local events match the filter", local.len());
     let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone())?;
+    // What the sync stores is searchable when it ends.
+    if let Err(e) = crate::reindex::start_indexer(&engine, &cfg.search, "the sync") {
+        engine.shutdown();
+        return Err(e.into());
+    }
     engine.set_retention(cfg.retention_plan());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -110,6 +115,9 @@ pub fn run(args: SyncArgs) -> anyhow::Result<()> {
         &engine,
         &mut summary,
     ));
+    if !engine.wait_search_caught_up() {
+        tracing::warn!("the search indexer stopped; run `sluice reindex`");
+    }
     engine.shutdown();
     drop(engine);
     store.close();

@@ -571,6 +571,9 @@ pub struct QueryCursor {
     budget: Budget,
     snapshot_serial: Option<u64>,
     last_sent: Option<(u64, [u8; 32])>,
+    /// Serials not to answer: the caller sent them already (a REQ whose
+    /// search filters answered first).
+    skip: HashSet<u64>,
     done: bool,
 }
 
@@ -585,6 +588,7 @@ impl QueryCursor {
             readers: None,
             snapshot_serial: None,
             last_sent: None,
+            skip: HashSet::new(),
             done: false,
         }
     }
@@ -594,6 +598,13 @@ impl QueryCursor {
     pub fn for_readers(mut self, readers: Arc<Readers>) -> QueryCursor {
         self.readers = Some(readers);
         self
+    }
+
+    /// Events with these serials are not answered (the caller has sent
+    /// them already). A filter's `limit` still counts them: the union of
+    /// what the caller sent and what this answers is the query's.
+    pub fn skip_serials(&mut self, serials: HashSet<u64>) {
+        self.skip.extend(serials);
     }
 
     /// Serials below this were visible to the query (fixed by the first
@@ -664,6 +675,18 @@ impl CountCursor {
     pub fn for_readers(mut self, readers: Arc<Readers>) -> CountCursor {
         self.readers = Some(readers);
         self
+    }
+
+    /// Events with these serials are not counted (the caller has counted
+    /// them already), so the caller's count plus this one is the union's.
+    pub fn skip_serials(&mut self, serials: HashSet<u64>) {
+        if serials.is_empty() {
+            return;
+        }
+        match &mut self.seen {
+            Some(seen) => seen.extend(serials),
+            None => self.seen = Some(serials),
+        }
     }
 
     pub fn count(&self) -> u64 {
@@ -785,6 +808,9 @@ impl Store {
                 continue;
             }
             cur.last_sent = Some(key);
+            if cur.skip.contains(&hit.serial) {
+                continue;
+            }
             did.bytes += hit.raw.len() as u64;
             out.push(hit.raw);
             if did.bytes >= limits.bytes {

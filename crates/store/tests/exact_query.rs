@@ -394,3 +394,87 @@ fn private_kinds_go_only_to_their_author_or_recipients() {
     }
     assert_eq!(cur.count(), 0);
 }
+
+// ------------------------------------------------------------ skip_serials
+
+/// What a caller has already sent (a REQ's search filters) is skipped by
+/// the plain query and not counted again by the plain count; a filter's
+/// limit still counts the skipped events.
+#[test]
+fn skipped_serials_are_neither_answered_nor_counted() {
+    let (_d, s) = open();
+    // One batch each: serials 1..=6, e[i] at serial i + 1, newest last.
+    let e: Vec<Event> = (0..6)
+        .map(|i| ev(1 + (i % 2) as u8, NOW - 100 + i, 1, &[], &format!("{i}")))
+        .collect();
+    for x in &e {
+        s.write_batch([x], NOW).unwrap();
+    }
+    let skip = || std::collections::HashSet::from([2u64, 5]);
+    let ids = |raws: &[String]| -> Vec<String> {
+        raws.iter()
+            .map(|r| Event::parse(r).unwrap().id_hex())
+            .collect()
+    };
+    let query = |filters: Vec<serde_json::Value>, skipped: bool| {
+        let mut cur = QueryCursor::new(filters.into_iter().map(filter).collect(), opts(1000));
+        if skipped {
+            cur.skip_serials(skip());
+        }
+        let mut got = Vec::new();
+        while !cur.is_done() {
+            s.query_step(&mut cur, StepLimits::UNBOUNDED, &mut got)
+                .unwrap();
+        }
+        ids(&got)
+    };
+    let id = |i: usize| e[i].id_hex();
+    assert_eq!(query(vec![json!({})], true), [id(5), id(3), id(2), id(0)]);
+    assert_eq!(query(vec![json!({})], false).len(), 6);
+    // The newest three are e5, e4 and e3; e4 was sent already.
+    assert_eq!(query(vec![json!({"limit": 3})], true), [id(5), id(3)]);
+    // Two overlapping filters: each event once, the skipped ones never.
+    assert_eq!(
+        query(
+            vec![json!({"authors": [pk(1)]}), json!({"kinds": [1]})],
+            true
+        ),
+        [id(5), id(3), id(2), id(0)]
+    );
+    // An empty set skips nothing.
+    let mut cur = QueryCursor::new(vec![filter(json!({}))], opts(1000));
+    cur.skip_serials(Default::default());
+    let mut got = Vec::new();
+    s.query_step(&mut cur, StepLimits::UNBOUNDED, &mut got)
+        .unwrap();
+    assert_eq!(got.len(), 6);
+
+    let count = |filters: Vec<serde_json::Value>, skipped: Option<Vec<u64>>| {
+        let mut cur = CountCursor::new(filters.into_iter().map(filter).collect(), opts(1000));
+        if let Some(sk) = skipped {
+            cur.skip_serials(sk.into_iter().collect());
+        }
+        while !cur.is_done() {
+            s.count_step(&mut cur, StepLimits::UNBOUNDED).unwrap();
+        }
+        cur.count()
+    };
+    assert_eq!(count(vec![json!({})], Some(vec![2, 5])), 4);
+    assert_eq!(count(vec![json!({})], Some(vec![])), 6);
+    assert_eq!(count(vec![json!({})], None), 6);
+    // Several filters (their own set of what they counted) and a skip.
+    assert_eq!(
+        count(
+            vec![json!({"authors": [pk(1)]}), json!({"kinds": [1]})],
+            Some(vec![2, 5, 99])
+        ),
+        4
+    );
+    assert_eq!(
+        count(
+            vec![json!({"authors": [pk(1)]}), json!({"kinds": [1]})],
+            None
+        ),
+        6
+    );
+}
