@@ -237,6 +237,60 @@ async fn a_req_or_count_mixing_search_and_plain_filters_answers_each_event_once(
     );
 }
 
+/// Chinese, Japanese and Korean text (no spaces between words) is found
+/// by the characters and pairs it holds, stored and live alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cjk_text_is_found_by_the_characters_it_holds() {
+    let relay = Relay::start_with(&fast_index());
+    let mut c = relay.client().await;
+    let t0 = now() - 1000;
+    let tokyo = ev(1, t0, 1, &[], "東京都に住んでいます。ラーメンが好き");
+    let cat = ev(2, t0 + 1, 1, &[], "黒猫が好き");
+    let seoul = ev(3, t0 + 2, 1, &[], "서울에서 만나요");
+    let zh = ev(4, t0 + 3, 1, &[], "我喜欢比特币和nostr");
+    for e in [&tokyo, &cat, &seoul, &zh] {
+        assert!(c.publish(e).await.0);
+    }
+    wait_indexed(&relay, 4).await;
+    let id = |e: &Event| e.id_hex();
+    assert_eq!(
+        search(&mut c, json!({"search": "東京"})).await,
+        [id(&tokyo)]
+    );
+    assert_eq!(
+        search(&mut c, json!({"search": "ラーメン"})).await,
+        [id(&tokyo)]
+    );
+    assert_eq!(search(&mut c, json!({"search": "猫"})).await, [id(&cat)]);
+    let mut likes = search(&mut c, json!({"search": "好き"})).await;
+    likes.sort();
+    let mut want = vec![id(&tokyo), id(&cat)];
+    want.sort();
+    assert_eq!(likes, want);
+    assert_eq!(
+        search(&mut c, json!({"search": "서울"})).await,
+        [id(&seoul)]
+    );
+    assert_eq!(
+        search(&mut c, json!({"search": "比特币 NOSTR"})).await,
+        [id(&zh)]
+    );
+    assert!(search(&mut c, json!({"search": "京東"})).await.is_empty());
+    assert!(search(&mut c, json!({"search": "大阪"})).await.is_empty());
+    assert_eq!(count(&mut c, json!({"search": "好き"})).await, 2);
+
+    // Live: the same words decide.
+    let mut sub = relay.client().await;
+    sub.send(json!(["REQ", "live", {"search": "大阪"}])).await;
+    assert!(sub.collect_until_eose("live").await.is_empty());
+    let miss = ev(5, now(), 1, &[], "阪大に行く");
+    let hit = ev(5, now(), 1, &[], "大阪に行く");
+    assert!(c.publish(&miss).await.0);
+    assert!(c.publish(&hit).await.0);
+    let m = sub.expect("EVENT").await;
+    assert_eq!(m[2]["id"], id(&hit), "only the matching event");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleted_replaced_and_expired_events_leave_the_results() {
     // Expired events stay on disk for the whole test: only the check of

@@ -5,7 +5,12 @@
 //! [`crate::Filter::matches`] (live fan-out, the store's final check) and the
 //! index agree on what "contains the words" means: lowercase Unicode
 //! words, split at every character that is not alphanumeric, words longer
-//! than [`MAX_WORD_BYTES`] dropped.
+//! than [`MAX_WORD_BYTES`] dropped. Scripts written without spaces between
+//! words (Han, Hiragana, Katakana, Hangul: [`is_cjk`]) are split into
+//! overlapping pairs of characters, as Lucene's CJK bigrams do: a text is
+//! indexed by every character and every pair, a search asks for the pairs
+//! of what it names (a single character: that character), so a search
+//! for `東京` finds `東京都` and a search for `猫` finds `黒猫が`.
 
 use serde_json::Value;
 
@@ -55,11 +60,11 @@ impl Search {
                 }
                 continue;
             }
-            for (_, w) in words(item) {
+            tokens(item, Side::Query, |_, w| {
                 if s.words.len() < MAX_SEARCH_WORDS && !s.words.contains(&w) {
                     s.words.push(w);
                 }
-            }
+            });
         }
         s
     }
@@ -86,29 +91,116 @@ impl Search {
     }
 }
 
-/// The words of `text`: maximal runs of alphanumeric characters, each with
-/// its byte offset, lowercased; runs longer than [`MAX_WORD_BYTES`] are
-/// skipped.
-pub fn words(text: &str) -> impl Iterator<Item = (usize, String)> + '_ {
+/// Version of what [`words`] makes of a text: an index made by another
+/// version is rebuilt (`crates/search`). 2: CJK pairs.
+pub const TOKENS_VERSION: u32 = 2;
+
+/// The words of `text` as the index and a filter's check see them:
+/// maximal runs of alphanumeric characters, each with its byte offset,
+/// lowercased; runs longer than [`MAX_WORD_BYTES`] are skipped. A run of
+/// [`is_cjk`] characters gives each character and each overlapping pair.
+pub fn words(text: &str) -> impl Iterator<Item = (usize, String)> + use<> {
+    let mut out = Vec::new();
+    tokens(text, Side::Text, |offset, w| out.push((offset, w)));
+    out.into_iter()
+}
+
+/// Whether `c` belongs to a script written without spaces between words
+/// (Han, Hiragana, Katakana, Hangul), whose runs are split into pairs.
+pub fn is_cjk(c: char) -> bool {
+    matches!(
+        c as u32,
+        0x1100..=0x11FF // Hangul Jamo
+            | 0x3040..=0x30FF // Hiragana, Katakana
+            | 0x3130..=0x318F // Hangul compatibility Jamo
+            | 0x31F0..=0x31FF // Katakana phonetic extensions
+            | 0x3400..=0x4DBF // CJK extension A
+            | 0x4E00..=0x9FFF // CJK unified ideographs
+            | 0xAC00..=0xD7AF // Hangul syllables
+            | 0xF900..=0xFAFF // CJK compatibility ideographs
+            | 0xFF66..=0xFF9F // halfwidth Katakana
+            | 0x20000..=0x3134F // CJK extensions B to G
+    )
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// An event's text: every CJK character and every pair.
+    Text,
+    /// A search: the pairs (a lone character: itself), each of which an
+    /// event holding the searched run holds too.
+    Query,
+}
+
+/// Calls `emit(offset, token)` for each token of `text` on `side`.
+fn tokens(text: &str, side: Side, mut emit: impl FnMut(usize, String)) {
     let mut start = None;
-    let mut chars = text
+    for (i, c) in text
         .char_indices()
-        .chain(std::iter::once((text.len(), ' ')));
-    std::iter::from_fn(move || {
-        for (i, c) in chars.by_ref() {
-            match (start, c.is_alphanumeric()) {
-                (None, true) => start = Some(i),
-                (Some(s), false) => {
-                    start = None;
-                    if i - s <= MAX_WORD_BYTES {
-                        return Some((s, text[s..i].to_lowercase()));
-                    }
-                }
-                _ => {}
+        .chain(std::iter::once((text.len(), ' ')))
+    {
+        match (start, c.is_alphanumeric()) {
+            (None, true) => start = Some(i),
+            (Some(s), false) => {
+                start = None;
+                run(s, &text[s..i], side, &mut emit);
             }
+            _ => {}
         }
-        None
-    })
+    }
+}
+
+/// The tokens of one alphanumeric run `r` at byte `at`: its stretches of
+/// CJK and of other characters, each on its own.
+fn run(at: usize, r: &str, side: Side, emit: &mut impl FnMut(usize, String)) {
+    if r.is_ascii() {
+        if r.len() <= MAX_WORD_BYTES {
+            emit(at, r.to_ascii_lowercase());
+        }
+        return;
+    }
+    let mut from = 0;
+    let mut cjk = None;
+    for (i, c) in r.char_indices() {
+        let this = is_cjk(c);
+        if let Some(was) = cjk
+            && was != this
+        {
+            stretch(at + from, &r[from..i], was, side, emit);
+            from = i;
+        }
+        cjk = Some(this);
+    }
+    if let Some(was) = cjk {
+        stretch(at + from, &r[from..], was, side, emit);
+    }
+}
+
+fn stretch(at: usize, r: &str, cjk: bool, side: Side, emit: &mut impl FnMut(usize, String)) {
+    if cjk {
+        pairs(at, r, side, emit);
+    } else if r.len() <= MAX_WORD_BYTES {
+        emit(at, r.to_lowercase());
+    }
+}
+
+/// A stretch of CJK characters at byte `at`: on the text side each
+/// character and each overlapping pair, on the query side the pairs (a
+/// lone character: itself).
+fn pairs(at: usize, r: &str, side: Side, emit: &mut impl FnMut(usize, String)) {
+    let chars: Vec<(usize, char)> = r.char_indices().collect();
+    if chars.len() == 1 {
+        emit(at, r.to_owned());
+        return;
+    }
+    for (k, &(i, c)) in chars.iter().enumerate() {
+        if side == Side::Text {
+            emit(at + i, c.to_string());
+        }
+        if let Some(&(j, d)) = chars.get(k + 1) {
+            emit(at + i, r[i..j + d.len_utf8()].to_owned());
+        }
+    }
 }
 
 /// The text `ev` is searched by, cut to at most `max_bytes` (at a
@@ -191,7 +283,10 @@ mod tests {
             w("  Bitcoin's #Nostr-relay "),
             ["bitcoin", "s", "nostr", "relay"]
         );
-        assert_eq!(w("Ünïcode ÉTÉ 東京 x2"), ["ünïcode", "été", "東京", "x2"]);
+        assert_eq!(
+            w("Ünïcode ÉTÉ 東京 x2"),
+            ["ünïcode", "été", "東", "東京", "京", "x2"]
+        );
         assert_eq!(w(""), Vec::<String>::new());
         assert_eq!(w("end"), ["end"]);
         let long = "a".repeat(MAX_WORD_BYTES + 1);
@@ -200,6 +295,55 @@ mod tests {
         // Offsets point at the word in the original text.
         let offsets: Vec<usize> = words("ab  cd").map(|(o, _)| o).collect();
         assert_eq!(offsets, [0, 4]);
+    }
+
+    #[test]
+    fn cjk_runs_are_indexed_by_characters_and_pairs_and_searched_by_pairs() {
+        assert_eq!(
+            w("東京都に住む"),
+            [
+                "東", "東京", "京", "京都", "都", "都に", "に", "に住", "住", "住む", "む"
+            ]
+        );
+        // Offsets of the characters and pairs, in bytes of the text.
+        let at: Vec<(usize, String)> = words("a 東京").collect();
+        assert_eq!(
+            at,
+            [
+                (0, "a".to_owned()),
+                (2, "東".to_owned()),
+                (2, "東京".to_owned()),
+                (5, "京".to_owned())
+            ]
+        );
+        // A run mixing scripts: each stretch on its own; a lone character
+        // is itself; other words keep the length bound.
+        assert_eq!(
+            w("東京2024年ABC"),
+            ["東", "東京", "京", "2024", "年", "abc"]
+        );
+        let long = "é".repeat(MAX_WORD_BYTES);
+        assert_eq!(w(&format!("猫{long}")), ["猫"]);
+        // Long CJK runs are not dropped as over-long words.
+        assert_eq!(w(&"字".repeat(30)).len(), 30 + 29);
+        assert_eq!(Search::parse("東京").words, ["東京"]);
+        assert_eq!(Search::parse("東京都").words, ["東京", "京都"]);
+        assert_eq!(Search::parse("猫 cat").words, ["猫", "cat"]);
+        assert_eq!(Search::parse("ラーメン").words, ["ラー", "ーメ", "メン"]);
+        let e = ev(1, vec![], "黒猫が好き。東京都に住む");
+        for hit in ["猫", "好き", "東京", "東京都", "黒猫", "住む 東京"] {
+            assert!(Search::parse(hit).matches(&e), "{hit}");
+        }
+        for miss in ["犬", "京東", "大阪", "猫好"] {
+            assert!(!Search::parse(miss).matches(&e), "{miss}");
+        }
+        let ko = ev(1, vec![], "서울에서 만나요");
+        assert!(Search::parse("서울").matches(&ko));
+        assert!(Search::parse("만나요").matches(&ko));
+        assert!(!Search::parse("부산").matches(&ko));
+        assert!(is_cjk('漢') && is_cjk('か') && is_cjk('カ') && is_cjk('한'));
+        assert!(is_cjk('\u{20000}') && is_cjk('ｶ'));
+        assert!(!is_cjk('a') && !is_cjk('é') && !is_cjk('ж') && !is_cjk('。'));
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use sluice_proto::Event;
+use sluice_proto::search::TOKENS_VERSION;
 use sluice_store::Store;
 use tantivy::{IndexWriter, TantivyDocument, Term};
 
@@ -38,12 +39,23 @@ pub struct Indexer {
 impl SearchIndex {
     /// The store serial the index's last commit covers (0: none).
     pub fn committed_serial(&self) -> Result<u64, SearchError> {
-        Ok(self
-            .index
-            .load_metas()?
-            .payload
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(0))
+        Ok(self.committed()?.0)
+    }
+
+    /// The last commit's payload, `"SERIAL tVERSION"`: the store serial it
+    /// covers (0: none) and the version of the tokens it holds
+    /// (`sluice_proto::search::TOKENS_VERSION`; a payload without one is
+    /// version 1).
+    pub(crate) fn committed(&self) -> Result<(u64, u32), SearchError> {
+        let payload = self.index.load_metas()?.payload.unwrap_or_default();
+        let mut fields = payload.split_whitespace();
+        let serial = fields.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let version = fields
+            .next()
+            .and_then(|v| v.strip_prefix('t'))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        Ok((serial, version))
     }
 }
 
@@ -79,8 +91,17 @@ impl Indexer {
                     message: e.to_string(),
                 },
             })?;
-        let mut last = index.committed_serial()?;
+        let (mut last, version) = index.committed()?;
         if rebuild {
+            last = 0;
+            writer.delete_all_documents()?;
+        } else if last > 0 && version != TOKENS_VERSION {
+            tracing::warn!(
+                indexed = last,
+                version,
+                "the search index holds words as an older version split them: rebuilding it \
+                 (searches find less until it has caught up)"
+            );
             last = 0;
             writer.delete_all_documents()?;
         } else if last >= store.next_serial()? && last > 0 {
@@ -283,7 +304,7 @@ impl Run {
     fn commit(&mut self) -> Result<(), SearchError> {
         let started = Instant::now();
         let mut prepared = self.writer.prepare_commit()?;
-        prepared.set_payload(&self.last.to_string());
+        prepared.set_payload(&format!("{} t{TOKENS_VERSION}", self.last));
         prepared.commit()?;
         self.index.reader.reload()?;
         self.indexed.store(self.last, Ordering::Release);
