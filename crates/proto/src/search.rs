@@ -316,6 +316,9 @@ mod tests {
                 (5, "京".to_owned())
             ]
         );
+        // Offsets inside a run that mixes scripts.
+        let at: Vec<usize> = words("x 東京ab猫").map(|(o, _)| o).collect();
+        assert_eq!(at, [0, 2, 2, 5, 8, 10]);
         // A run mixing scripts: each stretch on its own; a lone character
         // is itself; other words keep the length bound.
         assert_eq!(
