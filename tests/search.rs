@@ -484,9 +484,11 @@ async fn import_and_reindex_give_the_same_results() {
 
 /// `sluice sync` indexes what it stores as it goes, as `import` does:
 /// the index has caught up when it ends (`sluice reindex --status`, which
-/// changes nothing), not only once a relay next starts on the store.
+/// changes nothing), not only once a relay next starts on the store. An
+/// index an older build wrote (its commit names no tokeniser version) is
+/// reported by `--status` and rebuilt by the relay's start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sync_leaves_what_it_stored_indexed_and_reindex_status_says_so() {
+async fn a_sync_indexes_what_it_stores_an_old_index_is_rebuilt_and_status_says_both() {
     const N: usize = 1500;
     let events = corpus(N);
     let tmp = tempfile::tempdir().unwrap();
@@ -495,6 +497,17 @@ async fn a_sync_leaves_what_it_stored_indexed_and_reindex_status_says_so() {
     let said = run_sluice(&["reindex", "--status"], &a, &[]);
     assert!(
         said.contains(&format!("covers serials up to {N};")) && said.contains("caught up"),
+        "{said}"
+    );
+    // An index as an older build left it (the commit names no tokeniser
+    // version): status says so, and the relay below rebuilds it.
+    let meta = a.join("search").join("meta.json");
+    let mut m: Value = serde_json::from_str(&std::fs::read_to_string(&meta).unwrap()).unwrap();
+    m["payload"] = json!(N.to_string());
+    std::fs::write(&meta, m.to_string()).unwrap();
+    let said = run_sluice(&["reindex", "--status"], &a, &[]);
+    assert!(
+        said.contains("split by an older build (version 1)"),
         "{said}"
     );
     // A store imported without an index has none, and status says so.
@@ -514,6 +527,12 @@ async fn a_sync_leaves_what_it_stored_indexed_and_reindex_status_says_so() {
     let source = Relay::start_in(&a, &fast_index());
     wait_indexed(&source, N as u64).await;
     let expected = answers(&source).await;
+    assert_eq!(expected[0].len(), 50, "the rebuilt index answers");
+    eventually("the relay logs that it rebuilt the old index", || {
+        let log = source.log_text();
+        async move { log.contains("older version split them: rebuilding it") }
+    })
+    .await;
     let b = tmp.path().join("b");
     let url = source.url();
     let said = {

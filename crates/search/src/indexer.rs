@@ -46,7 +46,7 @@ impl SearchIndex {
     /// covers (0: none) and the version of the tokens it holds
     /// (`sluice_proto::search::TOKENS_VERSION`; a payload without one is
     /// version 1).
-    pub(crate) fn committed(&self) -> Result<(u64, u32), SearchError> {
+    pub fn committed(&self) -> Result<(u64, u32), SearchError> {
         let payload = self.index.load_metas()?.payload.unwrap_or_default();
         let mut fields = payload.split_whitespace();
         let serial = fields.next().and_then(|s| s.parse().ok()).unwrap_or(0);

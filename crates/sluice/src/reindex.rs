@@ -112,10 +112,10 @@ fn status(
     }
     let index = SearchIndex::open(dir, cfg.clone())
         .with_context(|| format!("reading the index in {}", dir.display()))?;
-    let covered = index.committed_serial()?;
+    let (covered, version) = index.committed()?;
     let behind = last.saturating_sub(covered);
     println!(
-        "search index in {}: covers serials up to {covered}; the store's last is {last}: {}; index {} bytes",
+        "search index in {}: covers serials up to {covered}; the store's last is {last}: {}; index {} bytes{}",
         dir.display(),
         if behind == 0 {
             "caught up".to_owned()
@@ -123,6 +123,13 @@ fn status(
             format!("{behind} serials behind")
         },
         index.disk_bytes(),
+        if covered > 0 && version != sluice_proto::search::TOKENS_VERSION {
+            format!(
+                "; its words were split by an older build (version {version}): the relay's start or `sluice reindex` rebuilds it"
+            )
+        } else {
+            String::new()
+        }
     );
     Ok(())
 }
