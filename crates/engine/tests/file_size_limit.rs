@@ -67,10 +67,8 @@ fn a_write_past_the_file_size_limit_is_refused_as_a_full_disk() {
     let dir = tempfile::tempdir().unwrap();
     let opts = StoreOptions {
         map_size_bytes: 64 << 20,
-        max_readers: 16,
-        write_map: false,
-        write_map_when_alone: false,
         min_free_disk_bytes: 0,
+        ..StoreOptions::default()
     };
     let store = Store::open(dir.path(), &opts).unwrap();
     let engine = Engine::start(store, EngineConfig::default(), ThrottleConfig::default()).unwrap();

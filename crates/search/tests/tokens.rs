@@ -13,10 +13,8 @@ use sluice_store::{Store, StoreOptions};
 fn open_store(dir: &Path) -> Store {
     let opts = StoreOptions {
         map_size_bytes: 64 << 20,
-        max_readers: 16,
-        write_map: false,
-        write_map_when_alone: false,
         min_free_disk_bytes: 0,
+        ..StoreOptions::default()
     };
     Store::open(dir, &opts).unwrap()
 }
