@@ -743,10 +743,10 @@ fn store_events(dir: &Path) -> u64 {
 }
 
 /// The store opened in this process, as an ordinary process would.
-fn open_store(dir: &Path) -> sluice_engine::Store {
-    sluice_engine::Store::open(
+fn open_store(dir: &Path) -> sluice_store::Store {
+    sluice_store::Store::open(
         dir,
-        &sluice_engine::StoreOptions {
+        &sluice_store::StoreOptions {
             map_size_bytes: 512 << 20,
             max_readers: 126,
             write_map: false,

@@ -10,7 +10,7 @@
 //! read budgets are opened wide, so only the query window decides; its
 //! deadline is long, because a deadline is a time (how the window estimates
 //! a wait from cost is checked by the unit tests of
-//! crates/throttle/src/fair.rs). The expensive scans are kept open by
+//! crates/throttle/src/fair/tests.rs). The expensive scans are kept open by
 //! clients that do not read answers far larger than the sockets buffer, so
 //! none can finish and give its place back while the pile is built.
 

@@ -268,6 +268,25 @@ pub fn without_tests(tokens: &[Token]) -> Vec<Token> {
     out
 }
 
+/// Where [`without_tests`] cuts: the token range of each test item, from
+/// its test attribute to its closing brace or semicolon.
+pub fn test_items(tokens: &[Token]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < tokens.len() {
+        if let Some(end) = attribute_end(tokens, i)
+            && is_test_attribute(&tokens[i + 2..end - 1])
+        {
+            let stop = item_end(tokens, end);
+            out.push(i..stop);
+            i = stop;
+            continue;
+        }
+        i += 1;
+    }
+    out
+}
+
 /// `#[…]` or `#![…]` starting at `i`: the index after its `]`.
 fn attribute_end(t: &[Token], i: usize) -> Option<usize> {
     if t.get(i)?.tok != Tok::Punct('#') {
@@ -354,7 +373,10 @@ pub fn product_files() -> Vec<(String, String)> {
                 if !(rel == "crates/bench" || name == "tests" || name == "benches") {
                     stack.push(p);
                 }
-            } else if p.extension().is_some_and(|e| e == "rs") && rel.contains("/src/") {
+            } else if p.extension().is_some_and(|e| e == "rs")
+                && rel.contains("/src/")
+                && !rel.ends_with("/tests.rs")
+            {
                 out.push((rel, std::fs::read_to_string(&p).unwrap()));
             }
         }

@@ -254,7 +254,7 @@ impl Cluster {
         let (tx, rx) = tokio::sync::mpsc::channel(shared.cfg.outbound_buffer);
         engine.attach_replication(tx);
         if shared.cfg.global_limits {
-            engine.throttle().track_usage();
+            engine.limiter().track_usage();
         }
         let tracker = TaskTracker::new();
         tracker.spawn(stream::publish(shared.clone(), rx));

@@ -18,7 +18,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use sluice_engine::{Usage, UsageKey, UsageMap};
+use sluice_engine::limiter::Usage;
+use sluice_engine::limiter::UsageKey;
+use sluice_engine::limiter::UsageMap;
 
 use crate::metrics_names as m;
 use crate::{Shared, Task};
@@ -62,7 +64,7 @@ pub(crate) async fn reconcile(sh: Arc<Shared>) {
             _ = sh.stop.cancelled() => return,
             _ = every.tick() => {}
         }
-        let usage = sh.engine.throttle().drain_usage();
+        let usage = sh.engine.limiter().drain_usage();
         let now = Instant::now();
         // This tick's own use, plus the keys followed without use.
         let mut own: HashMap<(UsageMap, UsageKey), u64> =
@@ -151,7 +153,7 @@ pub(crate) async fn reconcile(sh: Arc<Shared>) {
         if !remote.is_empty() {
             let ops: u64 = remote.iter().map(|u| u.used).sum();
             metrics::counter!(m::CLUSTER_LIMITS_REMOTE_OPS_TOTAL).increment(ops);
-            sh.engine.throttle().charge_remote(&remote);
+            sh.engine.limiter().charge_remote(&remote);
         }
         metrics::histogram!(m::CLUSTER_LIMITS_RECONCILE_SECONDS)
             .record(started.elapsed().as_secs_f64());

@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use redis::Value;
 use redis::aio::MultiplexedConnection;
-use sluice_engine::{SubmitError, WriteOutcome};
+use sluice_engine::writer::SubmitError;
 use sluice_proto::{Event, KindClass};
+use sluice_store::WriteOutcome;
 use tokio::sync::mpsc::Receiver;
 
 use crate::metrics_names as m;

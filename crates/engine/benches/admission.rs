@@ -14,8 +14,10 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
 
 use criterion::{Criterion, Throughput};
-use sluice_engine::throttle::Principal;
-use sluice_engine::{Op, Throttle, ThrottleConfig};
+use sluice_engine::limiter::Limiter;
+use sluice_throttle::Principal;
+use sluice_throttle::ThrottleConfig;
+use sluice_throttle::admission::Op;
 use sluice_throttle::trust::WriteStanding;
 
 const ADDRESSES: u32 = 1_000;
@@ -39,7 +41,7 @@ fn author(n: u32) -> [u8; 32] {
 /// Enforce mode with client rates high enough that every call is admitted
 /// (the common path), or the shipped defaults, under which a 1,000-address
 /// rotation at bench speed is refused by the buckets (the flood path).
-fn throttle(admitting: bool) -> std::sync::Arc<Throttle> {
+fn throttle(admitting: bool) -> std::sync::Arc<Limiter> {
     let mut cfg = ThrottleConfig::default();
     if admitting {
         for b in [
@@ -51,7 +53,7 @@ fn throttle(admitting: bool) -> std::sync::Arc<Throttle> {
         }
     }
     cfg.validate().expect("valid bench config");
-    Throttle::new(cfg)
+    Limiter::new(cfg)
 }
 
 fn percentiles<R>(name: &str, mut f: impl FnMut(u32) -> R) {

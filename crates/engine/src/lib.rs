@@ -28,66 +28,44 @@
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
-mod config;
-mod gauge;
+pub mod access;
+pub mod clock;
+pub mod config;
+pub mod gauge;
+pub mod health;
+pub mod limiter;
 pub mod live;
 pub mod mailbox;
 pub mod metrics_names;
-mod mirror_tap;
+pub mod mirror_tap;
 mod monitor;
-pub mod plugin;
-pub mod policy;
 pub mod process;
 pub mod reads;
 mod replica;
 pub mod retention;
 mod search;
-pub mod throttle;
 pub mod trust;
-mod writer;
+pub mod writer;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use sluice_proto::Event;
+use sluice_store::{Store, WriteOutcome};
+use sluice_throttle::ThrottleConfig;
 use tokio::sync::oneshot;
 
-pub use config::EngineConfig;
-pub use gauge::GaugeGuard;
-pub use live::{LiveConn, LiveDelivery, LiveEnd, LiveHub, LiveSub, SubHandle};
-pub use mirror_tap::{MirrorTap, Origin};
-pub use policy::{Denial, PolicyConfig};
-pub use reads::{ReadEnd, ReadGuard, ReadMsg, ReadSink, Reads};
-pub use retention::{DryRun, RetentionConfig, RetentionPlan, RuleConfig};
-pub use sluice_store::{
-    DiskSpace, QueryOptions, QueryOutput, Scope, Store, StoreError, StoreOptions, StoreStats,
-    WriteOutcome, WriteRules,
-};
-pub use sluice_throttle::policy::Op;
-pub use sluice_throttle::{RateLimited, Verdict};
-pub use throttle::{Throttle, ThrottleConfig, Usage, UsageKey, UsageMap};
-pub use writer::{
-    AdminDone, AdminOp, Backlog, BulkError, BulkTicket, SubmitError, WriteError, WriteResult,
-    outcome_label,
-};
+use crate::access::{Access, PolicyConfig};
+use crate::config::EngineConfig;
+use crate::health::{DiskGate, HealthInputs, ThreadExit, Unready, judge};
+use crate::limiter::Limiter;
+use crate::live::{LiveConn, LiveEvent, LiveHub};
+use crate::mirror_tap::{MirrorTap, Origin};
+use crate::reads::Reads;
+use crate::retention::RetentionPlan;
+use crate::writer::{AdminDone, AdminOp, Backlog, BulkError, BulkTicket, SubmitError, WriteResult};
 
-/// The monitor counts as stalled when it has not ticked for this many tick
-/// intervals...
-const MONITOR_STALE_TICKS: u64 = 10;
-/// ...and for at least this long (a relief sync of a large store, or a
-/// busy machine, may hold one tick up for a while).
-const MONITOR_STALE_MIN: Duration = Duration::from_secs(2);
-
-/// An event as live subscriptions receive it.
-#[derive(Debug)]
-pub struct LiveEvent {
-    /// Store serial; `None` for ephemeral events, which are never stored.
-    pub serial: Option<u64>,
-    pub event: Arc<Event>,
-}
-
-/// Errors of a query.
 /// Why [`Engine::start`] failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -109,161 +87,19 @@ pub enum StartError {
     Search(#[from] sluice_search::SearchError),
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum QueryError {
-    #[error("store error: {0}")]
-    Store(#[from] StoreError),
-    #[error("engine is shutting down")]
-    Closed,
-    #[error("query refused: {}", .0.detail())]
-    Refused(RateLimited),
-}
-
-impl From<RateLimited> for QueryError {
-    fn from(r: RateLimited) -> QueryError {
-        QueryError::Refused(r)
-    }
-}
-
-/// Why the engine is not ready for traffic ([`Engine::health`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum Unready {
-    #[error("shutting down")]
-    ShuttingDown,
-    #[error("writer stopped")]
-    WriterStopped,
-    #[error("monitor stopped")]
-    MonitorStopped,
-    #[error("monitor has not ticked for {0} ms")]
-    MonitorStalled(u64),
-    #[error("store stats read failed")]
-    StoreStats,
-    #[error("search indexer stopped")]
-    SearchStopped,
-}
-
-/// What [`Engine::health`] judges, read from the threads' records.
-#[derive(Debug, Clone, Copy)]
-struct HealthInputs {
-    shutting_down: bool,
-    writer_alive: bool,
-    monitor_running: bool,
-    /// Throttle clock now and at the monitor's last tick, and its tick, ns.
-    now_ns: u64,
-    last_tick_ns: u64,
-    tick_ns: u64,
-    stats_ok: bool,
-}
-
-fn judge(h: HealthInputs) -> Result<(), Unready> {
-    if h.shutting_down {
-        return Err(Unready::ShuttingDown);
-    }
-    if !h.writer_alive {
-        return Err(Unready::WriterStopped);
-    }
-    if !h.monitor_running {
-        return Err(Unready::MonitorStopped);
-    }
-    let since = h.now_ns.saturating_sub(h.last_tick_ns);
-    let stale_after = h
-        .tick_ns
-        .saturating_mul(MONITOR_STALE_TICKS)
-        .max(MONITOR_STALE_MIN.as_nanos() as u64);
-    if since > stale_after {
-        return Err(Unready::MonitorStalled(since / 1_000_000));
-    }
-    if !h.stats_ok {
-        return Err(Unready::StoreStats);
-    }
-    Ok(())
-}
-
-/// Held by an engine thread for its whole life: when the thread ends,
-/// however (a panic included), it clears `running`; a panic is logged and
-/// counted.
-pub(crate) struct ThreadExit {
-    thread: &'static str,
-    running: Arc<AtomicBool>,
-}
-
-impl ThreadExit {
-    pub(crate) fn new(thread: &'static str, running: Arc<AtomicBool>) -> ThreadExit {
-        ThreadExit { thread, running }
-    }
-}
-
-impl Drop for ThreadExit {
-    fn drop(&mut self) {
-        self.running.store(false, Ordering::Release);
-        if std::thread::panicking() {
-            tracing::error!(
-                thread = self.thread,
-                "engine thread panicked; the relay is not ready (see /readyz) until restarted"
-            );
-            metrics::counter!(metrics_names::ENGINE_THREAD_PANICS_TOTAL, "thread" => self.thread)
-                .increment(1);
-        }
-    }
-}
-
-/// Whether the store's filesystem has room for writes: the monitor sets it
-/// from statvfs every tick; the writer reads it before each batch and
-/// refuses while free space is under `store.min_free_disk_mb`.
-#[derive(Debug, Default)]
-pub(crate) struct DiskGate {
-    low: AtomicBool,
-    free_bytes: std::sync::atomic::AtomicU64,
-    min_free_bytes: std::sync::atomic::AtomicU64,
-}
-
-impl DiskGate {
-    pub(crate) fn update(&self, space: &DiskSpace) {
-        self.free_bytes.store(space.free_bytes, Ordering::Relaxed);
-        self.min_free_bytes
-            .store(space.min_free_bytes, Ordering::Relaxed);
-        let low = space.free_bytes < space.min_free_bytes;
-        if self.low.swap(low, Ordering::AcqRel) != low {
-            if low {
-                tracing::error!(
-                    free_mb = space.free_bytes >> 20,
-                    min_free_mb = space.min_free_bytes >> 20,
-                    "DISK IS NEARLY FULL: writes are refused until free space is over store.min_free_disk_mb"
-                );
-            } else {
-                tracing::info!(
-                    free_mb = space.free_bytes >> 20,
-                    "disk space is back: writes resume"
-                );
-            }
-        }
-    }
-
-    /// Why writes are refused now, if they are.
-    pub(crate) fn refusal(&self) -> Option<String> {
-        self.low.load(Ordering::Acquire).then(|| {
-            format!(
-                "{} MB free on the store's disk, under store.min_free_disk_mb ({} MB)",
-                self.free_bytes.load(Ordering::Relaxed) >> 20,
-                self.min_free_bytes.load(Ordering::Relaxed) >> 20
-            )
-        })
-    }
-}
-
 /// The running core. Shared by reference (`Arc<Engine>`) among sessions.
 pub struct Engine {
     store: Store,
     cfg: EngineConfig,
     writer: writer::WriterHandle,
     live: Arc<LiveHub>,
-    throttle: Arc<Throttle>,
+    throttle: Arc<Limiter>,
     reads: Reads,
     monitor: monitor::MonitorHandle,
     shutting_down: AtomicBool,
-    policy: policy::Policy,
+    policy: Access,
     /// The write-policy plugin, once `load_policy` started it.
-    plugin: std::sync::OnceLock<Arc<plugin::Plugin>>,
+    plugin: std::sync::OnceLock<Arc<access::Plugin>>,
     /// Where stored and ephemeral client events go to other nodes.
     tap: Arc<replica::Tap>,
     /// Where stored and ephemeral events go to the mirrors that send up.
@@ -279,14 +115,6 @@ pub struct Engine {
     trust: Arc<trust::Trust>,
     /// The NIP-50 index, once [`Engine::start_search`] started it.
     search: Arc<search::SearchSlot>,
-}
-
-/// Current unix time in seconds.
-pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 impl Engine {
@@ -318,7 +146,7 @@ impl Engine {
             retention.clone(),
             disk.clone(),
         )?;
-        let throttle = Throttle::new(throttle);
+        let throttle = Limiter::new(throttle);
         // On error the writer's handle drops here: its queue closes and the
         // thread ends.
         let reads = Reads::start(store.clone(), throttle.clone(), &cfg, search.clone())?;
@@ -331,7 +159,7 @@ impl Engine {
             live,
             monitor: monitor::MonitorHandle::new(),
             shutting_down: AtomicBool::new(false),
-            policy: policy::Policy::default(),
+            policy: Access::default(),
             plugin: std::sync::OnceLock::new(),
             tap,
             mirrors,
@@ -356,7 +184,7 @@ impl Engine {
         &self.store
     }
 
-    pub fn throttle(&self) -> &Arc<Throttle> {
+    pub fn limiter(&self) -> &Arc<Limiter> {
         &self.throttle
     }
 
@@ -559,15 +387,15 @@ impl Engine {
     }
 
     /// The operator's policy (`[policy]` and the store's runtime entries).
-    pub fn policy(&self) -> &policy::Policy {
+    pub fn policy(&self) -> &Access {
         &self.policy
     }
 
     /// Loads `cfg` and the store's runtime policy entries (read by the
     /// writer thread), and starts the write-policy plugin if one is
     /// configured (once, on the calling tokio runtime).
-    pub async fn load_policy(&self, cfg: policy::PolicyConfig) -> Result<(), BulkError> {
-        if let Some(p) = plugin::Plugin::start(&cfg.plugin) {
+    pub async fn load_policy(&self, cfg: PolicyConfig) -> Result<(), BulkError> {
+        if let Some(p) = access::Plugin::start(&cfg.plugin) {
             let _ = self.plugin.set(Arc::new(p));
         }
         match self.writer.admin(AdminOp::ReadPolicy).await? {
@@ -580,7 +408,7 @@ impl Engine {
     }
 
     /// The write-policy plugin, if one runs.
-    pub fn plugin(&self) -> Option<Arc<plugin::Plugin>> {
+    pub fn plugin(&self) -> Option<Arc<access::Plugin>> {
         self.plugin.get().cloned()
     }
 
@@ -703,213 +531,4 @@ impl Engine {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use sluice_proto::Filter;
-
-    fn start() -> (tempfile::TempDir, Arc<Engine>) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(
-            dir.path(),
-            &StoreOptions {
-                map_size_bytes: 64 << 20,
-                max_readers: 126,
-                write_map: false,
-                write_map_when_alone: false,
-                min_free_disk_bytes: 0,
-            },
-        )
-        .unwrap();
-        let engine =
-            Engine::start(store, EngineConfig::default(), ThrottleConfig::default()).unwrap();
-        (dir, engine)
-    }
-
-    /// Waits (bounded) until `done` holds.
-    fn wait_until(what: &str, done: impl Fn() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !done() {
-            assert!(Instant::now() < deadline, "timed out waiting until {what}");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    #[test]
-    fn readiness_falls_when_the_writer_thread_dies() {
-        let (_dir, engine) = start();
-        assert_eq!(engine.health(), Ok(()));
-        engine.writer.panic_for_test();
-        wait_until("the writer is seen stopped", || !engine.writer.alive());
-        assert_eq!(engine.health(), Err(Unready::WriterStopped));
-        // Nothing can be written any more, and saying so does not hang.
-        let e = engine.write_batch_blocking(vec![note()]);
-        assert!(matches!(e, Err(BulkError::Closed)), "{e:?}");
-        engine.shutdown();
-        assert_eq!(engine.health(), Err(Unready::ShuttingDown));
-    }
-
-    #[test]
-    fn the_monitor_runs_from_start_to_shutdown() {
-        let (_dir, engine) = start();
-        // Started after its first tick: a verdict is published.
-        assert!(engine.throttle.state().is_some());
-        assert!(engine.monitor.health.running.load(Ordering::Acquire));
-        let first = engine.throttle.state().map(|s| s.ticks);
-        wait_until("the monitor ticks again", || {
-            engine.throttle.state().map(|s| s.ticks) > first
-        });
-        engine.shutdown();
-        // Joined: not running, and no tick after the shutdown.
-        assert!(!engine.monitor.health.running.load(Ordering::Acquire));
-        let last = engine.throttle.state().map(|s| s.ticks);
-        std::thread::sleep(Duration::from_millis(250));
-        assert_eq!(engine.throttle.state().map(|s| s.ticks), last);
-    }
-
-    #[test]
-    fn bulk_batches_and_single_events_go_through_the_one_writer_in_order() {
-        let (_dir, engine) = start();
-        let mut live = engine.live_connect();
-        let note = note();
-        let everything = Filter::from_value(&serde_json::json!({})).unwrap();
-        let _sub = live.subscribe(vec![everything]);
-        let outcomes = engine
-            .write_batch_blocking(vec![note.clone(), note.clone()])
-            .unwrap();
-        assert!(matches!(outcomes[0], WriteOutcome::Stored { .. }));
-        assert_eq!(outcomes[1], WriteOutcome::Duplicate);
-        // Stored bulk events reach live subscribers, after the commit.
-        let got = live.try_recv().unwrap();
-        assert_eq!(got.event.event.raw(), note.raw());
-        assert!(live.try_recv().is_none());
-        // A single event after it sees it stored.
-        let rx = engine
-            .submit(
-                Arc::new(note),
-                Instant::now(),
-                Origin::Client,
-                (true, false),
-            )
-            .unwrap();
-        assert_eq!(rx.blocking_recv().unwrap(), Ok(WriteOutcome::Duplicate));
-        assert_eq!(engine.write_batch_blocking(Vec::new()).unwrap(), vec![]);
-        engine.shutdown();
-    }
-
-    #[test]
-    fn outsiders_ride_on_the_next_commit_or_their_own_after_a_wait_and_shutdown_commits_them() {
-        let (_dir, engine) = start();
-        let ev = |i: u8| Arc::new(Event::sign(&[i; 32], 1_700_000_000, 1, vec![], "x"));
-        let batches = || engine.writer.signals.batches.load(Ordering::Relaxed);
-        // Alone, an outsider's event is committed once it has waited.
-        let rx = engine
-            .submit(ev(1), Instant::now(), Origin::Client, (false, true))
-            .unwrap();
-        assert!(matches!(
-            rx.blocking_recv().unwrap(),
-            Ok(WriteOutcome::Stored { .. })
-        ));
-        // Several outsiders and then someone else's event: one commit for
-        // all (the outsiders ride on it), unless their wait ran out first.
-        let before = batches();
-        let started = Instant::now();
-        let waiting: Vec<_> = (2..6)
-            .map(|i| {
-                engine
-                    .submit(ev(i), Instant::now(), Origin::Client, (false, true))
-                    .unwrap()
-            })
-            .collect();
-        let trusted = engine
-            .submit(ev(9), Instant::now(), Origin::Client, (true, false))
-            .unwrap();
-        assert!(matches!(
-            trusted.blocking_recv().unwrap(),
-            Ok(WriteOutcome::Stored { .. })
-        ));
-        for rx in waiting {
-            assert!(matches!(
-                rx.blocking_recv().unwrap(),
-                Ok(WriteOutcome::Stored { .. })
-            ));
-        }
-        if started.elapsed() < writer::OUTSIDERS_WAIT {
-            assert_eq!(
-                batches() - before,
-                1,
-                "the outsiders rode on the one commit"
-            );
-        }
-        // Waiting at shutdown: committed before the writer stops.
-        let last = engine
-            .submit(ev(7), Instant::now(), Origin::Client, (false, true))
-            .unwrap();
-        engine.shutdown();
-        assert!(matches!(
-            last.blocking_recv().unwrap(),
-            Ok(WriteOutcome::Stored { .. })
-        ));
-    }
-
-    #[test]
-    fn health_judges_each_part() {
-        let ok = HealthInputs {
-            shutting_down: false,
-            writer_alive: true,
-            monitor_running: true,
-            now_ns: 10_000_000_000,
-            last_tick_ns: 9_900_000_000,
-            tick_ns: 100_000_000,
-            stats_ok: true,
-        };
-        assert_eq!(judge(ok), Ok(()));
-        let down = HealthInputs {
-            shutting_down: true,
-            ..ok
-        };
-        assert_eq!(judge(down), Err(Unready::ShuttingDown));
-        let writer = HealthInputs {
-            writer_alive: false,
-            ..ok
-        };
-        assert_eq!(judge(writer), Err(Unready::WriterStopped));
-        let monitor = HealthInputs {
-            monitor_running: false,
-            ..ok
-        };
-        assert_eq!(judge(monitor), Err(Unready::MonitorStopped));
-        // Ten ticks of 100 ms is under the 2 s floor: still fine at 1.9 s.
-        let late = HealthInputs {
-            last_tick_ns: ok.now_ns - 1_900_000_000,
-            ..ok
-        };
-        assert_eq!(judge(late), Ok(()));
-        let stalled = HealthInputs {
-            last_tick_ns: ok.now_ns - 2_500_000_000,
-            ..ok
-        };
-        assert_eq!(judge(stalled), Err(Unready::MonitorStalled(2500)));
-        // A slow tick setting: ten of its ticks.
-        let slow = HealthInputs {
-            tick_ns: 1_000_000_000,
-            ..stalled
-        };
-        assert_eq!(judge(slow), Ok(()));
-        let stats = HealthInputs {
-            stats_ok: false,
-            ..ok
-        };
-        assert_eq!(judge(stats), Err(Unready::StoreStats));
-        assert_eq!(
-            Unready::WriterStopped.to_string(),
-            "writer stopped",
-            "the /readyz body names it"
-        );
-    }
-
-    /// A real event: the first line of the shared fixture.
-    fn note() -> Event {
-        let fixture = include_str!("../../../tests/fixtures/real-events.jsonl");
-        Event::parse(fixture.lines().next().unwrap()).unwrap()
-    }
-}
+mod tests;

@@ -34,11 +34,18 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use crate::LiveEvent;
 use crate::mailbox::Mailbox;
 use crate::metrics_names as m;
 use sluice_proto::{Event, Filter, Readers};
 use sluice_throttle::room;
+
+/// An event as live subscriptions receive it.
+#[derive(Debug)]
+pub struct LiveEvent {
+    /// Store serial; `None` for ephemeral events, which are never stored.
+    pub serial: Option<u64>,
+    pub event: Arc<Event>,
+}
 
 /// A subscription's handle, unique within its connection.
 pub type SubHandle = u64;

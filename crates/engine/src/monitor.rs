@@ -56,7 +56,7 @@ const BASELINE_ALPHA: f64 = 0.01;
 pub(crate) struct MonitorHealth {
     /// False once the thread has ended (stopped, or panicked).
     pub running: Arc<AtomicBool>,
-    /// The throttle clock (`Throttle::now_ns`) at the end of the last tick.
+    /// The throttle clock (`Limiter::now_ns`) at the end of the last tick.
     pub last_tick_ns: AtomicU64,
     /// The tick interval in force, ns.
     pub tick_ns: AtomicU64,
@@ -336,7 +336,7 @@ impl Monitor {
         &mut self,
         engine: &Engine,
         state: &GovernorState,
-        cfg: &crate::throttle::ReliefConfig,
+        cfg: &sluice_throttle::ReliefConfig,
     ) {
         let max_delay_ns = self.governor.config().write.max_delay_ns().max(1);
         let fraction = state.write.delay_ns as f64 / max_delay_ns as f64;

@@ -1,6 +1,6 @@
 //! The web of trust and proof of work as the relay runs them (`[trust]`,
 //! `[pow]`; the decisions are `sluice_throttle::trust` and
-//! `sluice_throttle::policy`).
+//! `sluice_throttle::admission`).
 //!
 //! One thread (`sluice-trust`) owns the [`TrustGraph`]: at start it reads
 //! from the store the follow list (kind 3) of every pubkey that counts,
@@ -35,8 +35,8 @@ use sluice_throttle::{
     Explanation, PowConfig, PowController, Tiers, TiersConfig, TrustConfig, TrustGraph,
 };
 
+use crate::clock::unix_now;
 use crate::metrics_names as m;
-use crate::unix_now;
 
 /// Lists the writer may hand over before the trust thread takes them.
 pub const FEED_CAPACITY: usize = 1024;

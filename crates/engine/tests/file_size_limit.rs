@@ -10,11 +10,17 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use sluice_engine::{
-    BulkError, Engine, EngineConfig, Origin, Store, StoreOptions, ThrottleConfig, WriteError,
-    WriteOutcome, WriteResult,
-};
+use sluice_engine::Engine;
+use sluice_engine::config::EngineConfig;
+use sluice_engine::mirror_tap::Origin;
+use sluice_engine::writer::BulkError;
+use sluice_engine::writer::WriteError;
+use sluice_engine::writer::WriteResult;
 use sluice_proto::Event;
+use sluice_store::Store;
+use sluice_store::StoreOptions;
+use sluice_store::WriteOutcome;
+use sluice_throttle::ThrottleConfig;
 
 fn set_rlimit_fsize(cur: u64, max: u64) {
     let lim = libc::rlimit {
@@ -38,7 +44,7 @@ fn rlimit_fsize() -> libc::rlimit {
 
 /// A note of test key `key`, large enough to need pages of its own.
 fn event(key: u8) -> Event {
-    let now = sluice_engine::unix_now();
+    let now = sluice_engine::clock::unix_now();
     Event::sign(&[key; 32], now - 60, 1, vec![], &"x".repeat(50_000))
 }
 

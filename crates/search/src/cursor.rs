@@ -18,8 +18,9 @@ use sluice_store::{
 };
 use tantivy::Searcher;
 
-use crate::index::{RankedHit, SearchError, SearchIndex};
+use crate::index::{SearchError, SearchIndex};
 use crate::metrics_names as m;
+use crate::rank::RankedHit;
 
 /// Hits a COUNT checks per step.
 const COUNT_PAGE: usize = 1024;

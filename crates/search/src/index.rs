@@ -19,7 +19,7 @@ use tantivy::{DocAddress, Index, IndexReader, ReloadPolicy, Searcher, TantivyDoc
 
 use crate::config::SearchConfig;
 use crate::metrics_names as m;
-use crate::rank::Ranked;
+use crate::rank::{Ranked, RankedHit};
 
 /// The tokeniser's name in the index.
 const WORDS: &str = "sluice_words";
@@ -140,14 +140,6 @@ impl TokenStream for WordStream {
     fn token_mut(&mut self) -> &mut Token {
         &mut self.current
     }
-}
-
-/// One ranked hit: relevance, then recency, then the newer serial.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RankedHit {
-    pub score: f32,
-    pub created_at: u64,
-    pub serial: u64,
 }
 
 /// Work the indexer thread is asked to do besides catching up.

@@ -29,8 +29,9 @@ mod rank;
 
 pub use config::SearchConfig;
 pub use cursor::SearchCursor;
-pub use index::{RankedHit, SearchError, SearchIndex};
+pub use index::{SearchError, SearchIndex};
 pub use indexer::Indexer;
+pub use rank::RankedHit;
 
 /// The index's directory inside the store's.
 pub const INDEX_DIR: &str = "search";

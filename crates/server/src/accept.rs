@@ -148,7 +148,7 @@ pub(crate) struct Waiting {
 }
 
 /// What a new connection gets.
-pub(crate) enum Admission {
+pub(crate) enum SlotGrant {
     Now(HttpSlot),
     Wait(Waiting),
 }
@@ -182,7 +182,7 @@ impl HttpSlots {
         self: &Arc<Self>,
         ip: IpAddr,
         per_ip: bool,
-    ) -> Result<Admission, SlotRefused> {
+    ) -> Result<SlotGrant, SlotRefused> {
         let mut st = self.lock();
         let key = per_ip.then(|| client_key(ip));
         if let Some(k) = key {
@@ -193,7 +193,7 @@ impl HttpSlots {
             // Newcomers queue behind the address's waiters.
             let queued = st.waiting.get(&k).is_some_and(|q| !q.is_empty());
             if at_cap || queued {
-                return self.enqueue(&mut st, k).map(Admission::Wait);
+                return self.enqueue(&mut st, k).map(SlotGrant::Wait);
             }
         }
         if st.open >= self.limits.max {
@@ -209,7 +209,7 @@ impl HttpSlots {
                 _ => return Err(SlotRefused::Total),
             }
         }
-        Ok(Admission::Now(self.grant(&mut st, key)))
+        Ok(SlotGrant::Now(self.grant(&mut st, key)))
     }
 
     fn enqueue(self: &Arc<Self>, st: &mut SlotState, k: IpAddr) -> Result<Waiting, SlotRefused> {
@@ -453,17 +453,17 @@ pub(crate) async fn run(listener: TcpListener, router: Router, state: Arc<AppSta
         // A trusted proxy carries many clients: only the total applies.
         let proxied = state
             .engine
-            .throttle()
+            .limiter()
             .with_config(|c| address::TrustedProxies::parse(&c.clients.trusted_proxies))
             .is_ok_and(|p| p.contains(peer.ip()));
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
         }
         match state.http_slots.take(peer.ip(), !proxied) {
-            Ok(Admission::Now(slot)) => {
+            Ok(SlotGrant::Now(slot)) => {
                 conns.spawn(connection(tcp, peer, router.clone(), slot, state.clone()));
             }
-            Ok(Admission::Wait(waiting)) => {
+            Ok(SlotGrant::Wait(waiting)) => {
                 conns.spawn(wait_for_slot(
                     tcp,
                     peer,
@@ -646,23 +646,23 @@ mod tests {
         }
     }
 
-    fn now(a: Result<Admission, SlotRefused>) -> HttpSlot {
+    fn now(a: Result<SlotGrant, SlotRefused>) -> HttpSlot {
         match a {
-            Ok(Admission::Now(slot)) => slot,
-            Ok(Admission::Wait(_)) => panic!("queued, expected a slot"),
+            Ok(SlotGrant::Now(slot)) => slot,
+            Ok(SlotGrant::Wait(_)) => panic!("queued, expected a slot"),
             Err(e) => panic!("refused {e:?}, expected a slot"),
         }
     }
 
-    fn queued(a: Result<Admission, SlotRefused>) -> Waiting {
+    fn queued(a: Result<SlotGrant, SlotRefused>) -> Waiting {
         match a {
-            Ok(Admission::Wait(w)) => w,
-            Ok(Admission::Now(_)) => panic!("a slot, expected to wait"),
+            Ok(SlotGrant::Wait(w)) => w,
+            Ok(SlotGrant::Now(_)) => panic!("a slot, expected to wait"),
             Err(e) => panic!("refused {e:?}, expected to wait"),
         }
     }
 
-    fn refused(a: Result<Admission, SlotRefused>) -> SlotRefused {
+    fn refused(a: Result<SlotGrant, SlotRefused>) -> SlotRefused {
         match a {
             Err(e) => e,
             Ok(_) => panic!("admitted, expected a refusal"),

@@ -34,7 +34,7 @@ use tokio_util::task::TaskTracker;
 
 pub use accept::MAX_ANSWERING;
 pub use config::{AuthConfig, LimitsConfig, RelayInfoConfig, ServerConfig};
-pub use session::admission::{MirrorAnswer, MirrorFut, admit_mirrored};
+pub use session::ingest::{MirrorAnswer, MirrorFut, admit_mirrored};
 
 use crate::metrics_names as m;
 
@@ -229,7 +229,7 @@ async fn root(
         // does not parse trusts no proxy.
         let proxies = st
             .engine
-            .throttle()
+            .limiter()
             .with_config(|c| address::TrustedProxies::parse(&c.clients.trusted_proxies))
             .unwrap_or_default();
         let ip = proxies.client_ip_of(peer.ip(), &headers);
@@ -247,7 +247,7 @@ async fn root(
             )
                 .into_response();
         };
-        let Some(per_ip) = st.engine.throttle().open_connection(ip) else {
+        let Some(per_ip) = st.engine.limiter().open_connection(ip) else {
             metrics::counter!(m::CONNECTIONS_REFUSED_TOTAL, "reason" => "max_connections_per_ip")
                 .increment(1);
             return (
@@ -328,7 +328,7 @@ fn landing_page(st: &AppState, peer: SocketAddr, headers: &HeaderMap) -> Respons
     let front = st.front();
     let rules = st.engine.policy().rules();
     let retention = st.engine.retention();
-    let page = st.engine.throttle().with_config(|throttle| {
+    let page = st.engine.limiter().with_config(|throttle| {
         pages::landing::render(&pages::landing::Facts {
             relay: &front.relay,
             limits: &front.limits,
@@ -538,7 +538,7 @@ async fn throttle_status(
     if let Some(refused) = operator_refusal(&st, peer, &headers) {
         return refused;
     }
-    let t = st.engine.throttle();
+    let t = st.engine.limiter();
     let buckets: serde_json::Map<String, serde_json::Value> = t
         .bucket_stats()
         .into_iter()
@@ -569,7 +569,7 @@ async fn throttle_status(
 /// writer stopped`. Reads atomics only.
 async fn readyz(State(st): State<Arc<AppState>>) -> Response {
     let health = if st.shutdown.is_cancelled() {
-        Err(sluice_engine::Unready::ShuttingDown)
+        Err(sluice_engine::health::Unready::ShuttingDown)
     } else {
         st.engine.health()
     };

@@ -35,7 +35,7 @@ pub fn document(
     info: &RelayInfoConfig,
     limits: &LimitsConfig,
     auth: &AuthConfig,
-    policy: &sluice_engine::policy::Rules,
+    policy: &sluice_engine::access::AccessRules,
     retention: &[Value],
     (min_pow_difficulty, search): (u32, bool),
 ) -> String {

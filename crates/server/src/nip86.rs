@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use sluice_engine::policy::list;
+use sluice_engine::access::list;
 use sluice_proto::{Event, Filter, hex32};
 
 use crate::AppState;
@@ -150,7 +150,7 @@ fn authorise(st: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<[u8; 32]
     if ev.kind != HTTP_AUTH_KIND {
         return Err("Authorization event must be kind 27235".into());
     }
-    if ev.created_at.abs_diff(sluice_engine::unix_now()) > MAX_SKEW_SECS {
+    if ev.created_at.abs_diff(sluice_engine::clock::unix_now()) > MAX_SKEW_SECS {
         return Err("Authorization event's created_at is too far from now".into());
     }
     if !ev
@@ -318,13 +318,13 @@ pub async fn call(
         "listallowedkinds" => Ok((json!(rules.allowed_kinds()), false)),
         "blockip" => {
             let ip = param_str(params, 0, "an IP address or CIDR")?;
-            let net = sluice_engine::policy::IpNet::parse(ip)
+            let net = sluice_engine::access::IpNet::parse(ip)
                 .ok_or("parameter 1 must be an IP address or CIDR")?;
             set(format!("{}:{net}", list::BLOCK_IP), Some(reason(params, 1))).await
         }
         "unblockip" => {
             let ip = param_str(params, 0, "an IP address or CIDR")?;
-            let net = sluice_engine::policy::IpNet::parse(ip)
+            let net = sluice_engine::access::IpNet::parse(ip)
                 .ok_or("parameter 1 must be an IP address or CIDR")?;
             set(format!("{}:{net}", list::BLOCK_IP), None).await
         }

@@ -18,13 +18,19 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 use sluice_cluster::ClusterConfig;
-use sluice_engine::{EngineConfig, PolicyConfig, RetentionConfig, RetentionPlan};
+use sluice_engine::access::PolicyConfig;
+use sluice_engine::config::EngineConfig;
+use sluice_engine::retention::RetentionConfig;
+use sluice_engine::retention::RetentionPlan;
 use sluice_search::SearchConfig;
 use sluice_server::address::TrustedProxies;
 use sluice_server::{AuthConfig, LimitsConfig, RelayInfoConfig, ServerConfig};
 use sluice_throttle::{PowConfig, ThrottleConfig, TrustConfig};
 
-use crate::mirror::MirrorConfig;
+use serde_json::{Map, Value};
+use sluice_proto::Filter;
+
+use crate::peer::{self, Direction, Tls};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -70,7 +76,7 @@ impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
             path: PathBuf::from("./data"),
-            map_size_mb: sluice_engine::StoreOptions::default().map_size_bytes >> 20,
+            map_size_mb: sluice_store::StoreOptions::default().map_size_bytes >> 20,
             max_readers: 126,
             write_map: false,
             min_free_disk_mb: 1024,
@@ -195,25 +201,25 @@ impl Config {
 
 impl StoreConfig {
     /// Opens (creating if missing) the LMDB store this section describes.
-    pub fn open(&self) -> anyhow::Result<sluice_engine::Store> {
+    pub fn open(&self) -> anyhow::Result<sluice_store::Store> {
         self.open_with(false)
     }
 
     /// Opens the store for a bulk import: written in the map when no other
     /// process has it open (the store crate's `alone.rs`), else as `open`.
-    pub fn open_for_import(&self) -> anyhow::Result<sluice_engine::Store> {
+    pub fn open_for_import(&self) -> anyhow::Result<sluice_store::Store> {
         self.open_with(true)
     }
 
-    fn open_with(&self, write_map_when_alone: bool) -> anyhow::Result<sluice_engine::Store> {
-        let opts = sluice_engine::StoreOptions {
+    fn open_with(&self, write_map_when_alone: bool) -> anyhow::Result<sluice_store::Store> {
+        let opts = sluice_store::StoreOptions {
             map_size_bytes: self.map_size_mb * 1024 * 1024,
             max_readers: self.max_readers,
             write_map: self.write_map,
             write_map_when_alone,
             min_free_disk_bytes: self.min_free_disk_mb.saturating_mul(1 << 20),
         };
-        sluice_engine::Store::open(&self.path, &opts)
+        sluice_store::Store::open(&self.path, &opts)
             .with_context(|| format!("opening the store at {}", self.path.display()))
     }
 
@@ -283,4 +289,90 @@ fn describe(err: figment::Error) -> anyhow::Error {
         })
         .collect();
     anyhow::anyhow!("invalid configuration: {}", lines.join("; "))
+}
+
+/// One `[[mirror]]` entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MirrorConfig {
+    /// The peer, ws:// or wss://.
+    pub url: String,
+    /// `down` (the peer's events here), `up` (this relay's to the peer) or
+    /// `both`.
+    pub direction: Direction,
+    /// A NIP-01 filter object: only the events matching it move (`limit`
+    /// ignored). Empty: every event.
+    pub filter: Map<String, Value>,
+    /// PEM file of CA certificates the peer's certificate may chain to,
+    /// besides the public roots. Empty: the public roots only.
+    pub ca_file: String,
+    /// Events held per direction: down, in admission at once (reading
+    /// pauses while full); up, waiting to be sent (beyond: dropped until
+    /// the next catch-up).
+    pub queue_events: usize,
+    /// The live REQ asks for events this many seconds older than the
+    /// connection's start (clock skew, events in flight).
+    pub live_overlap_secs: u64,
+    /// First wait before connecting again; doubles per failure.
+    pub reconnect_min_ms: u64,
+    /// Longest wait before connecting again.
+    pub reconnect_max_ms: u64,
+}
+
+impl Default for MirrorConfig {
+    fn default() -> Self {
+        MirrorConfig {
+            url: String::new(),
+            direction: Direction::Down,
+            filter: Map::new(),
+            ca_file: String::new(),
+            queue_events: 1_000,
+            live_overlap_secs: 60,
+            reconnect_min_ms: 1_000,
+            reconnect_max_ms: 60_000,
+        }
+    }
+}
+
+impl MirrorConfig {
+    /// Checks the entry `mirror[i]`; the error names the key.
+    pub fn validate(&self, i: usize) -> Result<(), String> {
+        let at = format!("mirror[{i}]");
+        if !(self.url.starts_with("ws://") || self.url.starts_with("wss://")) {
+            return Err(format!(
+                "{at}.url = {:?}: must be a ws:// or wss:// URL",
+                peer::redact(&self.url)
+            ));
+        }
+        self.parsed_filter()
+            .map_err(|e| format!("{at}.filter: {e}"))?;
+        if !(1..=1_000_000).contains(&self.queue_events) {
+            return Err(format!("{at}.queue_events must be in 1..=1000000"));
+        }
+        if self.reconnect_min_ms == 0 {
+            return Err(format!("{at}.reconnect_min_ms must be at least 1"));
+        }
+        if self.reconnect_max_ms < self.reconnect_min_ms {
+            return Err(format!(
+                "{at}.reconnect_max_ms must be at least reconnect_min_ms"
+            ));
+        }
+        self.tls().map_err(|e| format!("{at}.ca_file: {e:#}"))?;
+        Ok(())
+    }
+
+    /// The filter without its `limit`.
+    pub(crate) fn filter_value(&self) -> Value {
+        let mut f = self.filter.clone();
+        f.remove("limit");
+        Value::Object(f)
+    }
+
+    pub(crate) fn parsed_filter(&self) -> Result<Filter, String> {
+        Filter::from_value(&self.filter_value()).map_err(|e| e.to_string())
+    }
+
+    pub(crate) fn tls(&self) -> anyhow::Result<Tls> {
+        Tls::new((!self.ca_file.is_empty()).then(|| Path::new(&self.ca_file)))
+    }
 }

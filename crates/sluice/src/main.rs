@@ -3,21 +3,13 @@
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
-mod admin;
-mod compact;
+mod cmd;
 mod config;
-mod export;
-mod import;
 mod malloc;
 mod metrics_names;
-mod mirror;
 mod peer;
-mod reindex;
-mod retention;
-mod serve;
-mod sync;
+mod runtime;
 mod telemetry;
-mod trust;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,30 +38,30 @@ enum Command {
         config: Option<PathBuf>,
     },
     /// Load JSONL events (plain, gzip or zstd) into the store.
-    Import(import::ImportArgs),
+    Import(cmd::import::ImportArgs),
     /// Write stored events as JSONL to standard output.
-    Export(export::ExportArgs),
+    Export(cmd::export::ExportArgs),
     /// Reconcile the local store with another relay over NIP-77 and copy
     /// the difference.
-    Sync(sync::SyncArgs),
+    Sync(cmd::sync::SyncArgs),
     /// Mirror another relay live until interrupted: its events into the
     /// local store (down), what it lacks of the local store's at each
     /// connection (up), or both; catching up by NIP-77 at every connection.
-    Mirror(mirror::MirrorArgs),
+    Mirror(cmd::mirror::MirrorArgs),
     /// NIP-86 management of a running relay (signed with an admin key).
-    Admin(admin::AdminArgs),
+    Admin(cmd::admin::AdminArgs),
     /// Remove the stored events matching a filter, through a running
     /// relay's writer (NIP-86, admin key) or on a stopped store (--store).
-    Delete(admin::DeleteArgs),
+    Delete(cmd::admin::DeleteArgs),
     /// Retention tools.
-    Retention(retention::RetentionArgs),
+    Retention(cmd::retention::RetentionArgs),
     /// Web-of-trust tools (`trust explain PUBKEY`).
-    Trust(trust::TrustArgs),
+    Trust(cmd::trust::TrustArgs),
     /// Write a compacted copy of the store to OUT/data.mdb (a backup, taken
     /// while the relay serves).
-    Compact(compact::CompactArgs),
+    Compact(cmd::compact::CompactArgs),
     /// Build the NIP-50 search index again from the store (relay stopped).
-    Reindex(reindex::ReindexArgs),
+    Reindex(cmd::reindex::ReindexArgs),
     /// Configuration tools.
     Config {
         #[command(subcommand)]
@@ -94,18 +86,18 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Serve { config } => {
-            Config::load(config.as_deref()).and_then(|cfg| serve::run(cfg, config))
+            Config::load(config.as_deref()).and_then(|cfg| cmd::serve::run(cfg, config))
         }
-        Command::Import(args) => import::run(args),
-        Command::Export(args) => export::run(args),
-        Command::Admin(args) => admin::run(args),
-        Command::Delete(args) => admin::delete(args),
-        Command::Retention(args) => retention::run(args),
-        Command::Trust(args) => trust::run(args),
-        Command::Sync(args) => sync::run(args),
-        Command::Mirror(args) => mirror::run(args),
-        Command::Compact(args) => compact::run(args),
-        Command::Reindex(args) => reindex::run(args),
+        Command::Import(args) => cmd::import::run(args),
+        Command::Export(args) => cmd::export::run(args),
+        Command::Admin(args) => cmd::admin::run(args),
+        Command::Delete(args) => cmd::admin::delete(args),
+        Command::Retention(args) => cmd::retention::run(args),
+        Command::Trust(args) => cmd::trust::run(args),
+        Command::Sync(args) => cmd::sync::run(args),
+        Command::Mirror(args) => cmd::mirror::run(args),
+        Command::Compact(args) => cmd::compact::run(args),
+        Command::Reindex(args) => cmd::reindex::run(args),
         Command::Config {
             command: ConfigCommand::Check { config },
         } => Config::load(config.as_deref()).and_then(|cfg| {

@@ -8,23 +8,23 @@
 //! still count as in use, and each pins the page it sits on, so freed
 //! pages spread over the worker threads' arenas cannot be given back to
 //! the OS (`malloc_trim`, run by the store monitor, skips a page with a
-//! live block). Without the caches RSS comes back to within 20 % of its
-//! figure before the crowd; with them it stays about a third higher
-//! (docs/benchmarks.md, "Memory per connection, session 14"). Publish,
-//! query and fan-out throughput were the same either way there; the
-//! arena count (`glibc.malloc.arena_max`) is left alone, as one arena
-//! slowed the query mix by a third.
+//! live block). Without the caches RSS comes back to within about a fifth
+//! of its figure before the crowd; with them it stays about a third higher
+//! (docs/benchmarks.md#memory-per-connection). Publish, query and fan-out
+//! throughput are the same either way; the arena count
+//! (`glibc.malloc.arena_max`) is left alone, as one arena slows the query
+//! mix by a third.
 //!
 //! A fixed trim threshold: `malloc_trim` (the monitor's) gives back free
 //! pages inside every arena but shrinks only the main arena's top; a worker
 //! thread's arena gives back the top of its heap from `free`, and only once
 //! that top is past the trim threshold, which glibc otherwise raises to
 //! twice the largest block it has handed back to the OS (the search index's
-//! writer frees megabytes). After a crowd of 19,000 left, the workers' tops
-//! then held some 3 MB: RSS came back to +19-24% of its idle figure, with
-//! the threshold fixed at 128 KiB (glibc's initial value) to +9%. The same
-//! setting fixes the mmap threshold at 128 KiB; throughput was the same
-//! (docs/benchmarks.md, "Memory per connection, session 15").
+//! writer frees megabytes). Without a fixed threshold, after a crowd of
+//! 19,000 leaves the workers' tops hold some 3 MB and RSS comes back to
+//! +19-24% of its idle figure; with it fixed at 128 KiB (glibc's initial
+//! value), to +9%. The same setting fixes the mmap threshold at 128 KiB;
+//! throughput is the same (docs/benchmarks.md#memory-per-connection).
 //!
 //! glibc reads its tunables only at start-up, so the process runs itself
 //! again (`exec`, same pid, same arguments) with the variable set, before

@@ -18,8 +18,9 @@ use anyhow::{Context, bail};
 use futures_util::{SinkExt, StreamExt};
 use negentropy::{Id, Negentropy, NegentropyStorageVector};
 use serde_json::{Value, json};
-use sluice_engine::{QueryOptions, StoreError};
 use sluice_proto::{Event, Filter};
+use sluice_store::QueryOptions;
+use sluice_store::StoreError;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{Connector, MaybeTlsStream};
 
@@ -198,7 +199,7 @@ pub async fn authenticate(ws: &mut Ws, url: &str, key: &[u8; 32]) -> anyhow::Res
         vec!["relay".to_string(), url.to_string()],
         vec!["challenge".to_string(), challenge],
     ];
-    let ev = Event::try_sign(key, sluice_engine::unix_now(), 22242, tags, "")
+    let ev = Event::try_sign(key, sluice_engine::clock::unix_now(), 22242, tags, "")
         .context("the repair key is not a secp256k1 secret key")?;
     ws.send(Message::Text(format!("[\"AUTH\",{}]", ev.raw()).into()))
         .await?;
@@ -342,7 +343,7 @@ impl<'a> Fetch<'a> {
 pub async fn upload(
     ws: &mut Ws,
     have: &[Id],
-    store: &sluice_engine::Store,
+    store: &sluice_store::Store,
 ) -> anyhow::Result<(usize, usize)> {
     let (mut accepted, mut refused) = (0, 0);
     let mut waiting: HashSet<String> = HashSet::new();
@@ -392,10 +393,10 @@ fn answered(m: Value, waiting: &mut HashSet<String>, ok: &mut usize, no: &mut us
 /// `(id hex, raw JSON)` of the stored events among `ids` (gone ones
 /// skipped).
 fn read_raws(
-    store: &sluice_engine::Store,
+    store: &sluice_store::Store,
     ids: &[[u8; 32]],
 ) -> anyhow::Result<Vec<(String, String)>> {
-    let now = sluice_engine::unix_now();
+    let now = sluice_engine::clock::unix_now();
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
         let raw = store
@@ -409,9 +410,9 @@ fn read_raws(
 }
 
 /// `(created_at, id)` of the stored events matching `filter`.
-pub fn local_items(store: &sluice_engine::Store, filter: &Filter) -> anyhow::Result<Vec<Item>> {
+pub fn local_items(store: &sluice_store::Store, filter: &Filter) -> anyhow::Result<Vec<Item>> {
     let opts = QueryOptions {
-        now: sluice_engine::unix_now(),
+        now: sluice_engine::clock::unix_now(),
         max_scan_rows: u64::MAX,
     };
     let out = store
@@ -440,6 +441,27 @@ pub async fn off_runtime<T: Send + 'static>(
         .with_context(|| format!("starting the {name} thread"))?;
     rx.await
         .with_context(|| format!("the {name} thread failed"))?
+}
+
+/// Which way events move (`sync`, `mirror`).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    Down,
+    Up,
+    Both,
+}
+
+impl Direction {
+    pub fn down(self) -> bool {
+        self != Direction::Up
+    }
+
+    pub fn up(self) -> bool {
+        self != Direction::Down
+    }
 }
 
 #[cfg(test)]

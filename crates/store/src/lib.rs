@@ -19,6 +19,16 @@
 //! Retention (`retention.rs`) removes events in bounded steps, each one
 //! transaction, and the write path refuses what it would remove at once.
 //!
+//! Where things are: `write.rs` the write path (one batch, one
+//! transaction), with `pending.rs` (a batch's index entries, inserted at
+//! its end in key order) and `remove.rs` (the one delete path every
+//! removal takes); `query/` the read path (`plan.rs` the planner,
+//! `walk.rs` one filter's resumable walk, `cursor.rs` the REQ and COUNT
+//! cursors and their steps); `serials.rs` events by serial, for the search
+//! index; `retention.rs`; `purge.rs` the operator's purges;
+//! `runtime_rules.rs` the `policy` table; `alone.rs` the lock on the store
+//! and the reserve of a process alone in the map.
+//!
 //! Invariants: every event in `events` has exactly its entries in `ids` and
 //! the five indexes (and `expiry` if it expires), written or removed in the
 //! same transaction; serials are never reused; LMDB's transactions make a
@@ -33,9 +43,12 @@
 
 mod alone;
 mod codec;
-mod policy;
+mod pending;
+mod purge;
 mod query;
+mod remove;
 mod retention;
+mod runtime_rules;
 mod serials;
 mod tables;
 mod write;

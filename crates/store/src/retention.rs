@@ -7,7 +7,7 @@
 //! the store as before or after the step), built from two halves: a
 //! read-only pick of what to remove (also what `--dry-run` counts) and the
 //! removal of the picked serials through the one delete path
-//! ([`crate::write::delete_serial`]).
+//! ([`crate::remove::delete_serial`]).
 //!
 //! What no rule removes:
 //! - events of exempt authors ([`Retention::exempt`]);
@@ -26,8 +26,8 @@ use sluice_proto::{Event, KindClass};
 use crate::codec::{
     Be64, Prefix, StoredEvent, author_kind_prefix, author_prefix, index_key, kind_prefix,
 };
+use crate::remove::delete_serial;
 use crate::tables::{IndexTable, META_HORIZON_PREFIX, Tables};
-use crate::write::delete_serial;
 use crate::{Store, StoreError};
 
 /// Kind of NIP-62 requests to vanish.

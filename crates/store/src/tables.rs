@@ -30,11 +30,13 @@ use heed::{
     BytesDecode, BytesEncode, CommitOrAbort, CommitToken, Database, DatabaseOpener, Env, OnCommit,
     RoRange, RoRevRange, RoTxn, RwTxn, WithoutTls,
 };
+use sluice_proto::Event;
 
 use crate::StoreError;
 use crate::codec::{
     AddressCodec, AuthorKindPrefix, AuthorPrefix, EventCodec, IdCodec, IndexKeyCodec, KindPrefix,
-    NoPrefix, TagPrefix, TombstoneCodec, U64Codec, hex_prefix,
+    NoPrefix, TagPrefix, TombstoneCodec, U64Codec, author_kind_prefix, author_prefix, hex_prefix,
+    index_key, kind_prefix, tag_prefix,
 };
 
 /// How many tables [`Tables`] has: the environment must allow them.
@@ -77,6 +79,30 @@ pub(crate) enum Index {
     Kind,
     AuthorKind,
     Tag,
+}
+
+/// Every index entry of an event: the single source for insert and delete.
+pub(crate) fn index_keys(ev: &Event, serial: u64) -> Vec<(Index, Vec<u8>)> {
+    let ca = ev.created_at;
+    let mut v = vec![
+        (Index::Created, index_key(&[], ca, serial)),
+        (
+            Index::Author,
+            index_key(&author_prefix(&ev.pubkey), ca, serial),
+        ),
+        (Index::Kind, index_key(&kind_prefix(ev.kind), ca, serial)),
+        (
+            Index::AuthorKind,
+            index_key(&author_kind_prefix(&ev.pubkey, ev.kind), ca, serial),
+        ),
+    ];
+    for (letter, value) in ev.indexed_tags() {
+        v.push((
+            Index::Tag,
+            index_key(&tag_prefix(letter, value), ca, serial),
+        ));
+    }
+    v
 }
 
 impl Tables<'static> {

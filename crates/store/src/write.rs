@@ -12,11 +12,12 @@ use sluice_proto::kind::DELETION;
 use sluice_proto::{Event, KindClass, hex32};
 
 use crate::codec::{
-    Address, Be64, Header, StoredEvent, author_kind_prefix, author_prefix, index_key, kind_prefix,
-    tag_prefix, tombstone_key,
+    Address, Be64, Header, StoredEvent, author_prefix, index_key, tag_prefix, tombstone_key,
 };
+use crate::pending::Pending;
+use crate::remove::{delete_indexed, delete_serial, delete_serial_pending};
 use crate::retention::{Pruned, Retention, Scan, Scope, VANISH};
-use crate::tables::{Index, META_NEXT_SERIAL, Tables};
+use crate::tables::{META_NEXT_SERIAL, Tables, index_keys};
 
 /// Kind of NIP-59 gift wraps.
 const GIFT_WRAP: u16 = 1059;
@@ -193,77 +194,6 @@ fn write_events<'a>(
     })
 }
 
-/// The time-ordered index entries of a batch's new events, inserted in key
-/// order at the end of the batch's transaction: sorted inserts walk each
-/// B-tree from one leaf to the next instead of jumping across it (the
-/// trees' pages stay in the CPU caches, and each leaf is dirtied once per
-/// batch, not once per entry). An entry removed in the same batch (a
-/// replaceable event replaced again, a deletion) is dropped here instead.
-#[derive(Default)]
-pub(crate) struct Pending {
-    /// Per index; sorted once, at the flush.
-    keys: [std::collections::HashSet<Vec<u8>>; 5],
-    /// New events' ids → serials (the `ids` table's entries), looked up
-    /// before the table by the batch's duplicate and deletion checks.
-    ids: std::collections::HashMap<[u8; 32], u64>,
-}
-
-impl Pending {
-    fn slot(index: Index) -> usize {
-        match index {
-            Index::Created => 0,
-            Index::Author => 1,
-            Index::Kind => 2,
-            Index::AuthorKind => 3,
-            Index::Tag => 4,
-        }
-    }
-
-    fn add(&mut self, index: Index, key: Vec<u8>) {
-        self.keys[Self::slot(index)].insert(key);
-    }
-
-    /// Drops a pending entry; false when it was not pending (it is in the
-    /// table).
-    fn cancel(&mut self, index: Index, key: &[u8]) -> bool {
-        self.keys[Self::slot(index)].remove(key)
-    }
-
-    /// The serial of `id`, stored in this batch or before.
-    fn serial_of(
-        &self,
-        t: &Tables,
-        wtxn: &RwTxn<'_>,
-        id: &[u8; 32],
-    ) -> Result<Option<u64>, StoreError> {
-        match self.ids.get(id) {
-            Some(&serial) => Ok(Some(serial)),
-            None => t.ids.get(wtxn, id),
-        }
-    }
-
-    fn flush(self, t: &Tables, wtxn: &mut RwTxn<'_>) -> Result<(), StoreError> {
-        let mut ids: Vec<([u8; 32], u64)> = self.ids.iter().map(|(k, v)| (*k, *v)).collect();
-        ids.sort_unstable();
-        let serials: Vec<Be64> = ids.iter().map(|(_, s)| Be64::new(*s)).collect();
-        t.ids
-            .put_ascending(wtxn, ids.iter().map(|(id, _)| id).zip(serials.iter()))?;
-        const ORDER: [Index; 5] = [
-            Index::Created,
-            Index::Author,
-            Index::Kind,
-            Index::AuthorKind,
-            Index::Tag,
-        ];
-        for (keys, index) in self.keys.into_iter().zip(ORDER) {
-            let mut keys: Vec<Vec<u8>> = keys.into_iter().collect();
-            keys.sort_unstable();
-            t.index_put_ascending(wtxn, index, &keys)?;
-        }
-        Ok(())
-    }
-}
-
 /// What every event of one batch is checked against.
 struct Ctx<'a> {
     rules: &'a WriteRules,
@@ -384,115 +314,6 @@ fn insert(
             .put(wtxn, &index_key(&[], expires_at, serial), &())?;
     }
     Ok(())
-}
-
-/// Every index entry of an event: the single source for insert and delete.
-fn index_keys(ev: &Event, serial: u64) -> Vec<(Index, Vec<u8>)> {
-    let ca = ev.created_at;
-    let mut v = vec![
-        (Index::Created, index_key(&[], ca, serial)),
-        (
-            Index::Author,
-            index_key(&author_prefix(&ev.pubkey), ca, serial),
-        ),
-        (Index::Kind, index_key(&kind_prefix(ev.kind), ca, serial)),
-        (
-            Index::AuthorKind,
-            index_key(&author_kind_prefix(&ev.pubkey, ev.kind), ca, serial),
-        ),
-    ];
-    for (letter, value) in ev.indexed_tags() {
-        v.push((
-            Index::Tag,
-            index_key(&tag_prefix(letter, value), ca, serial),
-        ));
-    }
-    v
-}
-
-/// Removes the events of the first `max` rows of `range` in `index` (with
-/// all their index entries); returns how many rows there were.
-pub(crate) fn delete_indexed<P: crate::codec::Prefix + 'static>(
-    t: &Tables,
-    wtxn: &mut RwTxn<'_>,
-    index: &crate::tables::IndexTable<'_, P>,
-    range: &(std::ops::Bound<&[u8]>, std::ops::Bound<&[u8]>),
-    max: usize,
-) -> Result<usize, StoreError> {
-    let serials: Vec<u64> = index
-        .range(wtxn, range)?
-        .take(max)
-        .map(|r| r.map(|((_, serial), ())| serial))
-        .collect::<Result<_, _>>()
-        .map_err(|e| index.error(e))?;
-    for &s in &serials {
-        delete_serial(t, wtxn, s)?;
-    }
-    Ok(serials.len())
-}
-
-/// Removes an event and all its index entries. A serial that is not there
-/// is not an error (it was removed earlier in the same batch). An event
-/// value that does not decode or parse is removed alone (its index entries
-/// cannot be known; scans skip them as rows whose event is gone) and logged.
-pub(crate) fn delete_serial(
-    t: &Tables,
-    wtxn: &mut RwTxn<'_>,
-    serial: u64,
-) -> Result<(), StoreError> {
-    delete_serial_pending(t, wtxn, serial, None)
-}
-
-/// [`delete_serial`] inside a write batch: index entries still pending
-/// are dropped from `pending` rather than deleted from the tables.
-fn delete_serial_pending(
-    t: &Tables,
-    wtxn: &mut RwTxn<'_>,
-    serial: u64,
-    mut pending: Option<&mut Pending>,
-) -> Result<(), StoreError> {
-    let sk = Be64::new(serial);
-    let (expires_at, parsed) = match t.events.get(wtxn, &sk) {
-        Ok(None) => return Ok(()),
-        Ok(Some(StoredEvent { header, raw })) => (header.expires_at, Event::parse(raw)),
-        Err(e @ StoreError::Corrupt { .. }) => {
-            tracing::error!(serial, error = %e, "corrupt event value, removing the entry only");
-            return t.events.delete(wtxn, &sk);
-        }
-        Err(e) => return Err(e),
-    };
-    let ev = match parsed {
-        Ok(ev) => ev,
-        Err(e) => {
-            tracing::error!(serial, error = %e, "stored event does not parse, removing the entry only");
-            return t.events.delete(wtxn, &sk);
-        }
-    };
-    for (index, key) in index_keys(&ev, serial) {
-        if !pending.as_mut().is_some_and(|p| p.cancel(index, &key)) {
-            t.index_delete(wtxn, index, &key)?;
-        }
-    }
-    if pending
-        .as_mut()
-        .is_none_or(|p| p.ids.remove(&ev.id).is_none())
-    {
-        t.ids.delete(wtxn, &ev.id)?;
-    }
-    if expires_at != 0 {
-        t.expiry.delete(wtxn, &index_key(&[], expires_at, serial))?;
-    }
-    let addr = match KindClass::of(ev.kind) {
-        KindClass::Replaceable => Some(Address::new(&ev.pubkey, ev.kind, None)),
-        KindClass::Addressable => Some(Address::new(&ev.pubkey, ev.kind, Some(ev.d_tag()))),
-        _ => None,
-    };
-    if let Some(addr) = addr
-        && t.addresses.get(wtxn, &addr)? == Some(serial)
-    {
-        t.addresses.delete(wtxn, &addr)?;
-    }
-    t.events.delete(wtxn, &sk)
 }
 
 /// NIP-09: `e` tags delete the author's own events (and leave a tombstone

@@ -1,9 +1,10 @@
 //! Exact behaviour of the store's own surface (`lib.rs`, `serials.rs`,
-//! `policy.rs`, the table statistics): error classification, the options'
-//! defaults, the sizes `stats` and `disk_space` report (checked against the
-//! file and the filesystem measured here), `force_sync`, the export walk's
-//! chunks, `close`, the schema check, the lock that refuses a second process
-//! while one is alone in the map, and the serial and purge entry points.
+//! `runtime_rules.rs`, `purge.rs`, the table statistics): error
+//! classification, the options' defaults, the sizes `stats` and
+//! `disk_space` report (checked against the file and the filesystem
+//! measured here), `force_sync`, the export walk's chunks, `close`, the
+//! schema check, the lock that refuses a second process while one is alone
+//! in the map, and the serial and purge entry points.
 
 use std::io::{Error as IoError, ErrorKind};
 use std::os::unix::fs::FileExt;

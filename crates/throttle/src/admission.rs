@@ -1,395 +1,1453 @@
-//! Verdicts: what the throttle says about an operation, [`Verdict`]: go,
-//! wait first, or refuse with a [`RateLimited`]. One type serves twice: the
-//! governor publishes one per direction every tick (its refusals are the
-//! controller's: emergency, over the cap), and admission answers one per
-//! operation ([`crate::policy`]: any layer's refusal). Also the mode, the
-//! direction, a [`Decision`] (a verdict and whether the mode applies it),
-//! and the per-connection [`DelayBatcher`] (batching of delays,
-//! docs/design.md#pid-control).
+//! Admission of one operation, decided in one place: which limits an
+//! EVENT, a REQ/COUNT or a query's read cost is checked against, in what
+//! order, who is charged, what `shadow` mode does, how a tier's weight
+//! scales the controller, what is refunded on a refusal, and which
+//! [`Layer`] refused with which text. Pure: the config snapshot, the
+//! client ([`Principal`]), the bucket maps (behind [`Buckets`]), what is
+//! counted (behind [`Tally`]) and the time are arguments. The engine owns
+//! the clock, the locks around the maps, the atomics the verdicts are
+//! published through, and the metrics.
 //!
-//! Invariants:
-//! - A delay never exceeds the cap `output_max * max_delay`: when the
-//!   controller asks for more, or emergency mode is on, the verdict is a
-//!   refusal with a Retry-After hint, never a longer wait.
-//! - The hot path ([`Verdict::from_bits`] + [`DelayBatcher::check`]) reads one
-//!   word and does a few integer operations: no allocation, no lock, no
-//!   floating point, far under a microsecond. The store monitor computes the
-//!   verdict once per tick ([`Verdict::from_controller`]) and publishes it as
-//!   a `u64` ([`Verdict::to_bits`]) in an atomic.
-//! - Delays are batched (applied once every `every_ops` operations of a
-//!   connection); refusals are not: every operation of a refused direction
-//!   is refused, because letting `every_ops - 1` through would feed the store
-//!   that is already past its cap.
-//! - `Shadow` computes and reports the same verdict as `Enforce` but its
-//!   action is always allow; `Off` reports allow.
+//! Why an EVENT was refused, in order ([`Admission::operation`], then
+//! [`Admission::author`] after its signature):
+//! 1. its address's EVENT bucket, unless its tier is listed
+//!    ([`Layer::IpBucket`], "too many events from your address");
+//! 2. its pubkey's EVENT bucket of its tier, when authenticated
+//!    ([`Layer::PubkeyBucket`], "too many events from your pubkey"): an
+//!    unlisted authenticated pubkey is charged to both, a listed one to its
+//!    pubkey's only;
+//! 3. the write controller's published verdict as this connection's
+//!    [`ConnPacer`] applies it ([`Layer::Controller`]: an emergency
+//!    reaches every connection, over the cap only those above
+//!    `polite_ops_per_s × weight`); a delay is divided by the weight;
+//! 4. after the signature, its author's EVENT bucket
+//!    ([`Layer::PubkeyBucket`], "too many events from this author"): the
+//!    author's bucket of the event's kind class (`throttle.clients.kinds`)
+//!    when one lists its kind, else the pubkey bucket of the tier its
+//!    distance in the web of trust gives it (`trust.distance_tiers`), else
+//!    the author map;
+//!
+//! Before the signature, on the claimed author's standing: `deny` and an
+//! outsider's proof-of-work floor ([`crate::trust::before_signature`]: a
+//! count of leading zero bits), then for an outsider when
+//! `trust.outsider_writes` is `limited` the outsiders' shared budget
+//! ([`Admission::outsiders`], [`Layer::OutsiderBudget`]), unless the event
+//! carries the current adaptive proof of work; with `[pow] adaptive` the
+//! refusal asks for that work (`pow:`).
+//!
+//! A REQ or COUNT takes steps 1-3 with its request buckets and the read
+//! controller (reads are refused, never delayed). Its query is then
+//! charged its estimated cost ([`Admission::query`]): the address's read
+//! budget (unless listed, [`Layer::ReadBudgetIp`]), the pubkey's
+//! ([`Layer::ReadBudgetPubkey`]), the connection's
+//! ([`Layer::ReadBudgetConnection`]), then the scheduler's bounds and
+//! deadline ([`Layer::QueryScheduler`]). Whatever refuses after a budget
+//! was charged gives that charge back.
+//!
+//! Modes: `off` decides nothing (the scheduler's bounds still hold);
+//! `shadow` computes and counts every decision (`enforced = false`) and
+//! applies none; `enforce` applies them. Every refusal applied is counted
+//! once more as a refusal, with its layer and cause.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use crate::bucket::{BucketConfig, TokenBucket, scaled_rate};
+use crate::config::{ClientsConfig, ThrottleConfig};
+use crate::connection::ConnPacer;
+use crate::fair::{FairQueue, JobId};
+use crate::refusal::{Cause, Layer, RateLimited};
+use crate::tiers::{ClientKey, Principal};
+use crate::trust::{OutsiderWrites, WriteStanding};
+use crate::verdict::{Direction, Mode, Verdict};
 
-use crate::pid::{PidConfig, PidState};
-use crate::refusal::{Cause, RateLimited};
-
-/// Longest Retry-After hint given for an over-cap refusal: past a minute a
-/// number stops meaning anything to a client.
-pub const MAX_RETRY_AFTER_NS: u64 = 60_000_000_000;
-
-/// How throttling acts (`throttle.mode`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[repr(u8)]
-pub enum Mode {
-    /// Apply every decision (default).
-    #[default]
-    Enforce = 0,
-    /// Compute and report every decision, apply none: observe before
-    /// switching (docs/design.md#backpressure).
-    Shadow = 1,
-    /// No throttling decisions at all.
-    Off = 2,
+/// What a per-client bucket meters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Quota {
+    /// EVENTs.
+    Events,
+    /// REQs, COUNTs and NEG-OPENs.
+    Requests,
+    /// Query cost units (the read budgets).
+    ReadCost,
 }
 
-impl Mode {
-    /// The mode stored by `mode as u8` (for an `AtomicU8`); unknown values
-    /// mean `Enforce`, the safe default.
-    pub fn from_u8(value: u8) -> Self {
-        match value {
-            1 => Self::Shadow,
-            2 => Self::Off,
-            _ => Self::Enforce,
-        }
+/// One client's bucket in one of the maps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bucket<'a> {
+    /// The per-address map of a quota (the address is a client key: an
+    /// IPv4 address or an IPv6 /64).
+    Address(Quota, IpAddr),
+    /// The per-pubkey map of a quota in the tier of this index (1 =
+    /// authenticated, 2.. = listed).
+    Pubkey(Quota, u8, &'a [u8; 32]),
+    /// The per-author EVENT map.
+    Author(&'a [u8; 32]),
+    /// The per-author EVENT map of a kind class
+    /// (`throttle.clients.kinds[index]`).
+    AuthorKind(u8, &'a [u8; 32]),
+    /// The one budget of every author outside the web of trust.
+    Outsiders,
+}
+
+/// The bucket maps admission charges. The engine implements it over its
+/// locked maps; a map that does not exist (a tier gone with a reload) takes
+/// nothing and never refuses.
+pub trait Buckets {
+    /// Takes `cost` tokens from `bucket`, or says how long until they are
+    /// there.
+    fn take(&mut self, bucket: Bucket<'_>, cost: u32, now_ns: u64) -> Result<(), Duration>;
+    /// Charges a positive `delta_units` (debt beyond what the bucket
+    /// holds), refunds a negative one.
+    fn settle(&mut self, bucket: Bucket<'_>, delta_units: i64, now_ns: u64);
+}
+
+impl<B: Buckets + ?Sized> Buckets for &mut B {
+    fn take(&mut self, bucket: Bucket<'_>, cost: u32, now_ns: u64) -> Result<(), Duration> {
+        (**self).take(bucket, cost, now_ns)
     }
 
-    /// Lower-case name, as in the config and as a metric label.
+    fn settle(&mut self, bucket: Bucket<'_>, delta_units: i64, now_ns: u64) {
+        (**self).settle(bucket, delta_units, now_ns)
+    }
+}
+
+/// What a decision did (the `action` metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    Delay,
+    Refuse,
+}
+
+impl Action {
     pub fn as_str(self) -> &'static str {
         match self {
-            Self::Enforce => "enforce",
-            Self::Shadow => "shadow",
-            Self::Off => "off",
+            Action::Delay => "delay",
+            Action::Refuse => "refuse",
         }
     }
 }
 
-/// Which limiter: writes (EVENT, import) or reads (REQ, COUNT).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Direction {
-    /// EVENT and import.
-    Write,
-    /// REQ and COUNT.
-    Read,
+/// What admission counts; the engine turns it into metrics.
+pub trait Tally {
+    /// A delay or refusal was decided, applied or not (`enforced`).
+    fn decision(&mut self, dir: Direction, layer: Layer, action: Action, enforced: bool);
+    /// A refusal was applied: the client is answered `rate-limited:`.
+    fn refused(&mut self, dir: Direction, refusal: &RateLimited);
+    /// A delay was applied.
+    fn delayed(&mut self, dir: Direction, delay: Duration);
+    /// A connection was refused at the per-address cap.
+    fn connection_refused(&mut self);
 }
 
-impl Direction {
-    /// `"write"` or `"read"`: a metric label.
-    pub fn as_str(self) -> &'static str {
+/// An operation checked against a client's request buckets and a
+/// controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// An EVENT, before its signature.
+    Event,
+    /// A REQ, COUNT or NEG-OPEN.
+    Request,
+}
+
+impl Op {
+    pub fn direction(self) -> Direction {
         match self {
-            Self::Write => "write",
-            Self::Read => "read",
+            Op::Event => Direction::Write,
+            Op::Request => Direction::Read,
+        }
+    }
+
+    fn quota(self) -> Quota {
+        match self {
+            Op::Event => Quota::Events,
+            Op::Request => Quota::Requests,
+        }
+    }
+
+    /// The texts of its address's and its pubkey's bucket.
+    fn texts(self) -> [&'static str; 2] {
+        match self {
+            Op::Event => [
+                "too many events from your address",
+                "too many events from your pubkey",
+            ],
+            Op::Request => [
+                "too many requests from your address",
+                "too many requests from your pubkey",
+            ],
         }
     }
 }
 
-/// What the throttle says about an operation: published per direction by
-/// the governor, and answered per operation by admission (see the module
-/// docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    /// Go ahead.
-    Allow,
-    /// Wait this long first (at most the cap), then go ahead.
-    #[serde(rename = "delay_ns", with = "duration_ns")]
-    Delay(Duration),
-    /// Do not serve it: answer `rate-limited:` with this refusal.
-    Refuse(RateLimited),
+const AUTHOR_TEXT: &str = "too many events from this author";
+const OUTSIDER_TEXT: &str = "too many events from outside this relay's web of trust";
+
+/// Why an EVENT was refused after its signature.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AuthorRefusal {
+    /// A bucket: `rate-limited:`.
+    Limited(RateLimited),
+    /// The outsiders' budget is spent, and this much work would pass it:
+    /// `pow: difficulty N required`.
+    Pow { required: u32 },
 }
 
-/// Bit layout of a published verdict: two tag bits on top, a duration in
-/// nanoseconds below (up to 2^62 ns, about 146 years).
-const TAG_SHIFT: u32 = 62;
-const NS_MASK: u64 = (1 << TAG_SHIFT) - 1;
-const TAG_DELAY: u64 = 1;
-const TAG_EMERGENCY: u64 = 2;
-const TAG_OVER_CAP: u64 = 3;
+impl From<RateLimited> for AuthorRefusal {
+    fn from(r: RateLimited) -> Self {
+        AuthorRefusal::Limited(r)
+    }
+}
+const READ_BUDGET_IP_TEXT: &str = "your address has read too much; slow down";
+const READ_BUDGET_PUBKEY_TEXT: &str = "your pubkey has read too much; slow down";
+const READ_BUDGET_CONNECTION_TEXT: &str = "this connection has read too much; slow down";
 
-impl Verdict {
-    /// The verdict for one direction after a controller update:
-    /// - emergency (`emergency_retry_after` is `Some`) refuses;
-    /// - a raw output above `output_max` (the controller asks for more than
-    ///   the cap) refuses, hinting the delay it asked for (at most a minute);
-    /// - otherwise `output * max_delay` is the delay, and zero allows.
-    pub fn from_controller(
-        state: &PidState,
-        config: &PidConfig,
-        emergency_retry_after: Option<Duration>,
-    ) -> Self {
-        if let Some(retry_after) = emergency_retry_after {
-            return Self::refuse(Cause::Emergency, retry_after);
-        }
-        if state.raw_output > config.output_max {
-            let demand_ns = state.raw_output * config.max_delay_ns() as f64;
-            let retry_after =
-                Duration::from_nanos((demand_ns as u64).clamp(1_000_000, MAX_RETRY_AFTER_NS));
-            return Self::refuse(Cause::OverCap, retry_after);
-        }
-        let delay = config.delay_for(state.output);
-        if delay.is_zero() {
-            Self::Allow
-        } else {
-            Self::Delay(delay)
+impl<T: Tally + ?Sized> Tally for &mut T {
+    fn decision(&mut self, dir: Direction, layer: Layer, action: Action, enforced: bool) {
+        (**self).decision(dir, layer, action, enforced)
+    }
+
+    fn refused(&mut self, dir: Direction, refusal: &RateLimited) {
+        (**self).refused(dir, refusal)
+    }
+
+    fn delayed(&mut self, dir: Direction, delay: Duration) {
+        (**self).delayed(dir, delay)
+    }
+
+    fn connection_refused(&mut self) {
+        (**self).connection_refused()
+    }
+}
+
+/// The per-client bucket rates after a governor tick: each map follows the
+/// controller of its direction, `rate = base × (1 − output)`, never under
+/// `min_rate_fraction` of the base (EVENTs the write controller, requests
+/// and read budgets the read controller).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rates {
+    pub events_per_ip: f64,
+    pub events_per_pubkey: f64,
+    pub reqs_per_ip: f64,
+    pub read_cost_per_ip: f64,
+    pub read_cost_per_connection: f64,
+}
+
+impl Rates {
+    pub fn after(c: &ClientsConfig, write_output: f64, read_output: f64) -> Rates {
+        let scaled =
+            |b: &BucketConfig, output: f64| scaled_rate(b.rate_per_s, output, c.min_rate_fraction);
+        Rates {
+            events_per_ip: scaled(&c.events_per_ip, write_output),
+            events_per_pubkey: scaled(&c.events_per_pubkey, write_output),
+            reqs_per_ip: scaled(&c.reqs_per_ip, read_output),
+            read_cost_per_ip: scaled(&c.read_cost_per_ip, read_output),
+            read_cost_per_connection: scaled(&c.read_cost_per_connection, read_output),
         }
     }
 
-    /// A refusal of the controller or the scheduler for `cause` (see
-    /// [`RateLimited::of`]).
-    pub fn refuse(cause: Cause, retry_after: Duration) -> Self {
-        Self::Refuse(RateLimited::of(cause, retry_after))
-    }
-
-    /// Packs the verdict into one word for an atomic. Durations longer
-    /// than 2^62 ns are clamped. Only the controller's verdicts are
-    /// published: a refusal is packed as an emergency, or else as over the
-    /// cap.
-    pub fn to_bits(self) -> u64 {
-        let (tag, d) = match self {
-            Self::Allow => return 0,
-            Self::Delay(d) => (TAG_DELAY, d),
-            Self::Refuse(r) if r.cause == Cause::Emergency => (TAG_EMERGENCY, r.retry_after),
-            Self::Refuse(r) => (TAG_OVER_CAP, r.retry_after),
+    /// The rate of a tier's per-pubkey map: the per-address rate of its
+    /// quota × the tier's rate multiplier.
+    pub fn tier(&self, quota: Quota, multiplier: f64) -> f64 {
+        let base = match quota {
+            Quota::Events => self.events_per_ip,
+            Quota::Requests => self.reqs_per_ip,
+            Quota::ReadCost => self.read_cost_per_ip,
         };
-        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).min(NS_MASK);
-        (tag << TAG_SHIFT) | ns
-    }
-
-    /// Unpacks [`Verdict::to_bits`]. Every word decodes to some verdict.
-    pub fn from_bits(bits: u64) -> Self {
-        let d = Duration::from_nanos(bits & NS_MASK);
-        match bits >> TAG_SHIFT {
-            0 => Self::Allow,
-            TAG_DELAY => Self::Delay(d),
-            TAG_EMERGENCY => Self::refuse(Cause::Emergency, d),
-            _ => Self::refuse(Cause::OverCap, d),
-        }
-    }
-
-    /// True for `Refuse`.
-    pub fn is_refuse(&self) -> bool {
-        matches!(self, Self::Refuse(_))
-    }
-
-    /// True for an emergency refusal: the one that reaches polite
-    /// connections too.
-    pub fn is_emergency(&self) -> bool {
-        matches!(self, Self::Refuse(r) if r.cause == Cause::Emergency)
+        base * multiplier
     }
 }
 
-/// A decision for one operation: what the throttle decided, and whether the
-/// mode applies it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Decision {
-    /// What the throttle decided (count this, in every mode, by kind and
-    /// reason: in `Shadow` these are the would-be actions).
-    pub verdict: Verdict,
-    /// True in `Enforce` mode only.
-    pub enforced: bool,
-}
-
-impl Decision {
-    /// What to do: the verdict when enforced, else `Allow`.
-    pub fn action(&self) -> Verdict {
-        if self.enforced {
-            self.verdict
-        } else {
-            Verdict::Allow
-        }
+/// A tier's per-pubkey bucket of a quota: the per-address bucket's, its
+/// rate × the tier's multiplier (at most 10^9 a second).
+pub fn tier_bucket(c: &ClientsConfig, quota: Quota, multiplier: f64) -> BucketConfig {
+    let base = match quota {
+        Quota::Events => c.events_per_ip,
+        Quota::Requests => c.reqs_per_ip,
+        Quota::ReadCost => c.read_cost_per_ip,
+    };
+    BucketConfig {
+        rate_per_s: (base.rate_per_s * multiplier).min(1e9),
+        ..base
     }
 }
 
-/// Batching of delays (docs/design.md#pid-control) for one connection and
-/// direction: a delay is applied once every `every_ops` operations (so the
-/// per-operation cost of a delay `d` is `d / every_ops`); refusals apply to
-/// every operation. 8 bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DelayBatcher {
-    every_ops: u32,
-    since_last: u32,
+/// One admission: the config snapshot it reads, the maps it charges, what
+/// it counts and the time. Built per operation; holds no state of its own.
+pub struct Admission<'a, B, T> {
+    pub config: &'a ThrottleConfig,
+    pub buckets: B,
+    pub tally: T,
+    pub now_ns: u64,
 }
 
-impl DelayBatcher {
-    /// Applies delays every `every_ops` operations (0 counts as 1). The
-    /// first delay falls on the `every_ops`-th operation.
-    pub fn new(every_ops: u32) -> Self {
-        Self {
-            every_ops: every_ops.max(1),
-            since_last: 0,
+impl<B: Buckets, T: Tally> Admission<'_, B, T> {
+    fn mode(&self) -> Mode {
+        self.config.mode
+    }
+
+    /// An EVENT (before its signature) or a request: the client's buckets
+    /// (cost 1), then the controller's verdict `published` for the
+    /// operation's direction, through the connection's pacer.
+    pub fn operation(
+        &mut self,
+        op: Op,
+        who: &Principal,
+        pacer: &mut ConnPacer,
+        published: Verdict,
+    ) -> Verdict {
+        if self.mode() == Mode::Off {
+            return Verdict::Allow;
+        }
+        let dir = op.direction();
+        let [address_text, pubkey_text] = op.texts();
+        let charged = self.client_buckets(
+            dir,
+            who,
+            op.quota(),
+            [
+                (Layer::IpBucket, address_text),
+                (Layer::PubkeyBucket, pubkey_text),
+            ],
+            1,
+        );
+        match charged {
+            Ok(()) => self.controller(dir, who, pacer, published),
+            Err(r) => Verdict::Refuse(r),
         }
     }
 
-    /// Decides for one operation, given the published verdict of its
-    /// direction and the mode. Call once per operation.
-    pub fn check(&mut self, mode: Mode, published: Verdict) -> Decision {
-        if mode == Mode::Off {
-            return Decision {
-                verdict: Verdict::Allow,
-                enforced: false,
-            };
+    /// An EVENT after its signature: its author's bucket (its kind
+    /// class's, else its trust tier's, else the author map).
+    pub fn author(
+        &mut self,
+        pubkey: &[u8; 32],
+        kind: u16,
+        standing: &WriteStanding,
+    ) -> Result<(), AuthorRefusal> {
+        if self.mode() == Mode::Off {
+            return Ok(());
         }
-        self.since_last += 1;
-        let due = self.since_last >= self.every_ops;
-        if due {
-            self.since_last = 0;
-        }
-        let verdict = match published {
-            Verdict::Delay(_) if !due => Verdict::Allow,
-            other => other,
+        let bucket = match (self.config.clients.kind_class(kind), standing) {
+            (Some(class), _) => Bucket::AuthorKind(class, pubkey),
+            (
+                None,
+                WriteStanding::Trusted {
+                    tier: Some(tier), ..
+                },
+            ) => Bucket::Pubkey(Quota::Events, *tier, pubkey),
+            _ => Bucket::Author(pubkey),
         };
-        Decision {
-            verdict,
-            enforced: mode == Mode::Enforce,
+        self.take(
+            Direction::Write,
+            Layer::PubkeyBucket,
+            bucket,
+            1,
+            AUTHOR_TEXT,
+        )?;
+        Ok(())
+    }
+
+    /// An outsider's EVENT in `limited`, before its signature: the
+    /// outsiders' shared budget, which a mined event at the current
+    /// adaptive difficulty passes. Before the signature because the budget
+    /// is nobody's: keys are free, so an unsigned claim spends no one
+    /// else's share, and a flood of strangers then costs no curve
+    /// arithmetic.
+    pub fn outsiders(
+        &mut self,
+        standing: &WriteStanding,
+        difficulty: u32,
+    ) -> Result<(), AuthorRefusal> {
+        if self.mode() == Mode::Off {
+            return Ok(());
+        }
+        let WriteStanding::Outsider(rule) = standing else {
+            return Ok(());
+        };
+        if rule.writes != OutsiderWrites::Limited || rule.mined(difficulty) {
+            return Ok(());
+        }
+        let taken = self.buckets.take(Bucket::Outsiders, 1, self.now_ns);
+        match self.bucket_answer(
+            Direction::Write,
+            Layer::OutsiderBudget,
+            taken,
+            OUTSIDER_TEXT,
+        ) {
+            Ok(()) => Ok(()),
+            Err(_) if rule.adaptive && rule.current > 0 => Err(AuthorRefusal::Pow {
+                required: rule.current,
+            }),
+            Err(r) => Err(AuthorRefusal::Limited(r)),
+        }
+    }
+
+    /// A query estimated at `estimate` units: its read cost
+    /// ([`Admission::read_cost`]), then `schedule` (the scheduler's admission,
+    /// [`Admission::schedule`], under the caller's lock). Whatever `schedule`
+    /// refuses gets the read cost back.
+    pub fn query<J, E: From<RateLimited>>(
+        &mut self,
+        who: &Principal,
+        conn: &mut TokenBucket,
+        estimate: u64,
+        schedule: impl FnOnce(&mut Self) -> Result<J, E>,
+    ) -> Result<J, E> {
+        self.read_cost(who, conn, estimate)?;
+        let admitted = schedule(self);
+        if admitted.is_err() {
+            let back = negative(estimate);
+            self.settle_read_cost(who, back);
+            self.settle_connection(conn, back);
+        }
+        admitted
+    }
+
+    /// Charges a query's estimated cost to the read budgets: its address's
+    /// (unless the tier is listed), its pubkey's (when authenticated), its
+    /// connection's `conn`. A budget that is not empty pays any estimate
+    /// (the rest becomes debt when the query settles), so a large query is
+    /// slowed, never refused forever. A refusal gives back what the
+    /// budgets before it took.
+    pub fn read_cost(
+        &mut self,
+        who: &Principal,
+        conn: &mut TokenBucket,
+        estimate: u64,
+    ) -> Result<(), RateLimited> {
+        if self.mode() == Mode::Off {
+            return Ok(());
+        }
+        let cost = u32::try_from(estimate).unwrap_or(u32::MAX);
+        let back = negative(estimate);
+        let read = Direction::Read;
+        if who.tier.charges_address {
+            let bucket = Bucket::Address(Quota::ReadCost, who.ip);
+            self.take(read, Layer::ReadBudgetIp, bucket, cost, READ_BUDGET_IP_TEXT)?;
+        }
+        if let ClientKey::Pubkey(p) = &who.key {
+            let bucket = Bucket::Pubkey(Quota::ReadCost, who.tier.index, p);
+            let text = READ_BUDGET_PUBKEY_TEXT;
+            if let Err(r) = self.take(read, Layer::ReadBudgetPubkey, bucket, cost, text) {
+                if who.tier.charges_address {
+                    let address = Bucket::Address(Quota::ReadCost, who.ip);
+                    self.buckets.settle(address, back, self.now_ns);
+                }
+                return Err(r);
+            }
+        }
+        let taken = conn.try_take(self.now_ns, cost);
+        let layer = Layer::ReadBudgetConnection;
+        if let Err(r) = self.bucket_answer(read, layer, taken, READ_BUDGET_CONNECTION_TEXT) {
+            self.settle_read_cost(who, back);
+            return Err(r);
+        }
+        Ok(())
+    }
+
+    /// Settles a query's cost with its client's read budgets (not its
+    /// connection's): a positive `delta_units` is charged, a negative one
+    /// refunded.
+    pub fn settle_read_cost(&mut self, who: &Principal, delta_units: i64) {
+        if self.mode() == Mode::Off || delta_units == 0 {
+            return;
+        }
+        if who.tier.charges_address {
+            let bucket = Bucket::Address(Quota::ReadCost, who.ip);
+            self.buckets.settle(bucket, delta_units, self.now_ns);
+        }
+        if let ClientKey::Pubkey(p) = &who.key {
+            let bucket = Bucket::Pubkey(Quota::ReadCost, who.tier.index, p);
+            self.buckets.settle(bucket, delta_units, self.now_ns);
+        }
+    }
+
+    /// Settles a query's cost with its connection's read budget.
+    pub fn settle_connection(&mut self, conn: &mut TokenBucket, delta_units: i64) {
+        if self.mode() == Mode::Off || delta_units == 0 {
+            return;
+        }
+        conn.settle(self.now_ns, delta_units);
+    }
+
+    /// The scheduler's admission of a query (its client is `who.key`,
+    /// weighed by its tier): its bounds hold in every mode; its deadline
+    /// only when enforced (in `shadow` a query past it is counted, not
+    /// refused).
+    pub fn schedule(
+        &mut self,
+        sched: &mut FairQueue<ClientKey>,
+        who: &Principal,
+        sink: u64,
+        estimate: u64,
+    ) -> Result<JobId, RateLimited> {
+        let mode = self.mode();
+        let deadline = Duration::from_millis(sched.config().deadline_ms);
+        if mode == Mode::Shadow && sched.estimated_wait(&who.key) > deadline {
+            let layer = Layer::QueryScheduler;
+            self.tally
+                .decision(Direction::Read, layer, Action::Refuse, false);
+        }
+        let enforce = mode == Mode::Enforce;
+        let weight = who.tier.weight;
+        sched
+            .submit_weighted(who.key, sink, estimate, weight, self.now_ns, enforce)
+            .inspect_err(|r| self.tally.refused(Direction::Read, r))
+    }
+
+    /// Drops the queries that waited past the deadline for their first
+    /// step (only when enforced); each is then answered
+    /// [`Admission::timed_out`].
+    pub fn expire(&mut self, sched: &mut FairQueue<ClientKey>) -> Vec<JobId> {
+        if self.mode() != Mode::Enforce {
+            return Vec::new();
+        }
+        sched.expire(self.now_ns)
+    }
+
+    /// The refusal of a query [`Admission::expire`] dropped, counted.
+    pub fn timed_out(&mut self, sched: &FairQueue<ClientKey>) -> RateLimited {
+        let retry_after = Duration::from_millis(sched.config().deadline_ms);
+        let r = RateLimited::of(Cause::Timeout, retry_after);
+        self.tally.refused(Direction::Read, &r);
+        r
+    }
+
+    /// A new connection from an address that has `open` connections: false
+    /// when that is the cap (`clients.max_connections_per_ip`) and the mode
+    /// enforces.
+    pub fn connection(&mut self, open: u32) -> bool {
+        let mode = self.mode();
+        if mode == Mode::Off || open < self.config.clients.max_connections_per_ip {
+            return true;
+        }
+        let enforced = mode == Mode::Enforce;
+        let layer = Layer::ConnectionsPerIp;
+        self.tally
+            .decision(Direction::Read, layer, Action::Refuse, enforced);
+        if enforced {
+            self.tally.connection_refused();
+        }
+        !enforced
+    }
+
+    /// The per-client buckets of one operation: its address's (unless its
+    /// tier is listed), then its pubkey's in its tier (when authenticated).
+    fn client_buckets(
+        &mut self,
+        dir: Direction,
+        who: &Principal,
+        quota: Quota,
+        [(address_layer, address_text), (pubkey_layer, pubkey_text)]: [(Layer, &'static str); 2],
+        cost: u32,
+    ) -> Result<(), RateLimited> {
+        if who.tier.charges_address {
+            let bucket = Bucket::Address(quota, who.ip);
+            self.take(dir, address_layer, bucket, cost, address_text)?;
+        }
+        if let ClientKey::Pubkey(p) = &who.key {
+            let bucket = Bucket::Pubkey(quota, who.tier.index, p);
+            self.take(dir, pubkey_layer, bucket, cost, pubkey_text)?;
+        }
+        Ok(())
+    }
+
+    /// Takes `cost` from one bucket (see [`Admission::bucket_answer`]).
+    fn take(
+        &mut self,
+        dir: Direction,
+        layer: Layer,
+        bucket: Bucket<'_>,
+        cost: u32,
+        text: &'static str,
+    ) -> Result<(), RateLimited> {
+        let taken = self.buckets.take(bucket, cost, self.now_ns);
+        self.bucket_answer(dir, layer, taken, text)
+    }
+
+    /// A bucket's answer: an empty bucket is a refusal, counted in every
+    /// mode and returned only when the mode enforces.
+    fn bucket_answer(
+        &mut self,
+        dir: Direction,
+        layer: Layer,
+        taken: Result<(), Duration>,
+        text: &'static str,
+    ) -> Result<(), RateLimited> {
+        let Err(retry_after) = taken else {
+            return Ok(());
+        };
+        self.refusal(dir, RateLimited::bucket(layer, retry_after, text))
+    }
+
+    /// A refusal decided: counted; applied when the mode enforces.
+    fn refusal(&mut self, dir: Direction, r: RateLimited) -> Result<(), RateLimited> {
+        let enforced = self.mode() == Mode::Enforce;
+        self.tally.decision(dir, r.layer, Action::Refuse, enforced);
+        if !enforced {
+            return Ok(());
+        }
+        self.tally.refused(dir, &r);
+        Err(r)
+    }
+
+    /// The controller's say on one operation of a connection (see
+    /// [`ConnPacer::check`]), counted and, when enforced, applied. A tier
+    /// of weight `w` counts as polite up to `w` times the polite rate and
+    /// waits `1/w` of the delay.
+    fn controller(
+        &mut self,
+        dir: Direction,
+        who: &Principal,
+        pacer: &mut ConnPacer,
+        published: Verdict,
+    ) -> Verdict {
+        let w = who.tier.weight.max(1);
+        let polite = self.config.clients.polite_ops_per_s * f64::from(w);
+        let d = pacer.check(dir, self.mode(), published, polite, self.now_ns);
+        match d.verdict {
+            Verdict::Allow => Verdict::Allow,
+            Verdict::Delay(delay) => {
+                let delay = delay / w;
+                let layer = Layer::Controller;
+                self.tally.decision(dir, layer, Action::Delay, d.enforced);
+                if !d.enforced {
+                    return Verdict::Allow;
+                }
+                self.tally.delayed(dir, delay);
+                Verdict::Delay(delay)
+            }
+            Verdict::Refuse(r) => match self.refusal(dir, r) {
+                Ok(()) => Verdict::Allow,
+                Err(r) => Verdict::Refuse(r),
+            },
         }
     }
 }
 
-/// Serde for durations as integer nanoseconds (JSON stays flat and the
-/// unit is in the field name).
-mod duration_ns {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        u64::deserialize(d).map(Duration::from_nanos)
-    }
+/// `-units`, saturating.
+fn negative(units: u64) -> i64 {
+    -i64::try_from(units).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]
 mod tests {
+    //! Deterministic: the time is an argument, the maps are plain
+    //! [`KeyedBuckets`], and the tally records what it is told.
+
+    use std::collections::HashMap;
+
     use super::*;
+    use crate::keyed::KeyedBuckets;
+    use crate::tiers::{ListedTier, Tiers, TiersConfig};
+    use crate::trust::OutsiderRule;
 
-    fn state(raw: f64, config: &PidConfig) -> PidState {
-        PidState {
-            raw_output: raw,
-            output: raw.clamp(config.output_min, config.output_max),
-            ..PidState::default()
+    const MS: u64 = 1_000_000;
+    const SECOND: u64 = 1_000 * MS;
+
+    /// Plain maps: per address by quota, per pubkey by (quota, tier), and
+    /// the authors'; every bucket taken from is logged.
+    struct Maps {
+        cfg: ClientsConfig,
+        address: HashMap<Quota, KeyedBuckets<IpAddr>>,
+        pubkey: HashMap<(Quota, u8), KeyedBuckets<[u8; 32]>>,
+        author: KeyedBuckets<[u8; 32]>,
+        kinds: HashMap<u8, KeyedBuckets<[u8; 32]>>,
+        outsiders: TokenBucket,
+        log: Vec<String>,
+    }
+
+    impl Maps {
+        fn new(cfg: &ClientsConfig) -> Maps {
+            let keyed = |b| KeyedBuckets::new(b, 100).unwrap();
+            let address = [
+                (Quota::Events, keyed(cfg.events_per_ip)),
+                (Quota::Requests, keyed(cfg.reqs_per_ip)),
+                (Quota::ReadCost, keyed(cfg.read_cost_per_ip)),
+            ];
+            Maps {
+                cfg: cfg.clone(),
+                address: address.into_iter().collect(),
+                pubkey: HashMap::new(),
+                author: KeyedBuckets::new(cfg.events_per_pubkey, 100).unwrap(),
+                kinds: HashMap::new(),
+                // Two EVENTs back to back, one a second.
+                outsiders: TokenBucket::new(
+                    BucketConfig {
+                        rate_per_s: 1.0,
+                        burst_ratio: 1.0,
+                        window_ms: 2000,
+                        catch_up_ms: 0,
+                    },
+                    0,
+                )
+                .unwrap(),
+                log: Vec::new(),
+            }
+        }
+
+        fn tier(&mut self, quota: Quota, tier: u8) -> &mut KeyedBuckets<[u8; 32]> {
+            let cfg = &self.cfg;
+            self.pubkey
+                .entry((quota, tier))
+                .or_insert_with(|| KeyedBuckets::new(tier_bucket(cfg, quota, 1.0), 100).unwrap())
+        }
+
+        /// Whether `cost` could be taken now (nothing is kept).
+        fn could_take(&mut self, bucket: Bucket<'_>, cost: u32, now_ns: u64) -> bool {
+            let ok = self.take(bucket, cost, now_ns).is_ok();
+            self.log.pop();
+            if ok {
+                self.settle(bucket, -i64::from(cost), now_ns);
+            }
+            ok
+        }
+    }
+
+    impl Buckets for Maps {
+        fn take(&mut self, bucket: Bucket<'_>, cost: u32, now_ns: u64) -> Result<(), Duration> {
+            let (name, r) = match bucket {
+                Bucket::Address(q, ip) => (
+                    format!("address {q:?}"),
+                    self.address.get_mut(&q).unwrap().check(&ip, now_ns, cost),
+                ),
+                Bucket::Pubkey(q, t, p) => (
+                    format!("tier {t} {q:?}"),
+                    self.tier(q, t).check(p, now_ns, cost),
+                ),
+                Bucket::Author(p) => ("author".into(), self.author.check(p, now_ns, cost)),
+                Bucket::AuthorKind(k, p) => {
+                    let b = self.cfg.kinds[usize::from(k)].bucket();
+                    let map = self
+                        .kinds
+                        .entry(k)
+                        .or_insert_with(|| KeyedBuckets::new(b, 100).unwrap());
+                    (format!("kind class {k}"), map.check(p, now_ns, cost))
+                }
+                Bucket::Outsiders => ("outsiders".into(), self.outsiders.try_take(now_ns, cost)),
+            };
+            self.log.push(name);
+            r
+        }
+
+        fn settle(&mut self, bucket: Bucket<'_>, delta: i64, now_ns: u64) {
+            match bucket {
+                Bucket::Address(q, ip) => {
+                    self.address.get_mut(&q).unwrap().settle(&ip, now_ns, delta)
+                }
+                Bucket::Pubkey(q, t, p) => self.tier(q, t).settle(p, now_ns, delta),
+                Bucket::Author(p) => self.author.settle(p, now_ns, delta),
+                Bucket::AuthorKind(k, p) => {
+                    if let Some(map) = self.kinds.get_mut(&k) {
+                        map.settle(p, now_ns, delta)
+                    }
+                }
+                Bucket::Outsiders => self.outsiders.settle(now_ns, delta),
+            }
+        }
+    }
+
+    /// What was counted, as metric-like lines.
+    #[derive(Default)]
+    struct Counted(Vec<String>);
+
+    impl Counted {
+        fn has(&self, line: &str) -> bool {
+            self.0.iter().any(|l| l == line)
+        }
+    }
+
+    impl Tally for Counted {
+        fn decision(&mut self, dir: Direction, layer: Layer, action: Action, enforced: bool) {
+            let (d, l, a) = (dir.as_str(), layer.as_str(), action.as_str());
+            self.0.push(format!("decision {d} {l} {a} {enforced}"));
+        }
+
+        fn refused(&mut self, dir: Direction, r: &RateLimited) {
+            let (d, l, c) = (dir.as_str(), r.layer.as_str(), r.cause.as_str());
+            self.0.push(format!("refused {d} {l} {c}"));
+        }
+
+        fn delayed(&mut self, dir: Direction, delay: Duration) {
+            let d = dir.as_str();
+            self.0.push(format!("delayed {d} {}ms", delay.as_millis()));
+        }
+
+        fn connection_refused(&mut self) {
+            self.0.push("connection refused".into());
+        }
+    }
+
+    /// Request buckets of two operations back to back and one a second
+    /// (no catch-up); read budgets of 1,000 units, 100 a second.
+    fn config(mode: Mode) -> ThrottleConfig {
+        let mut cfg = ThrottleConfig {
+            mode,
+            ..ThrottleConfig::default()
+        };
+        let c = &mut cfg.clients;
+        let tight = BucketConfig {
+            rate_per_s: 1.0,
+            burst_ratio: 1.0,
+            window_ms: 2000,
+            catch_up_ms: 0,
+        };
+        let budget = BucketConfig {
+            rate_per_s: 100.0,
+            window_ms: 10_000,
+            ..tight
+        };
+        (c.events_per_ip, c.reqs_per_ip, c.events_per_pubkey) = (tight, tight, tight);
+        (c.read_cost_per_ip, c.read_cost_per_connection) = (budget, budget);
+        c.polite_ops_per_s = 5.0;
+        cfg
+    }
+
+    /// Buckets that never refuse: only the controller acts.
+    fn roomy(mode: Mode) -> ThrottleConfig {
+        let mut cfg = config(mode);
+        let c = &mut cfg.clients;
+        let roomy = BucketConfig {
+            rate_per_s: 1e6,
+            ..BucketConfig::default()
+        };
+        (c.events_per_ip, c.reqs_per_ip, c.events_per_pubkey) = (roomy, roomy, roomy);
+        cfg
+    }
+
+    const PUBKEY: [u8; 32] = [7; 32];
+    const LISTED: [u8; 32] = [9; 32];
+
+    fn ip() -> IpAddr {
+        "192.0.2.1".parse().unwrap()
+    }
+
+    /// Authenticated weighs 2 (the default), the listed `trusted` 4.
+    fn tiers() -> Tiers {
+        let mut cfg = TiersConfig::default();
+        cfg.listed.push(ListedTier {
+            name: "trusted".into(),
+            weight: 4,
+            rate_multiplier: 1.0,
+            pubkeys: vec![LISTED.iter().map(|b| format!("{b:02x}")).collect()],
+        });
+        Tiers::new(&cfg)
+    }
+
+    /// One test's world: a config, the maps, the tally.
+    struct World {
+        cfg: ThrottleConfig,
+        maps: Maps,
+        counted: Counted,
+    }
+
+    impl World {
+        fn new(cfg: ThrottleConfig) -> World {
+            World {
+                maps: Maps::new(&cfg.clients),
+                cfg,
+                counted: Counted::default(),
+            }
+        }
+
+        fn at<R>(
+            &mut self,
+            now_ns: u64,
+            f: impl FnOnce(&mut Admission<'_, &mut Maps, &mut Counted>) -> R,
+        ) -> R {
+            let mut c = Admission {
+                config: &self.cfg,
+                buckets: &mut self.maps,
+                tally: &mut self.counted,
+                now_ns,
+            };
+            f(&mut c)
+        }
+
+        /// One EVENT of a fresh connection (the controller allows).
+        fn event(&mut self, who: &Principal, now_ns: u64) -> Verdict {
+            let mut pacer = ConnPacer::new(1);
+            self.at(now_ns, |c| {
+                c.operation(Op::Event, who, &mut pacer, Verdict::Allow)
+            })
+        }
+    }
+
+    fn refusal(v: Verdict) -> RateLimited {
+        match v {
+            Verdict::Refuse(r) => r,
+            other => panic!("not refused: {other:?}"),
         }
     }
 
     #[test]
-    fn verdict_from_controller() {
-        let c = PidConfig::write_default();
-        assert_eq!(
-            Verdict::from_controller(&state(0.0, &c), &c, None),
-            Verdict::Allow
-        );
-        assert_eq!(
-            Verdict::from_controller(&state(-0.3, &c), &c, None),
-            Verdict::Allow
-        );
-        assert_eq!(
-            Verdict::from_controller(&state(0.25, &c), &c, None),
-            Verdict::Delay(Duration::from_millis(250))
-        );
-        assert_eq!(
-            Verdict::from_controller(&state(1.0, &c), &c, None),
-            Verdict::Delay(Duration::from_secs(1)),
-            "exactly the cap is still a delay"
-        );
-        assert_eq!(
-            Verdict::from_controller(&state(1.5, &c), &c, None),
-            Verdict::refuse(Cause::OverCap, Duration::from_millis(1500))
-        );
-        assert_eq!(
-            Verdict::from_controller(&state(0.0, &c), &c, Some(Duration::from_secs(5))),
-            Verdict::refuse(Cause::Emergency, Duration::from_secs(5))
-        );
-    }
-
-    #[test]
-    fn a_lower_output_max_is_a_lower_cap() {
-        let mut c = PidConfig::read_default();
-        c.output_max = 0.5;
-        // 200 ms scale, cap 100 ms: asking for 120 ms refuses.
-        let v = Verdict::from_controller(&state(0.6, &c), &c, None);
-        assert!(v.is_refuse(), "{v:?}");
-        let v = Verdict::from_controller(&state(0.5, &c), &c, None);
-        assert_eq!(v, Verdict::Delay(Duration::from_millis(100)));
-    }
-
-    #[test]
-    fn bits_round_trip() {
-        let cases = [
-            Verdict::Allow,
-            Verdict::Delay(Duration::from_nanos(1)),
-            Verdict::Delay(Duration::from_millis(734)),
-            Verdict::refuse(Cause::Emergency, Duration::from_secs(5)),
-            Verdict::refuse(Cause::OverCap, Duration::from_millis(1500)),
-        ];
-        for v in cases {
-            assert_eq!(Verdict::from_bits(v.to_bits()), v);
+    fn an_unlisted_pubkey_is_charged_to_its_pubkey_and_its_address_a_listed_one_to_its_pubkey() {
+        let tiers = tiers();
+        for (pubkeys, charged) in [
+            (&[][..], &["address Events"][..]),
+            (&[PUBKEY][..], &["address Events", "tier 1 Events"][..]),
+            (&[LISTED][..], &["tier 2 Events"][..]),
+        ] {
+            let mut w = World::new(config(Mode::Enforce));
+            let who = tiers.principal(ip(), pubkeys);
+            assert_eq!(w.event(&who, 0), Verdict::Allow);
+            assert_eq!(w.maps.log, charged, "{}", who.tier.name);
+            assert!(w.counted.0.is_empty(), "{:?}", w.counted.0);
         }
-        let huge = Verdict::Delay(Duration::from_secs(u64::MAX));
+    }
+
+    #[test]
+    fn the_layer_that_refused_an_event_and_its_text() {
+        let tiers = tiers();
+        let authed = tiers.principal(ip(), &[PUBKEY]);
+        let mut w = World::new(config(Mode::Enforce));
+        // Two back to back; the third is refused by the address's bucket.
+        assert_eq!(w.event(&authed, 0), Verdict::Allow);
+        assert_eq!(w.event(&authed, 0), Verdict::Allow);
+        let r = refusal(w.event(&authed, 0));
+        assert_eq!((r.layer, r.cause), (Layer::IpBucket, Cause::Rate));
+        assert_eq!(r.message, "too many events from your address");
+        let hint = r.retry_after;
+        assert!(hint > Duration::from_millis(900) && hint < Duration::from_millis(1100));
+        // The same pubkey from another address: its pubkey's bucket.
+        let elsewhere = tiers.principal("192.0.2.2".parse().unwrap(), &[PUBKEY]);
+        let r = refusal(w.event(&elsewhere, 0));
+        assert_eq!(r.layer, Layer::PubkeyBucket);
+        assert_eq!(r.message, "too many events from your pubkey");
+        // After its signature: the author's bucket.
+        let anyone = WriteStanding::Trusted {
+            distance: 1,
+            tier: None,
+        };
+        for _ in 0..2 {
+            assert_eq!(w.at(0, |c| c.author(&LISTED, 1, &anyone)), Ok(()));
+        }
+        let Err(AuthorRefusal::Limited(r)) = w.at(0, |c| c.author(&LISTED, 1, &anyone)) else {
+            panic!("not limited")
+        };
+        assert_eq!(r.layer, Layer::PubkeyBucket);
+        assert_eq!(r.message, "too many events from this author");
         assert_eq!(
-            Verdict::from_bits(huge.to_bits()),
-            Verdict::Delay(Duration::from_nanos(NS_MASK))
+            w.counted.0,
+            [
+                "decision write ip_bucket refuse true",
+                "refused write ip_bucket rate",
+                "decision write pubkey_bucket refuse true",
+                "refused write pubkey_bucket rate",
+                "decision write pubkey_bucket refuse true",
+                "refused write pubkey_bucket rate",
+            ]
+        );
+        // A second later the address has a token again.
+        assert_eq!(w.event(&authed, SECOND + MS), Verdict::Allow);
+    }
+
+    #[test]
+    fn requests_take_the_same_path_with_their_own_buckets_and_texts() {
+        let who = Principal::anonymous(ip());
+        let mut w = World::new(config(Mode::Enforce));
+        let mut pacer = ConnPacer::new(1);
+        let mut req = |w: &mut World| {
+            w.at(0, |c| {
+                c.operation(Op::Request, &who, &mut pacer, Verdict::Allow)
+            })
+        };
+        assert_eq!(req(&mut w), Verdict::Allow);
+        assert_eq!(req(&mut w), Verdict::Allow);
+        let r = refusal(req(&mut w));
+        assert_eq!(r.message, "too many requests from your address");
+        assert_eq!(w.maps.log, ["address Requests"; 3]);
+        assert!(w.counted.has("refused read ip_bucket rate"));
+        // EVENTs are metered apart.
+        assert_eq!(w.event(&who, 0), Verdict::Allow);
+    }
+
+    #[test]
+    fn shadow_counts_every_decision_and_applies_none() {
+        let who = Principal::anonymous(ip());
+        let mut w = World::new(config(Mode::Shadow));
+        for _ in 0..5 {
+            assert_eq!(w.event(&who, 0), Verdict::Allow);
+        }
+        // Three would-be refusals, none applied (no `refused` line).
+        assert_eq!(w.counted.0, ["decision write ip_bucket refuse false"; 3]);
+        // The controller too: a published refusal is counted, not applied.
+        let mut w = World::new(roomy(Mode::Shadow));
+        let over = Verdict::refuse(Cause::OverCap, Duration::from_secs(1));
+        let mut pacer = ConnPacer::new(1);
+        for k in 1..=20 {
+            let v = w.at(k * MS, |c| c.operation(Op::Event, &who, &mut pacer, over));
+            assert_eq!(v, Verdict::Allow);
+        }
+        assert!(w.counted.has("decision write controller refuse false"));
+        assert!(w.counted.0.iter().all(|l| !l.starts_with("refused")));
+        // And the read budgets.
+        let mut w = World::new(config(Mode::Shadow));
+        let mut conn = TokenBucket::new(w.cfg.clients.read_cost_per_connection, 0).unwrap();
+        for _ in 0..3 {
+            assert_eq!(w.at(0, |c| c.read_cost(&who, &mut conn, 1000)), Ok(()));
+        }
+        assert!(w.counted.has("decision read read_budget_ip refuse false"));
+        assert!(
+            w.counted
+                .has("decision read read_budget_connection refuse false")
         );
     }
 
     #[test]
-    fn delays_are_batched_refusals_are_not() {
-        let delay = Verdict::Delay(Duration::from_millis(100));
-        let mut a = DelayBatcher::new(10);
-        let delayed = (0..100)
-            .filter(|_| a.check(Mode::Enforce, delay).action() != Verdict::Allow)
+    fn outsiders_share_one_budget_that_the_current_work_passes_and_a_trusted_tier_has_its_own_bucket()
+     {
+        let mut w = World::new(roomy(Mode::Enforce));
+        let limited = |adaptive, current| {
+            WriteStanding::Outsider(OutsiderRule {
+                writes: OutsiderWrites::Limited,
+                floor: 0,
+                current,
+                adaptive,
+            })
+        };
+        // Two outsiders' EVENTs take the shared budget, whoever signs them.
+        assert_eq!(w.at(0, |c| c.outsiders(&limited(false, 0), 0)), Ok(()));
+        assert_eq!(w.at(0, |c| c.outsiders(&limited(false, 0), 0)), Ok(()));
+        let Err(AuthorRefusal::Limited(r)) = w.at(0, |c| c.outsiders(&limited(false, 0), 0)) else {
+            panic!("the budget is spent")
+        };
+        assert_eq!((r.layer, r.cause), (Layer::OutsiderBudget, Cause::Rate));
+        assert_eq!(r.message, OUTSIDER_TEXT);
+        // Adaptive: the refusal asks for the work, and the work passes.
+        assert_eq!(
+            w.at(0, |c| c.outsiders(&limited(true, 9), 8)),
+            Err(AuthorRefusal::Pow { required: 9 })
+        );
+        assert_eq!(w.at(0, |c| c.outsiders(&limited(true, 9), 9)), Ok(()));
+        // Work counts only when adaptive asks for it.
+        assert!(w.at(0, |c| c.outsiders(&limited(false, 9), 30)).is_err());
+        // The other modes do not touch the budget here.
+        let pow = WriteStanding::Outsider(OutsiderRule {
+            writes: OutsiderWrites::Pow,
+            floor: 0,
+            current: 0,
+            adaptive: false,
+        });
+        assert_eq!(w.at(0, |c| c.outsiders(&pow, 0)), Ok(()));
+        // A trusted author with a tier: that tier's pubkey bucket.
+        let tiered = WriteStanding::Trusted {
+            distance: 1,
+            tier: Some(2),
+        };
+        w.maps.log.clear();
+        assert_eq!(w.at(0, |c| c.author(&[5; 32], 1, &tiered)), Ok(()));
+        assert_eq!(w.maps.log, ["tier 2 Events"]);
+        // After a second the budget holds one more.
+        assert_eq!(w.at(SECOND, |c| c.outsiders(&limited(false, 0), 0)), Ok(()));
+    }
+
+    #[test]
+    fn a_kind_class_has_its_own_bucket_per_author_so_reactions_do_not_spend_notes() {
+        let mut cfg = config(Mode::Enforce);
+        cfg.clients.kinds.push(crate::config::KindLimit {
+            name: "reactions".into(),
+            kinds: vec![7, 6],
+            rate_per_s: 1.0,
+            burst_ratio: 1.0,
+            window_ms: 3000,
+            catch_up_ms: 0,
+        });
+        cfg.validate().unwrap();
+        let mut w = World::new(cfg);
+        let anyone = WriteStanding::Trusted {
+            distance: 1,
+            tier: None,
+        };
+        // Three reactions back to back, then the class's bucket refuses...
+        for _ in 0..3 {
+            assert_eq!(w.at(0, |c| c.author(&PUBKEY, 7, &anyone)), Ok(()));
+        }
+        assert!(w.at(0, |c| c.author(&PUBKEY, 6, &anyone)).is_err());
+        // ...while the same author's notes still have their two.
+        assert_eq!(w.at(0, |c| c.author(&PUBKEY, 1, &anyone)), Ok(()));
+        assert_eq!(w.at(0, |c| c.author(&PUBKEY, 1, &anyone)), Ok(()));
+        assert!(w.at(0, |c| c.author(&PUBKEY, 1, &anyone)).is_err());
+        assert!(w.maps.log.contains(&"kind class 0".to_string()));
+        // Another author's reactions are their own.
+        assert_eq!(w.at(0, |c| c.author(&LISTED, 7, &anyone)), Ok(()));
+    }
+
+    #[test]
+    fn off_decides_nothing() {
+        let who = Principal::anonymous(ip());
+        let mut w = World::new(config(Mode::Off));
+        for _ in 0..10 {
+            assert_eq!(w.event(&who, 0), Verdict::Allow);
+        }
+        let outsider = WriteStanding::Outsider(OutsiderRule {
+            writes: OutsiderWrites::Limited,
+            floor: 0,
+            current: 0,
+            adaptive: false,
+        });
+        for _ in 0..10 {
+            assert_eq!(w.at(0, |c| c.outsiders(&outsider, 0)), Ok(()));
+        }
+        let mut conn = TokenBucket::new(w.cfg.clients.read_cost_per_connection, 0).unwrap();
+        for _ in 0..3 {
+            assert_eq!(w.at(0, |c| c.read_cost(&who, &mut conn, 1000)), Ok(()));
+        }
+        assert!(w.maps.log.is_empty() && w.counted.0.is_empty());
+    }
+
+    #[test]
+    fn delays_are_divided_by_the_weight_and_polite_connections_pass() {
+        let tiers = tiers();
+        let delay = Verdict::Delay(Duration::from_millis(400));
+        for (pubkeys, expect_ms) in [(&[][..], 400), (&[PUBKEY][..], 200), (&[LISTED][..], 100)] {
+            let who = tiers.principal(ip(), pubkeys);
+            let mut w = World::new(roomy(Mode::Enforce));
+            // 1,000 a second: far above the polite rate (5/s × weight).
+            let mut pacer = ConnPacer::new(1);
+            let last = (1..=50)
+                .map(|k| w.at(k * MS, |c| c.operation(Op::Event, &who, &mut pacer, delay)))
+                .last();
+            let expect = Duration::from_millis(expect_ms);
+            assert_eq!(last, Some(Verdict::Delay(expect)), "{}", who.tier.name);
+            assert!(w.counted.has(&format!("delayed write {expect_ms}ms")));
+            assert!(w.counted.has("decision write controller delay true"));
+            // One a second: polite, never delayed.
+            let mut pacer = ConnPacer::new(1);
+            for k in 1..=20 {
+                let v = w.at(100 * SECOND + k * SECOND, |c| {
+                    c.operation(Op::Event, &who, &mut pacer, delay)
+                });
+                assert_eq!(v, Verdict::Allow);
+            }
+        }
+        // Reads are never delayed.
+        let who = Principal::anonymous(ip());
+        let mut w = World::new(roomy(Mode::Enforce));
+        let mut pacer = ConnPacer::new(1);
+        for k in 1..=50 {
+            let v = w.at(k * MS, |c| {
+                c.operation(Op::Request, &who, &mut pacer, delay)
+            });
+            assert_eq!(v, Verdict::Allow);
+        }
+        assert!(w.counted.0.is_empty(), "{:?}", w.counted.0);
+    }
+
+    #[test]
+    fn an_emergency_refuses_even_a_polite_connection_with_the_controllers_text() {
+        let who = Principal::anonymous(ip());
+        let mut w = World::new(config(Mode::Enforce));
+        let emergency = Verdict::refuse(Cause::Emergency, Duration::from_secs(3));
+        let mut pacer = ConnPacer::new(1);
+        let v = w.at(SECOND, |c| {
+            c.operation(Op::Event, &who, &mut pacer, emergency)
+        });
+        let r = refusal(v);
+        assert_eq!((r.layer, r.cause), (Layer::Controller, Cause::Emergency));
+        assert_eq!(r.message, "relay memory is over its limit");
+        assert_eq!(r.retry_after, Duration::from_secs(3));
+        assert_eq!(
+            w.counted.0,
+            [
+                "decision write controller refuse true",
+                "refused write controller emergency"
+            ]
+        );
+    }
+
+    /// The read budgets, each refusing in turn, and what each refusal
+    /// gives back: a refused query leaves no charge behind.
+    #[test]
+    fn read_budgets_name_their_layer_and_refund_what_they_took() {
+        let tiers = tiers();
+        let authed = tiers.principal(ip(), &[PUBKEY]);
+        let address = Bucket::Address(Quota::ReadCost, ip());
+        let pubkey = Bucket::Pubkey(Quota::ReadCost, 1, &PUBKEY);
+        let conn_budget = config(Mode::Enforce).clients.read_cost_per_connection;
+        let fresh_conn = || TokenBucket::new(conn_budget, 0).unwrap();
+        // A whole budget (1,000 units) can be taken only from a full one.
+        let full = |w: &mut World, b| w.maps.could_take(b, 1000, 0);
+
+        // The pubkey's budget is spent (by the same pubkey elsewhere): the
+        // refusal names it, and the address gets its charge back.
+        let mut w = World::new(config(Mode::Enforce));
+        let elsewhere = tiers.principal("192.0.2.9".parse().unwrap(), &[PUBKEY]);
+        let mut conn = fresh_conn();
+        assert_eq!(
+            w.at(0, |c| c.read_cost(&elsewhere, &mut conn, 1000)),
+            Ok(())
+        );
+        let mut conn = fresh_conn();
+        let r = w
+            .at(0, |c| c.read_cost(&authed, &mut conn, 10))
+            .unwrap_err();
+        assert_eq!((r.layer, r.cause), (Layer::ReadBudgetPubkey, Cause::Rate));
+        assert_eq!(r.message, "your pubkey has read too much; slow down");
+        assert!(full(&mut w, address), "the address was refunded");
+        assert!(w.counted.has("refused read read_budget_pubkey rate"));
+
+        // The connection's budget is spent: address and pubkey refunded.
+        let mut w = World::new(config(Mode::Enforce));
+        let mut conn = fresh_conn();
+        conn.try_take(0, 1000).unwrap();
+        let r = w
+            .at(0, |c| c.read_cost(&authed, &mut conn, 10))
+            .unwrap_err();
+        assert_eq!(r.layer, Layer::ReadBudgetConnection);
+        assert_eq!(r.message, "this connection has read too much; slow down");
+        assert!(full(&mut w, address) && full(&mut w, pubkey));
+
+        // The address's budget is spent: nothing else is charged.
+        let mut w = World::new(config(Mode::Enforce));
+        w.maps.take(address, 1000, 0).unwrap();
+        let mut conn = fresh_conn();
+        let r = w
+            .at(0, |c| c.read_cost(&authed, &mut conn, 10))
+            .unwrap_err();
+        assert_eq!(r.layer, Layer::ReadBudgetIp);
+        assert_eq!(r.message, "your address has read too much; slow down");
+        assert!(full(&mut w, pubkey));
+        assert!(conn.try_take(0, 1000).is_ok(), "the connection untouched");
+
+        // A query the scheduler refuses gets every charge back.
+        let mut w = World::new(config(Mode::Enforce));
+        let mut conn = fresh_conn();
+        let refused: Result<(), RateLimited> = w.at(0, |c| {
+            c.query(&authed, &mut conn, 400, |_| {
+                Err(RateLimited::of(Cause::QueueFull, Duration::from_secs(1)))
+            })
+        });
+        assert_eq!(refused.unwrap_err().layer, Layer::QueryScheduler);
+        assert!(full(&mut w, address) && full(&mut w, pubkey));
+        assert!(conn.try_take(0, 1000).is_ok(), "the connection refunded");
+
+        // An admitted one keeps its charge until it settles.
+        let mut conn = fresh_conn();
+        let admitted: Result<u8, RateLimited> =
+            w.at(0, |c| c.query(&authed, &mut conn, 400, |_| Ok(1)));
+        assert_eq!(admitted, Ok(1));
+        assert!(!full(&mut w, address) && !full(&mut w, pubkey));
+        assert!(w.maps.could_take(address, 600, 0));
+        w.at(0, |c| c.settle_read_cost(&authed, -400));
+        assert!(full(&mut w, address) && full(&mut w, pubkey));
+        // The connection settles apart (its session does it).
+        assert!(conn.try_take(0, 1000).is_err());
+        w.at(0, |c| c.settle_connection(&mut conn, -400));
+        assert!(conn.try_take(0, 1000).is_ok());
+    }
+
+    /// A listed pubkey is not charged to its address's read budget.
+    #[test]
+    fn a_listed_pubkey_reads_on_its_own_budget() {
+        let who = tiers().principal(ip(), &[LISTED]);
+        let mut w = World::new(config(Mode::Enforce));
+        let mut conn = TokenBucket::new(w.cfg.clients.read_cost_per_connection, 0).unwrap();
+        assert_eq!(w.at(0, |c| c.read_cost(&who, &mut conn, 10)), Ok(()));
+        assert_eq!(w.maps.log, ["tier 2 ReadCost"]);
+    }
+
+    #[test]
+    fn the_scheduler_refuses_past_its_deadline_only_when_enforced() {
+        // Only the deadline bounds it: 10 ms, at the 1 us a unit assumed
+        // before any step ran.
+        let queries = crate::config::QueriesConfig {
+            slots: 1,
+            deadline_ms: 10,
+            max_open_units: 1_000_000_000_000,
+            max_open_units_per_client: 1_000_000_000_000,
+            max_queued: 100_000,
+            max_queued_per_client: 100_000,
+            ..crate::config::QueriesConfig::default()
+        };
+        let who = Principal::anonymous(ip());
+        for (mode, enforced, counted_as) in [
+            (Mode::Enforce, true, "refused read query_scheduler deadline"),
+            (
+                Mode::Shadow,
+                false,
+                "decision read query_scheduler refuse false",
+            ),
+        ] {
+            let mut w = World::new(config(mode));
+            let mut sched = FairQueue::new(queries.clone()).unwrap();
+            let refused = (0..20)
+                .filter(|_| w.at(0, |c| c.schedule(&mut sched, &who, 1, 5_000)).is_err())
+                .count();
+            assert_eq!(refused > 0, enforced, "{mode:?}");
+            assert!(w.counted.has(counted_as), "{:?}", w.counted.0);
+            // Expiry is enforcement too.
+            let expired = w.at(10 * SECOND, |c| c.expire(&mut sched));
+            assert_eq!(expired.is_empty(), !enforced, "{mode:?}");
+            if enforced {
+                let r = w.at(0, |c| c.timed_out(&sched));
+                assert_eq!((r.layer, r.cause), (Layer::QueryScheduler, Cause::Timeout));
+                assert_eq!(r.retry_after, Duration::from_millis(10));
+                assert!(w.counted.has("refused read query_scheduler timeout"));
+            }
+        }
+    }
+
+    #[test]
+    fn the_connection_cap_is_enforced_and_shadowed() {
+        let mut counted = Counted::default();
+        for (mode, allowed) in [
+            (Mode::Enforce, false),
+            (Mode::Shadow, true),
+            (Mode::Off, true),
+        ] {
+            let mut w = World::new(config(mode));
+            w.cfg.clients.max_connections_per_ip = 2;
+            assert!(w.at(0, |c| c.connection(1)));
+            assert_eq!(w.at(0, |c| c.connection(2)), allowed, "{mode:?}");
+            counted.0.append(&mut w.counted.0);
+        }
+        assert_eq!(
+            counted.0,
+            [
+                "decision read connections_per_ip refuse true",
+                "connection refused",
+                "decision read connections_per_ip refuse false",
+            ]
+        );
+    }
+
+    #[test]
+    fn rates_follow_their_directions_controller() {
+        let c = ClientsConfig::default();
+        let r = Rates::after(&c, 0.5, 0.0);
+        assert_eq!(r.events_per_ip, c.events_per_ip.rate_per_s * 0.5);
+        assert_eq!(r.reqs_per_ip, c.reqs_per_ip.rate_per_s);
+        assert_eq!(r.read_cost_per_ip, c.read_cost_per_ip.rate_per_s);
+        assert_eq!(
+            r.tier(Quota::Events, 3.0),
+            c.events_per_ip.rate_per_s * 0.5 * 3.0
+        );
+        let t = tier_bucket(&c, Quota::ReadCost, 2.0);
+        assert_eq!(t.rate_per_s, c.read_cost_per_ip.rate_per_s * 2.0);
+        assert_eq!(t.window_ms, c.read_cost_per_ip.window_ms);
+    }
+
+    #[test]
+    fn a_spent_outsider_budget_asks_for_work_only_when_adaptive_work_is_asked() {
+        let limited = |adaptive, current| {
+            WriteStanding::Outsider(OutsiderRule {
+                writes: OutsiderWrites::Limited,
+                floor: 0,
+                current,
+                adaptive,
+            })
+        };
+        let mut w = World::new(roomy(Mode::Enforce));
+        for _ in 0..2 {
+            assert_eq!(w.at(0, |c| c.outsiders(&limited(false, 0), 0)), Ok(()));
+        }
+        for (adaptive, current) in [(false, 9), (true, 0), (false, 0)] {
+            let refused = w.at(0, |c| c.outsiders(&limited(adaptive, current), 0));
+            assert!(
+                matches!(refused, Err(AuthorRefusal::Limited(_))),
+                "adaptive {adaptive}, current {current}: {refused:?}"
+            );
+        }
+        assert_eq!(
+            w.at(0, |c| c.outsiders(&limited(true, 4), 0)),
+            Err(AuthorRefusal::Pow { required: 4 })
+        );
+    }
+
+    #[test]
+    fn off_settles_nothing() {
+        let who = tiers().principal(ip(), &[PUBKEY]);
+        let mut w = World::new(config(Mode::Off));
+        w.at(0, |c| c.settle_read_cost(&who, 1000));
+        let address = Bucket::Address(Quota::ReadCost, ip());
+        let pubkey = Bucket::Pubkey(Quota::ReadCost, 1, &PUBKEY);
+        assert!(w.maps.could_take(address, 1000, 0));
+        assert!(w.maps.could_take(pubkey, 1000, 0));
+        let mut conn = TokenBucket::new(w.cfg.clients.read_cost_per_connection, 0).unwrap();
+        w.at(0, |c| c.settle_connection(&mut conn, 1000));
+        assert!(conn.try_take(0, 1000).is_ok());
+        // Enforced, the same settlements charge.
+        let mut w = World::new(config(Mode::Enforce));
+        w.at(0, |c| c.settle_read_cost(&who, 1000));
+        assert!(!w.maps.could_take(address, 1, 0));
+        let mut conn = TokenBucket::new(w.cfg.clients.read_cost_per_connection, 0).unwrap();
+        w.at(0, |c| c.settle_connection(&mut conn, 1000));
+        assert!(conn.try_take(0, 1).is_err());
+    }
+
+    #[test]
+    fn shadow_counts_a_query_past_the_deadline_not_one_at_it_and_enforce_counts_no_shadow_line() {
+        let queries = crate::config::QueriesConfig {
+            slots: 1,
+            deadline_ms: 10,
+            max_open_units: 1_000_000_000_000,
+            max_open_units_per_client: 1_000_000_000_000,
+            max_queued: 100_000,
+            max_queued_per_client: 100_000,
+            ..crate::config::QueriesConfig::default()
+        };
+        let who = Principal::anonymous(ip());
+        let other = Principal::anonymous("192.0.2.2".parse().unwrap());
+        let deadline = Duration::from_millis(10);
+        let shadow_line = "decision read query_scheduler refuse false";
+        // Shadow, an empty queue: nothing to count.
+        let mut w = World::new(config(Mode::Shadow));
+        let mut sched = FairQueue::new(queries.clone()).unwrap();
+        assert!(sched.estimated_wait(&who.key) < deadline);
+        w.at(0, |c| c.schedule(&mut sched, &other, 1, 1)).unwrap();
+        assert!(w.counted.0.is_empty(), "{:?}", w.counted.0);
+        // Raise the wait to the deadline exactly: still not past it.
+        let mut sched = FairQueue::new(queries.clone()).unwrap();
+        // Before any step ran a unit counts 1 us: newcomers' first steps
+        // of 10,000 units in all put a new flow 10 ms behind.
+        let mut n = 0u32;
+        while sched.estimated_wait(&who.key) < deadline {
+            n += 1;
+            assert!(n < 1_000, "the wait never reached the deadline");
+            let rest = (deadline - sched.estimated_wait(&who.key)).as_micros() as u64;
+            let ip = IpAddr::from([10, 0, (n >> 8) as u8, n as u8]);
+            let newcomer = Principal::anonymous(ip);
+            w.at(0, |c| c.schedule(&mut sched, &newcomer, 1, rest.min(500)))
+                .unwrap();
+        }
+        assert_eq!(sched.estimated_wait(&who.key), deadline);
+        w.at(0, |c| c.schedule(&mut sched, &who, 1, 1)).unwrap();
+        assert!(w.counted.0.is_empty(), "{:?}", w.counted.0);
+        // Enforced past the deadline: a refusal, and no shadow line.
+        let mut w = World::new(config(Mode::Enforce));
+        let mut sched = FairQueue::new(queries).unwrap();
+        let refused = (0..20)
+            .filter(|_| w.at(0, |c| c.schedule(&mut sched, &who, 1, 5_000)).is_err())
             .count();
-        assert_eq!(delayed, 10);
-        let refuse = Verdict::refuse(Cause::OverCap, Duration::from_secs(1));
-        let refused = (0..100)
-            .filter(|_| a.check(Mode::Enforce, refuse).action().is_refuse())
-            .count();
-        assert_eq!(refused, 100);
+        assert!(refused > 0);
+        assert!(!w.counted.has(shadow_line), "{:?}", w.counted.0);
     }
 
     #[test]
-    fn shadow_reports_but_allows_and_off_reports_nothing() {
-        let refuse = Verdict::refuse(Cause::Emergency, Duration::from_secs(1));
-        let mut a = DelayBatcher::new(1);
-        let d = a.check(Mode::Shadow, refuse);
-        assert_eq!(d.verdict, refuse);
-        assert!(!d.enforced);
-        assert_eq!(d.action(), Verdict::Allow);
-        let d = a.check(Mode::Off, refuse);
-        assert_eq!(d.verdict, Verdict::Allow);
-        assert_eq!(d.action(), Verdict::Allow);
-        let d = a.check(Mode::Enforce, refuse);
-        assert_eq!(d.action(), refuse);
-    }
-
-    #[test]
-    fn mode_names_and_bytes() {
-        for m in [Mode::Enforce, Mode::Shadow, Mode::Off] {
-            assert_eq!(Mode::from_u8(m as u8), m);
+    fn a_heavier_tier_is_polite_up_to_its_weight_times_the_polite_rate() {
+        // Listed weighs 4: polite up to 20 a second; 15 a second passes.
+        let who = tiers().principal(ip(), &[LISTED]);
+        let delay = Verdict::Delay(Duration::from_millis(400));
+        let mut w = World::new(roomy(Mode::Enforce));
+        let mut pacer = ConnPacer::new(1);
+        for k in 1..=60 {
+            let v = w.at(k * 66 * MS, |c| {
+                c.operation(Op::Event, &who, &mut pacer, delay)
+            });
+            assert_eq!(v, Verdict::Allow, "op {k}");
         }
-        assert_eq!(Mode::from_u8(200), Mode::Enforce);
-        assert_eq!(Mode::Shadow.as_str(), "shadow");
-        assert_eq!(Mode::default(), Mode::Enforce);
-    }
-
-    #[test]
-    fn verdicts_serialize_with_the_delay_in_nanoseconds_and_back() {
-        let d = Verdict::Delay(Duration::from_millis(250));
-        let json = serde_json::to_string(&d).unwrap();
-        assert_eq!(json, r#"{"delay_ns":250000000}"#);
-        assert_eq!(serde_json::from_str::<Verdict>(&json).unwrap(), d);
-        let allow = serde_json::to_string(&Verdict::Allow).unwrap();
-        assert_eq!(
-            serde_json::from_str::<Verdict>(&allow).unwrap(),
-            Verdict::Allow
-        );
+        // Anonymous at the same pace is above its 5 a second.
+        let anon = Principal::anonymous(ip());
+        let mut pacer = ConnPacer::new(1);
+        let last = (1..=60)
+            .map(|k| {
+                w.at(k * 66 * MS, |c| {
+                    c.operation(Op::Event, &anon, &mut pacer, delay)
+                })
+            })
+            .last();
+        assert_eq!(last, Some(delay));
     }
 }

@@ -24,7 +24,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::admission::Mode;
 use crate::bucket::BucketConfig;
 use crate::cost::CostConfig;
 use crate::emergency::EmergencyConfig;
@@ -33,6 +32,7 @@ use crate::keyed::MAX_KEYS_LIMIT;
 use crate::pid::PidConfig;
 use crate::signals::SignalTargets;
 use crate::tiers::TiersConfig;
+use crate::verdict::Mode;
 
 /// The `[throttle]` section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -11,8 +11,8 @@
 
 use std::net::IpAddr;
 
-use crate::admission::{Decision, DelayBatcher, Direction, Mode, Verdict};
 use crate::meter::RateMeter;
+use crate::verdict::{Decision, DelayBatcher, Direction, Mode, Verdict};
 
 /// The key a client is limited under: its IPv4 address (an IPv4-mapped
 /// IPv6 address counts as IPv4), or its IPv6 /64 (one host can rotate

@@ -17,12 +17,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::admission::{Direction, Verdict};
 use crate::config::ThrottleConfig;
 use crate::emergency::Emergency;
 use crate::error::ConfigError;
 use crate::pid::{Pid, PidConfig, PidState};
 use crate::signals::{LoadSignals, NormalizedSignals, memory_pressure, process_variable};
+use crate::verdict::{Direction, Verdict};
 
 /// One direction's controller after a tick.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

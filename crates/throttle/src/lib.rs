@@ -30,7 +30,7 @@
 //!   [`ConnPacer`], what a published verdict means for one operation of
 //!   one connection (politeness, batching, reads never delayed).
 //! - [`policy`]: the admission of one operation, decided in one place
-//!   ([`policy::Checks`]): which buckets are charged by tier, the
+//!   ([`policy::Admission`]): which buckets are charged by tier, the
 //!   controller's verdict through the connection's pacer, shadow mode,
 //!   delays scaled by weight, refunds, the layer that refused and its text.
 //! - [`refusal`]: [`RateLimited`], the one refusal: its [`Layer`] and its
@@ -67,15 +67,14 @@ pub mod governor;
 pub mod keyed;
 pub mod meter;
 pub mod pid;
-pub mod policy;
 pub mod pow;
 pub mod refusal;
 pub mod room;
 pub mod signals;
 pub mod tiers;
 pub mod trust;
+pub mod verdict;
 
-pub use admission::{Decision, DelayBatcher, Direction, Mode, Verdict};
 pub use bucket::{BucketConfig, BucketPools, TokenBucket, scaled_rate};
 pub use config::{ClientsConfig, QueriesConfig, ReliefConfig, ThrottleConfig};
 pub use connection::{ConnPacer, client_key};
@@ -94,3 +93,4 @@ pub use signals::{
 };
 pub use tiers::{ClientKey, Principal, Tier, Tiers, TiersConfig};
 pub use trust::{DistanceTiers, Explanation, OutsiderWrites, TrustConfig, TrustGraph};
+pub use verdict::{Decision, DelayBatcher, Direction, Mode, Verdict};

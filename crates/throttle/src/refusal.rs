@@ -4,7 +4,7 @@
 //! `rate-limited:` prefix. A refusal of the global controller (emergency,
 //! over the cap) and one of the query scheduler (its bounds, its deadline)
 //! are this same type; the texts of the per-client limits are in
-//! [`crate::policy`].
+//! [`crate::admission`].
 //!
 //! Invariant: every refusal carries a retry hint; the text never includes
 //! the prefix, which the server adds.

@@ -141,7 +141,7 @@ fn scheduler_decisions_do_not_allocate_once_warm() {
 fn admission_policy_does_not_allocate() {
     use std::net::IpAddr;
 
-    use sluice_throttle::policy::{Action, Bucket, Buckets, Checks, Op, Tally};
+    use sluice_throttle::admission::{Action, Admission, Bucket, Buckets, Op, Tally};
     use sluice_throttle::trust::{OutsiderRule, WriteStanding};
     use sluice_throttle::{
         ConnPacer, Direction, Layer, OutsiderWrites, Principal, RateLimited, ThrottleConfig, Tiers,
@@ -211,7 +211,7 @@ fn admission_policy_does_not_allocate() {
         }),
     ];
     let mut run = |k: u64, maps: &mut Maps, count: &mut Count| {
-        let mut c = Checks {
+        let mut c = Admission {
             config: &config,
             buckets: maps,
             tally: count,

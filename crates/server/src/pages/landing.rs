@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use sluice_engine::policy::Rules;
+use sluice_engine::access::AccessRules;
 use sluice_throttle::{Mode, ThrottleConfig};
 
 use super::html::{bytes, duration, escape, push_pair};
@@ -21,7 +21,7 @@ pub struct Facts<'a> {
     pub relay: &'a RelayInfoConfig,
     pub limits: &'a LimitsConfig,
     pub auth: &'a AuthConfig,
-    pub rules: &'a Rules,
+    pub rules: &'a AccessRules,
     pub throttle: &'a ThrottleConfig,
     /// `[retention]`'s size target (0: none) and its NIP-11 rules.
     pub retention_target_bytes: u64,
@@ -342,7 +342,7 @@ mod tests {
     use super::*;
 
     fn page(relay: RelayInfoConfig, auth: AuthConfig) -> String {
-        let rules = Rules::default();
+        let rules = AccessRules::default();
         render(&Facts {
             relay: &relay,
             limits: &LimitsConfig::default(),

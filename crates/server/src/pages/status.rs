@@ -171,9 +171,9 @@ pub async fn run_sampler(st: Arc<AppState>, render: MetricsRenderer) {
         }
         let text = render();
         let reading = Reading::parse(&text, Instant::now());
-        let t = st.engine.throttle();
+        let t = st.engine.limiter();
         let extra = Extra {
-            unix_now: sluice_engine::unix_now(),
+            unix_now: sluice_engine::clock::unix_now(),
             mode: t.mode().as_str(),
             target_memory_bytes: t.with_config(|c| c.target_memory_mb.saturating_mul(1 << 20)),
         };

@@ -31,7 +31,7 @@ pub(super) struct AuthState {
     sent: bool,
     /// Counts this connection in `sluice_connections_authenticated` once it
     /// has a pubkey.
-    counted: Option<sluice_engine::GaugeGuard>,
+    counted: Option<sluice_engine::gauge::GaugeGuard>,
     /// Who may read private messages here; shared with running queries
     /// and the live index (and, until an AUTH, with every connection
     /// that has none).
@@ -121,7 +121,7 @@ impl Session {
             challenge: &challenge,
             relay_urls: &cfg.relay_urls,
             host: self.host.as_deref(),
-            now: sluice_engine::unix_now(),
+            now: sluice_engine::clock::unix_now(),
             max_skew_secs: cfg.max_skew_secs,
         };
         check_auth_event(ev, &check).map_err(|e| Refusal::Invalid(e.to_string()))?;
@@ -146,16 +146,16 @@ impl Session {
         let readers = Arc::new(Readers::new(private, pubkeys));
         self.live.set_readers(readers.clone());
         self.auth.readers = readers;
-        self.auth
-            .counted
-            .get_or_insert_with(|| sluice_engine::GaugeGuard::hold(m::CONNECTIONS_AUTHENTICATED));
+        self.auth.counted.get_or_insert_with(|| {
+            sluice_engine::gauge::GaugeGuard::hold(m::CONNECTIONS_AUTHENTICATED)
+        });
         // Its tier: a listed one, else the one its distance in the web of
         // trust gives it (its reads and requests are charged there).
         let trust = self.st.engine.trust();
         let principal =
             self.st
                 .engine
-                .throttle()
+                .limiter()
                 .principal_with(self.ip, self.auth.pubkeys(), |p| trust.tier_of(p));
         metrics::counter!(m::AUTH_TIER_TOTAL, "tier" => principal.tier.name).increment(1);
         self.principal = Some(Box::new(principal));

@@ -4,7 +4,8 @@
 //! registry until then. A count cut off by `engine.max_count_rows` is
 //! answered with `"approximate": true`.
 
-use sluice_engine::{ReadEnd, ReadMsg};
+use sluice_engine::reads::ReadEnd;
+use sluice_engine::reads::ReadMsg;
 use sluice_proto::{Filter, RelayMessage};
 
 use super::Session;

@@ -1,4 +1,4 @@
-//! A client's EVENT: the admission pipeline (`admission.rs`, shared with
+//! A client's EVENT: the ingest pipeline (`ingest.rs`, shared with
 //! the mirrors) with this connection's own steps between its parts, a write
 //! delay that holds back only its own EVENT, then the OK when the writer
 //! answers.
@@ -25,11 +25,13 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use sluice_engine::{Op, Origin, Verdict};
+use sluice_engine::mirror_tap::Origin;
 use sluice_proto::{Event, KindClass, RelayMessage};
+use sluice_throttle::Verdict;
+use sluice_throttle::admission::Op;
 use tokio::time::Sleep;
 
-use super::admission::{self, Answer, HandedOn, Sender};
+use super::ingest::{self, Answer, HandedOn, Sender};
 use super::out::{Out, Step};
 use super::refusal::Refusal;
 use super::{Session, id_hex};
@@ -144,7 +146,7 @@ impl Session {
     /// EVENTs in flight, buckets and write verdict). `Ok(Some(d))`: wait
     /// `d`, then go on.
     fn admit(&mut self, ev: &Event) -> Result<Option<Duration>, Refusal> {
-        admission::before_signature(&self.st, &self.front.event_limits, ev, &self.sender())?;
+        ingest::before_signature(&self.st, &self.front.event_limits, ev, &self.sender())?;
         let max = self.st.server.max_pending_writes;
         if self.writes.len() >= max {
             return Err(Refusal::InFlight { max });
@@ -152,7 +154,7 @@ impl Session {
         match self
             .st
             .engine
-            .throttle()
+            .limiter()
             .admit(Op::Event, &self.principal(), &mut self.write_adm)
         {
             Verdict::Allow => Ok(None),
@@ -206,8 +208,8 @@ impl Session {
             origin: Origin::Client,
         };
         let keys = super::keys(&mut self.keys);
-        let outsider = admission::after_signature(&self.st, &ev, keys, &from)?;
-        admission::hand_on(
+        let outsider = ingest::after_signature(&self.st, &ev, keys, &from)?;
+        ingest::hand_on(
             &self.st,
             std::sync::Arc::new(*ev),
             &from,

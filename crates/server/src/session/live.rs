@@ -10,7 +10,8 @@
 //! filled (`engine.live_buffer_events` / `live_buffer_bytes`) is ended as
 //! a slow consumer.
 
-use sluice_engine::{LiveDelivery, LiveEnd};
+use sluice_engine::live::LiveDelivery;
+use sluice_engine::live::LiveEnd;
 use sluice_proto::RelayMessage;
 
 use super::Session;

@@ -22,10 +22,10 @@
 //! - `refusal`: every refusal, its NIP-01 prefix, wording and metrics;
 //! - `out`: the outgoing half, every write bounded by `send_timeout_ms`.
 
-pub(crate) mod admission;
 mod auth;
 mod count;
 mod event;
+pub(crate) mod ingest;
 mod live;
 mod neg;
 mod out;
@@ -39,11 +39,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice_engine::throttle::Principal;
-use sluice_engine::throttle::{ConnPacer, ConnReadBudget, ConnectionGuard};
-use sluice_engine::{LiveConn, LiveEnd, ReadSink};
+use sluice_engine::limiter::{ConnReadBudget, ConnectionGuard};
+use sluice_engine::live::LiveConn;
+use sluice_engine::live::LiveEnd;
+use sluice_engine::reads::ReadSink;
 use sluice_proto::message::sniff_id;
 use sluice_proto::{ClientMessage, MessageError, PubkeyCache};
+use sluice_throttle::ConnPacer;
+use sluice_throttle::Principal;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Sleep;
 
@@ -161,7 +164,7 @@ struct Conn {
     s: Session,
     stream: WsRead,
     out: Out,
-    _open: sluice_engine::GaugeGuard,
+    _open: sluice_engine::gauge::GaugeGuard,
     _permits: (OwnedSemaphorePermit, ConnectionGuard),
 }
 
@@ -176,7 +179,7 @@ impl Conn {
         permits: (OwnedSemaphorePermit, ConnectionGuard),
     ) -> Conn {
         metrics::counter!(m::CONNECTIONS_OPENED_TOTAL).increment(1);
-        let open = sluice_engine::GaugeGuard::hold(m::CONNECTIONS_OPEN);
+        let open = sluice_engine::gauge::GaugeGuard::hold(m::CONNECTIONS_OPEN);
         tracing::debug!(peer = %ip, "connection opened");
         let (read_half, write_half) = tcp.into_split();
         // Frames are bounded at twice the message limit, so that a message
@@ -294,7 +297,7 @@ impl Session {
         ip: IpAddr,
         host: Option<String>,
     ) -> Session {
-        let throttle = st.engine.throttle();
+        let throttle = st.engine.limiter();
         let auth = auth::AuthState::new(&st.anonymous_readers);
         let live = st.engine.live_connect();
         live.set_readers(auth.readers().clone());

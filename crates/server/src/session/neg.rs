@@ -14,7 +14,9 @@
 
 use negentropy::{Id, Negentropy, NegentropyStorageVector};
 use serde::Deserialize;
-use sluice_engine::{ReadEnd, ReadGuard, ReadMsg};
+use sluice_engine::reads::ReadEnd;
+use sluice_engine::reads::ReadGuard;
+use sluice_engine::reads::ReadMsg;
 use sluice_proto::{Filter, RelayMessage};
 use sluice_throttle::JobId;
 
@@ -66,7 +68,7 @@ impl Open {
 
 struct NegSession {
     state: State,
-    _open: sluice_engine::GaugeGuard,
+    _open: sluice_engine::gauge::GaugeGuard,
 }
 
 enum State {
@@ -147,7 +149,7 @@ impl Session {
                             items: Vec::new(),
                             first,
                         },
-                        _open: sluice_engine::GaugeGuard::hold(m::NEGENTROPY_SESSIONS_OPEN),
+                        _open: sluice_engine::gauge::GaugeGuard::hold(m::NEGENTROPY_SESSIONS_OPEN),
                     },
                 );
                 Ok(())

@@ -15,8 +15,12 @@
 
 use std::borrow::Cow;
 
-use sluice_engine::{QueryError, ReadEnd, WriteError, WriteOutcome, WriteResult};
+use sluice_engine::reads::QueryError;
+use sluice_engine::reads::ReadEnd;
+use sluice_engine::writer::WriteError;
+use sluice_engine::writer::WriteResult;
 use sluice_proto::{Reason, RelayMessage};
+use sluice_store::WriteOutcome;
 
 use crate::metrics_names as m;
 
@@ -40,7 +44,7 @@ pub(super) enum Refusal {
         max: usize,
     },
     /// A throttle layer (bucket, controller, read budget, query scheduler).
-    Throttled(sluice_engine::RateLimited),
+    Throttled(sluice_throttle::RateLimited),
     /// The writer's queue is full.
     WriterBusy,
     ShuttingDown,
@@ -88,7 +92,7 @@ pub(super) enum Refusal {
     /// authorship, so nobody may publish it.
     ProtectedWithoutAuth,
     /// The operator's policy (`[policy]`, NIP-86): its own prefix.
-    Policy(sluice_engine::Denial),
+    Policy(sluice_engine::access::Denial),
     /// The write-policy plugin rejected it, with its message.
     Plugin(String),
     /// NIP-13: an outsider's event without the work asked of it now.
@@ -108,11 +112,13 @@ impl From<sluice_throttle::trust::TrustRefusal> for Refusal {
     }
 }
 
-impl From<sluice_throttle::policy::AuthorRefusal> for Refusal {
-    fn from(r: sluice_throttle::policy::AuthorRefusal) -> Self {
+impl From<sluice_throttle::admission::AuthorRefusal> for Refusal {
+    fn from(r: sluice_throttle::admission::AuthorRefusal) -> Self {
         match r {
-            sluice_throttle::policy::AuthorRefusal::Limited(r) => Refusal::Throttled(r),
-            sluice_throttle::policy::AuthorRefusal::Pow { required } => Refusal::Pow { required },
+            sluice_throttle::admission::AuthorRefusal::Limited(r) => Refusal::Throttled(r),
+            sluice_throttle::admission::AuthorRefusal::Pow { required } => {
+                Refusal::Pow { required }
+            }
         }
     }
 }
@@ -275,11 +281,11 @@ impl Refusal {
         use WriteOutcome as W;
         match result {
             Some(Ok(o @ W::Duplicate)) => Ok((
-                sluice_engine::outcome_label(o),
+                sluice_engine::writer::outcome_label(o),
                 Reason::Duplicate.message("already have this event"),
             )),
             Some(Ok(o @ (W::Stored { .. } | W::Ephemeral))) => {
-                Ok((sluice_engine::outcome_label(o), String::new()))
+                Ok((sluice_engine::writer::outcome_label(o), String::new()))
             }
             Some(Ok(W::Superseded)) => Err(Refusal::Superseded),
             Some(Ok(W::Deleted)) => Err(Refusal::DeletedByAuthor),
@@ -401,8 +407,8 @@ fn plugin_prefix(msg: &str) -> (Reason, &str) {
     (Reason::Blocked, msg)
 }
 
-impl From<sluice_engine::RateLimited> for Refusal {
-    fn from(r: sluice_engine::RateLimited) -> Refusal {
+impl From<sluice_throttle::RateLimited> for Refusal {
+    fn from(r: sluice_throttle::RateLimited) -> Refusal {
         Refusal::Throttled(r)
     }
 }
@@ -421,11 +427,11 @@ impl From<QueryError> for Refusal {
     }
 }
 
-impl From<sluice_engine::SubmitError> for Refusal {
-    fn from(e: sluice_engine::SubmitError) -> Refusal {
+impl From<sluice_engine::writer::SubmitError> for Refusal {
+    fn from(e: sluice_engine::writer::SubmitError) -> Refusal {
         match e {
-            sluice_engine::SubmitError::QueueFull => Refusal::WriterBusy,
-            sluice_engine::SubmitError::Closed => Refusal::ShuttingDown,
+            sluice_engine::writer::SubmitError::QueueFull => Refusal::WriterBusy,
+            sluice_engine::writer::SubmitError::Closed => Refusal::ShuttingDown,
         }
     }
 }

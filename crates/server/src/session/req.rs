@@ -8,8 +8,11 @@
 //! or above the snapshot are sent (the query sent the others, or cut them
 //! by its limit).
 
-use sluice_engine::{Op, ReadEnd, ReadMsg, Verdict};
+use sluice_engine::reads::ReadEnd;
+use sluice_engine::reads::ReadMsg;
 use sluice_proto::{Filter, RelayMessage};
+use sluice_throttle::Verdict;
+use sluice_throttle::admission::Op;
 
 use super::Session;
 use super::out::{Out, Step};
@@ -123,7 +126,7 @@ impl Session {
         match self
             .st
             .engine
-            .throttle()
+            .limiter()
             .admit(Op::Request, &self.principal(), &mut self.read_adm)
         {
             // Reads are never delayed (see `sluice_throttle::ConnPacer`).
@@ -139,7 +142,7 @@ impl Session {
     /// message's credit goes back when it is dropped, after the events are
     /// written: the next chunk is read only once this one is on its way.
     pub(super) async fn on_read(&mut self, out: &mut Out, mut msg: Box<ReadMsg>) -> Step {
-        let throttle = self.st.engine.throttle();
+        let throttle = self.st.engine.limiter();
         throttle.settle_connection_read_cost(&mut self.read_budget, msg.settle_units);
         if self.subs.is_count(msg.job) {
             return self.on_count_answer(out, *msg).await;

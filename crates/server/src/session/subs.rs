@@ -18,7 +18,10 @@
 
 use std::sync::Arc;
 
-use sluice_engine::{LiveEvent, LiveSub, ReadGuard, SubHandle};
+use sluice_engine::live::LiveEvent;
+use sluice_engine::live::LiveSub;
+use sluice_engine::live::SubHandle;
+use sluice_engine::reads::ReadGuard;
 use sluice_throttle::JobId;
 
 use crate::metrics_names as m;
@@ -35,7 +38,7 @@ pub(super) struct Sub {
     /// still in flight with such serials were already sent (or cut by the
     /// limit) and are skipped.
     pub(super) snapshot_serial: u64,
-    _open: sluice_engine::GaugeGuard,
+    _open: sluice_engine::gauge::GaugeGuard,
 }
 
 /// One running COUNT.
@@ -94,7 +97,7 @@ impl Subs {
             query: None,
             pending: Some(Vec::new()),
             snapshot_serial: 0,
-            _open: sluice_engine::GaugeGuard::hold(m::SUBSCRIPTIONS_OPEN),
+            _open: sluice_engine::gauge::GaugeGuard::hold(m::SUBSCRIPTIONS_OPEN),
         };
         match self.position(&sub_id) {
             // The old one drops here, after its replacement is in place.

@@ -1,0 +1,150 @@
+//! What a cluster shares of the per-client buckets: each client's use of
+//! the maps counted here ([`Limiter::drain_usage`]), and the other nodes'
+//! use charged to the same keys ([`Limiter::charge_remote`]). Off until
+//! [`Limiter::track_usage`]; then the hot path adds one counter update
+//! under the bucket's lock it already holds.
+
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+
+use sluice_throttle::admission::Quota;
+
+use super::{Limiter, lock};
+
+/// A per-client bucket map whose use a cluster shares among its nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UsageMap {
+    /// EVENTs per address.
+    EventsIp,
+    /// REQs and COUNTs per address.
+    ReqsIp,
+    /// EVENTs per author.
+    Author,
+    /// EVENTs per pubkey of the tier with this index (1 = authenticated).
+    TierEvents(u8),
+    /// REQs per pubkey of the tier with this index.
+    TierReqs(u8),
+}
+
+impl UsageMap {
+    /// A short name for keys shared with other nodes.
+    pub fn label(&self) -> String {
+        match self {
+            UsageMap::EventsIp => "eip".into(),
+            UsageMap::ReqsIp => "rip".into(),
+            UsageMap::Author => "author".into(),
+            UsageMap::TierEvents(t) => format!("t{t}e"),
+            UsageMap::TierReqs(t) => format!("t{t}r"),
+        }
+    }
+}
+
+/// The client a use is counted for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UsageKey {
+    Ip(IpAddr),
+    Pubkey([u8; 32]),
+}
+
+impl std::fmt::Display for UsageKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UsageKey::Ip(ip) => write!(f, "{ip}"),
+            UsageKey::Pubkey(p) => {
+                for b in p {
+                    write!(f, "{b:02x}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Operations one client took from one map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub map: UsageMap,
+    pub key: UsageKey,
+    pub used: u64,
+}
+
+impl Limiter {
+    /// Starts counting each client's use of the maps a cluster shares
+    /// (events and requests per address and per tier pubkey, events per
+    /// author), for [`Limiter::drain_usage`].
+    pub fn track_usage(&self) {
+        self.usage_tracking.store(true, Ordering::Relaxed);
+        lock(&self.events_ip).set_usage_tracking(true);
+        lock(&self.reqs_ip).set_usage_tracking(true);
+        lock(&self.events_pubkey).set_usage_tracking(true);
+        for b in self.tiers.load().buckets.iter() {
+            lock(b.map(Quota::Events)).set_usage_tracking(true);
+            lock(b.map(Quota::Requests)).set_usage_tracking(true);
+        }
+    }
+
+    /// Each client's use of the shared maps since the last call.
+    pub fn drain_usage(&self) -> Vec<Usage> {
+        let mut out = Vec::new();
+        let mut ips = Vec::new();
+        let mut keys = Vec::new();
+        let push_ips = |map, ips: &mut Vec<(IpAddr, u32)>, out: &mut Vec<Usage>| {
+            out.extend(ips.drain(..).map(|(ip, n)| Usage {
+                map,
+                key: UsageKey::Ip(ip),
+                used: u64::from(n),
+            }))
+        };
+        lock(&self.events_ip).drain_usage(&mut ips);
+        push_ips(UsageMap::EventsIp, &mut ips, &mut out);
+        lock(&self.reqs_ip).drain_usage(&mut ips);
+        push_ips(UsageMap::ReqsIp, &mut ips, &mut out);
+        let push_keys = |map, keys: &mut Vec<([u8; 32], u32)>, out: &mut Vec<Usage>| {
+            out.extend(keys.drain(..).map(|(p, n)| Usage {
+                map,
+                key: UsageKey::Pubkey(p),
+                used: u64::from(n),
+            }))
+        };
+        lock(&self.events_pubkey).drain_usage(&mut keys);
+        push_keys(UsageMap::Author, &mut keys, &mut out);
+        for (i, b) in self.tiers.load().buckets.iter().enumerate() {
+            let tier = u8::try_from(i + 1).unwrap_or(u8::MAX);
+            lock(b.map(Quota::Events)).drain_usage(&mut keys);
+            push_keys(UsageMap::TierEvents(tier), &mut keys, &mut out);
+            lock(b.map(Quota::Requests)).drain_usage(&mut keys);
+            push_keys(UsageMap::TierReqs(tier), &mut keys, &mut out);
+        }
+        out
+    }
+
+    /// Charges what other nodes' clients took (debt beyond the bucket) to
+    /// the same keys here, where they are known. Returns how many were.
+    pub fn charge_remote(&self, usage: &[Usage]) -> usize {
+        let now = self.now_ns();
+        let tiers = self.tiers.load();
+        let tier = |t: u8, quota| tiers.tier(t).map(|b| b.map(quota));
+        let mut known = 0;
+        for u in usage {
+            let hit =
+                match (u.map, u.key) {
+                    (UsageMap::EventsIp, UsageKey::Ip(ip)) => {
+                        lock(&self.events_ip).charge_remote(&ip, now, u.used)
+                    }
+                    (UsageMap::ReqsIp, UsageKey::Ip(ip)) => {
+                        lock(&self.reqs_ip).charge_remote(&ip, now, u.used)
+                    }
+                    (UsageMap::Author, UsageKey::Pubkey(p)) => {
+                        lock(&self.events_pubkey).charge_remote(&p, now, u.used)
+                    }
+                    (UsageMap::TierEvents(t), UsageKey::Pubkey(p)) => tier(t, Quota::Events)
+                        .is_some_and(|m| lock(m).charge_remote(&p, now, u.used)),
+                    (UsageMap::TierReqs(t), UsageKey::Pubkey(p)) => tier(t, Quota::Requests)
+                        .is_some_and(|m| lock(m).charge_remote(&p, now, u.used)),
+                    _ => false,
+                };
+            known += usize::from(hit);
+        }
+        known
+    }
+}

@@ -1,0 +1,184 @@
+//! The writer thread: its loop, and the lanes a batch is split into
+//! (outsiders wait for a commit to ride on, lone events go first).
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::time::{Duration, Instant};
+
+use sluice_store::Store;
+
+use super::msg::{Msg, OUTSIDERS_WAIT, Request};
+use super::signals::{CommitCost, WriterSignals};
+use crate::config::EngineConfig;
+use crate::health::DiskGate;
+use crate::live::LiveHub;
+use crate::mirror_tap::MirrorTaps;
+use crate::retention::Retainer;
+
+/// A batch larger than this commits its lone events first, apart.
+const LONE_AHEAD_OF: usize = 8;
+
+pub(super) struct Writer {
+    pub(super) signals: Arc<WriterSignals>,
+    pub(super) store: Store,
+    pub(super) cfg: EngineConfig,
+    pub(super) live: Arc<LiveHub>,
+    pub(super) tap: Arc<crate::replica::Tap>,
+    pub(super) mirrors: Arc<MirrorTaps>,
+    pub(super) trust: Arc<crate::trust::Trust>,
+    /// The NIP-50 indexer, rung after each commit that stored events.
+    pub(super) search: Arc<crate::search::SearchSlot>,
+    pub(super) rx: Receiver<Msg>,
+    pub(super) queued: Arc<AtomicUsize>,
+    pub(super) bulk_cost: CommitCost,
+    pub(super) retainer: Retainer,
+    pub(super) disk: Arc<DiskGate>,
+    /// Outsiders' events waiting for a commit to ride on, and since when.
+    pub(super) outsiders: Vec<Request>,
+    pub(super) outsiders_since: Option<Instant>,
+}
+
+impl Writer {
+    pub(super) fn run(mut self) {
+        let purge_every = Duration::from_millis(self.cfg.expiry_purge_interval_ms);
+        let mut next_purge = Instant::now() + purge_every;
+        // A message taken while filling a batch, handled next.
+        let mut held = None;
+        loop {
+            let msg = match held.take() {
+                Some(msg) => msg,
+                None => {
+                    // Retention work pending: look at the queue without
+                    // waiting, and take one step when it is empty.
+                    // While the disk gate is closed retention waits too
+                    // (it cannot commit either): look again in a second.
+                    let due = match self.disk.refusal() {
+                        Some(_) => Some(Instant::now() + Duration::from_secs(1)),
+                        None => self.retainer.next_due(),
+                    };
+                    let wait = match due {
+                        None => Duration::ZERO,
+                        Some(due) => due
+                            .min(next_purge)
+                            .min(self.outsiders_due())
+                            .saturating_duration_since(Instant::now()),
+                    };
+                    match self.rx.recv_timeout(wait) {
+                        Ok(msg) => msg,
+                        Err(RecvTimeoutError::Disconnected) => break,
+                        Err(RecvTimeoutError::Timeout) => {
+                            if Instant::now() >= self.outsiders_due() {
+                                self.flush_outsiders();
+                            }
+                            if Instant::now() >= next_purge {
+                                self.purge_expired();
+                                next_purge = Instant::now() + purge_every;
+                            }
+                            self.retention_step();
+                            continue;
+                        }
+                    }
+                }
+            };
+            if !self.handle(msg, &mut held) {
+                break;
+            }
+            if Instant::now() >= next_purge {
+                self.purge_expired();
+                next_purge = Instant::now() + purge_every;
+            }
+            // At most one bounded step between client batches, paced.
+            if self.retainer.paced() {
+                self.retention_step();
+            }
+        }
+        // Commit whatever is still queued so every accepted event lands.
+        loop {
+            let msg = match held.take() {
+                Some(msg) => msg,
+                None => match self.rx.try_recv() {
+                    Ok(msg) => msg,
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                },
+            };
+            self.handle(msg, &mut held);
+        }
+        self.flush_outsiders();
+        tracing::info!("writer stopped");
+    }
+
+    /// Writes what `msg` asks for. Returns false for a shutdown request.
+    pub(super) fn handle(&mut self, msg: Msg, held: &mut Option<Msg>) -> bool {
+        match msg {
+            Msg::Write(first) => {
+                let mut batch = vec![first];
+                *held = self.fill(&mut batch);
+                // Outsiders wait for a commit to ride on: the next one of
+                // anyone else's events, or their own once the oldest has
+                // waited OUTSIDERS_WAIT (or a batch's worth is waiting).
+                if batch.iter().any(|r| r.outsider) {
+                    let (outsiders, rest): (Vec<Request>, Vec<Request>) =
+                        batch.into_iter().partition(|r| r.outsider);
+                    if self.outsiders.is_empty() {
+                        self.outsiders_since = Some(Instant::now());
+                    }
+                    self.outsiders.extend(outsiders);
+                    batch = rest;
+                    let full = self.outsiders.len() >= self.cfg.max_batch_events;
+                    if batch.is_empty() {
+                        if full || Instant::now() >= self.outsiders_due() {
+                            self.flush_outsiders();
+                        }
+                        return true;
+                    }
+                    batch.append(&mut self.outsiders);
+                    self.outsiders_since = None;
+                }
+                // Lone events (a connection with nothing else awaiting an
+                // OK) in a large batch of pipelined ones are committed
+                // first, in a small transaction of their own: a person
+                // posting beside a bulk writer waits for one small commit,
+                // not for the bulk writer's batch.
+                if batch.len() > LONE_AHEAD_OF && batch.iter().any(|r| r.lone) {
+                    let (lone, rest): (Vec<Request>, Vec<Request>) =
+                        batch.into_iter().partition(|r| r.lone);
+                    if !rest.is_empty() {
+                        self.write(lone);
+                        batch = rest;
+                    } else {
+                        batch = lone;
+                    }
+                }
+                self.write(batch);
+            }
+            Msg::Bulk(bulk) => self.write_bulk(bulk),
+            Msg::Admin(op, reply) => {
+                let _ = reply.send(self.admin(op));
+            }
+            Msg::Shutdown => return false,
+            Msg::Wake => {}
+            #[cfg(test)]
+            Msg::Panic => panic!("writer panic requested by a test"),
+        }
+        true
+    }
+
+    /// When the oldest waiting outsider's event is due for a commit of its
+    /// own (far off when none waits).
+    pub(super) fn outsiders_due(&self) -> Instant {
+        match self.outsiders_since {
+            Some(t) => t + OUTSIDERS_WAIT,
+            None => Instant::now() + Duration::from_secs(3600),
+        }
+    }
+
+    /// Commits the outsiders' events waiting, if any.
+    pub(super) fn flush_outsiders(&mut self) {
+        self.outsiders_since = None;
+        if !self.outsiders.is_empty() {
+            let batch = std::mem::take(&mut self.outsiders);
+            self.write(batch);
+        }
+    }
+}
