@@ -945,6 +945,53 @@ fn no_product_file_is_over_700_lines() {
     );
 }
 
+/// The most lines of tests a product file may hold inline; more go to a
+/// `tests.rs` submodule (`#[cfg(test)] mod tests;`) or the crate's `tests/`.
+const MAX_INLINE_TEST_LINES: usize = 100;
+
+/// A file's lines of inline test code (`#[cfg(test)]`, `#[test]` items).
+fn inline_test_lines(text: &str) -> usize {
+    let lexed = source_scan::lex(text);
+    source_scan::test_items(&lexed.tokens)
+        .iter()
+        .map(|item| lexed.tokens[item.end - 1].line - lexed.tokens[item.start].line + 1)
+        .sum()
+}
+
+/// Tests out of product files: no product file holds more than
+/// [`MAX_INLINE_TEST_LINES`] lines of tests.
+#[test]
+fn no_product_file_holds_long_inline_tests() {
+    let mut long = Vec::new();
+    for (src, files) in crate_sources() {
+        let tests = test_files(&files);
+        for (rel, text) in &files {
+            let n = inline_test_lines(text);
+            if !tests.contains(rel) && n > MAX_INLINE_TEST_LINES {
+                long.push(format!("{src}/{rel}: {n} lines of tests"));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "product files with over {MAX_INLINE_TEST_LINES} lines of inline tests:\n{}",
+        long.join("\n")
+    );
+    let mut text = String::from("pub fn f() {}\n#[cfg(test)]\nmod tests {\n");
+    for i in 0..MAX_INLINE_TEST_LINES {
+        text.push_str(&format!("    #[test] fn t{i}() {{}}\n"));
+    }
+    text.push_str("}\n");
+    assert!(
+        inline_test_lines(&text) > MAX_INLINE_TEST_LINES,
+        "the check can fail"
+    );
+    assert_eq!(
+        inline_test_lines("pub fn f() {}\n#[cfg(test)]\nmod tests;\n"),
+        2
+    );
+}
+
 /// The length check can fail: 705 product lines are too many, however
 /// many test lines follow; test files and test code are not counted.
 #[test]

@@ -90,27 +90,52 @@ async fn uppercase_hex_is_refused() {
     assert!(msg.starts_with("invalid:"), "{msg}");
 }
 
+/// NIP-01: an OK's first element is the event id. A bad EVENT whose id
+/// cannot be read as 64 hex characters (cut short, truncated after a short
+/// id, one character short, oversized with such an id) gets a NOTICE, never
+/// an OK naming something that is not an event id; one whose id can be
+/// read gets its OK false, with the id as sent (uppercase included).
 #[tokio::test]
-async fn malformed_id_gets_ok_false_with_the_id_as_sent() {
-    let relay = Relay::start();
+async fn a_bad_event_gets_ok_false_only_with_a_64_hex_id() {
+    let relay = Relay::start_with(&[("SLUICE_LIMITS__MAX_MESSAGE_BYTES", "2048")]);
     let mut c = relay.client().await;
     let e = ev(1, now() - 5, 1, &[], "x");
-    let upper = e.id_hex().to_uppercase();
-    c.send_text(&format!(
-        "[\"EVENT\",{}]",
-        e.raw().replace(&e.id_hex(), &upper)
-    ))
-    .await;
+    let id = e.id_hex();
+    let notice = |m: serde_json::Value| {
+        assert_eq!(m[0], "NOTICE", "{m}");
+        assert!(m[1].as_str().unwrap().starts_with("invalid:"), "{m}");
+    };
+    // Truncated after a short id.
+    c.send_text(r#"["EVENT", {"id": "abc", "#).await;
+    notice(c.recv().await);
+    // Truncated after a full id: its OK false, first.
+    c.send_text(&format!(r#"["EVENT", {{"id": "{id}", "#)).await;
+    let m = c.recv().await;
+    assert_eq!(
+        (&m[0], &m[1], &m[2]),
+        (&json!("OK"), &json!(id), &json!(false)),
+        "{m}"
+    );
+    assert!(m[3].as_str().unwrap().starts_with("invalid:"), "{m}");
+    // A whole event whose id is uppercase: OK false naming it as sent.
+    let upper = id.to_uppercase();
+    c.send_text(&format!("[\"EVENT\",{}]", e.raw().replace(&id, &upper)))
+        .await;
     let (ok, msg) = c.expect_ok(&upper).await;
     assert!(!ok && msg.starts_with("invalid:"), "{msg}");
-    let short = &e.id_hex()[..63];
-    c.send_text(&format!(
-        "[\"EVENT\",{}]",
-        e.raw().replace(&e.id_hex(), short)
-    ))
-    .await;
-    let (ok, msg) = c.expect_ok(short).await;
-    assert!(!ok && msg.starts_with("invalid:"), "{msg}");
+    // One character short: no id, a NOTICE.
+    c.send_text(&format!("[\"EVENT\",{}]", e.raw().replace(&id, &id[..63])))
+        .await;
+    notice(c.recv().await);
+    // Over `limits.max_message_bytes`, refused unparsed: the same rule.
+    let big = ev(1, now() - 5, 1, &[], &"x".repeat(3000));
+    let short = big.raw().replace(&big.id_hex(), "abc");
+    c.send_text(&format!("[\"EVENT\",{short}]")).await;
+    notice(c.recv().await);
+    // Nothing else was sent, and the connection goes on.
+    c.send(json!(["REQ", "barrier", {"limit": 0}])).await;
+    assert_eq!(c.recv().await, json!(["EOSE", "barrier"]));
+    assert!(c.publish(&e).await.0);
 }
 
 #[tokio::test]

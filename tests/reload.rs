@@ -1,7 +1,9 @@
 //! SIGHUP, key by key: each reloadable section's keys take effect in the
 //! running relay (an effect a client sees, not only a config echo), and a
-//! file that does not validate changes no section at all. The reload count
-//! on /metrics is the state each step waits for, never a duration.
+//! file that does not validate, or one that fails when applied (the relay
+//! cannot start the new web of trust's thread), changes no section at all.
+//! The reload count on /metrics is the state each step waits for, never a
+//! duration.
 
 #[path = "support/mod.rs"]
 mod support;
@@ -290,4 +292,211 @@ async fn a_refused_reload_changes_no_section() {
             .await,
         0.0
     );
+}
+
+/// Holds a relay at its thread limit: while clamped it can start no thread
+/// (`pthread_create` fails with EAGAIN), as a relay does under a service's
+/// task limit (systemd's `TasksMax`, a container's pids limit). As root: a
+/// pids cgroup of its own (`pids.max`); as another user: its soft
+/// `RLIMIT_NPROC` (`prlimit`; root is exempt from that one).
+enum ThreadLimit {
+    Cgroup {
+        dir: std::path::PathBuf,
+        home: std::path::PathBuf,
+        pid: u32,
+    },
+    Nproc {
+        pid: u32,
+        soft: String,
+    },
+}
+
+impl ThreadLimit {
+    /// Where neither can be set, says so and returns `None` (the test
+    /// skips).
+    fn new(pid: u32) -> Option<ThreadLimit> {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let root = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().next())
+            == Some("0");
+        let limit = if root {
+            ThreadLimit::cgroup(pid)
+        } else {
+            ThreadLimit::nproc(pid)
+        };
+        if limit.is_none() {
+            eprintln!("SKIPPED: cannot limit the relay's threads here");
+        }
+        limit
+    }
+
+    /// A new pids cgroup under the relay's own (cgroup v1's pids
+    /// hierarchy, or v2 where its parent delegates `pids`), holding it.
+    fn cgroup(pid: u32) -> Option<ThreadLimit> {
+        let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        for line in mounts.lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let Some(dash) = fields.iter().position(|f| *f == "-") else {
+                continue;
+            };
+            let (Some(fstype), Some(options)) = (fields.get(dash + 1), fields.get(dash + 3)) else {
+                continue;
+            };
+            let path = match *fstype {
+                "cgroup" if options.split(',').any(|o| o == "pids") => own.lines().find_map(|l| {
+                    let mut parts = l.splitn(3, ':');
+                    let controllers = parts.nth(1)?;
+                    let path = parts.next()?;
+                    controllers.split(',').any(|c| c == "pids").then_some(path)
+                }),
+                "cgroup2" => own.lines().find_map(|l| l.strip_prefix("0::")),
+                _ => None,
+            };
+            let Some(path) = path.and_then(|p| p.strip_prefix(fields[3].trim_end_matches('/')))
+            else {
+                continue;
+            };
+            let home = Path::new(fields[4]).join(path.trim_start_matches('/'));
+            let dir = home.join(format!("sluice-reload-test-{pid}"));
+            if std::fs::create_dir(&dir).is_err() {
+                continue;
+            }
+            let moved = dir.join("pids.max").exists()
+                && std::fs::write(dir.join("cgroup.procs"), pid.to_string()).is_ok();
+            if moved {
+                return Some(ThreadLimit::Cgroup { dir, home, pid });
+            }
+            let _ = std::fs::remove_dir(&dir);
+        }
+        None
+    }
+
+    fn nproc(pid: u32) -> Option<ThreadLimit> {
+        let out = std::process::Command::new("prlimit")
+            .args([
+                "--pid",
+                &pid.to_string(),
+                "--nproc",
+                "--output=SOFT",
+                "--noheadings",
+            ])
+            .output()
+            .ok()?;
+        let soft = String::from_utf8(out.stdout).ok()?.trim().to_string();
+        (out.status.success() && !soft.is_empty()).then_some(ThreadLimit::Nproc { pid, soft })
+    }
+
+    /// From now on the relay starts no thread.
+    fn clamp(&self) {
+        match self {
+            ThreadLimit::Cgroup { dir, .. } => std::fs::write(dir.join("pids.max"), "1").unwrap(),
+            ThreadLimit::Nproc { pid, .. } => prlimit_nproc(*pid, "1"),
+        }
+    }
+
+    /// The relay may start threads again.
+    fn release(&self) {
+        match self {
+            ThreadLimit::Cgroup { dir, .. } => std::fs::write(dir.join("pids.max"), "max").unwrap(),
+            ThreadLimit::Nproc { pid, soft } => prlimit_nproc(*pid, soft),
+        }
+    }
+}
+
+fn prlimit_nproc(pid: u32, soft: &str) {
+    let ok = std::process::Command::new("prlimit")
+        .args(["--pid", &pid.to_string(), &format!("--nproc={soft}:")])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "prlimit --nproc={soft}: failed");
+}
+
+impl Drop for ThreadLimit {
+    fn drop(&mut self) {
+        match self {
+            ThreadLimit::Cgroup { dir, home, pid } => {
+                let _ = std::fs::write(dir.join("pids.max"), "max");
+                let _ = std::fs::write(home.join("cgroup.procs"), pid.to_string());
+                let _ = std::fs::remove_dir(&*dir);
+            }
+            ThreadLimit::Nproc { pid, soft } => {
+                let _ = std::process::Command::new("prlimit")
+                    .args(["--pid", &pid.to_string(), &format!("--nproc={soft}:")])
+                    .status();
+            }
+        }
+    }
+}
+
+/// Every reloadable section changed, and a new web of trust: all valid.
+fn everything_changed() -> String {
+    format!(
+        "[relay]\nname = \"after\"\n[policy]\ndeny_kinds = [7]\n[limits]\nmax_subscriptions = 1\n\
+         [throttle]\nmode = \"shadow\"\n[retention]\nmax_store_mb = 100\n\
+         [trust]\nseed_pubkeys = [\"{}\"]\noutsider_writes = \"deny\"\n[pow]\nmin_difficulty = 8\n",
+        pubkey_hex(9)
+    )
+}
+
+#[tokio::test]
+async fn a_reload_whose_web_of_trust_cannot_start_changes_no_section() {
+    let (relay, _tmp, file) = start("[relay]\nname = \"before\"\n");
+    let mut c = relay.client().await;
+    let Some(limit) = ThreadLimit::new(relay.pid()) else {
+        return;
+    };
+    // The file passes `Config::load`; what fails is starting the new web's
+    // thread, after the throttle's and retention's parts were checked.
+    limit.clamp();
+    reload(&relay, &file, &everything_changed(), "refused").await;
+    limit.release();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !relay
+        .log_text()
+        .lines()
+        .any(|l| l.contains("reload refused") && l.contains("sluice-trust"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the refusal and its reason were not logged:\n{}",
+            relay.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Nothing of it applies: throttle, trust, pow, policy, limits, relay.
+    assert_eq!(relay.get_json("/api/throttle").await["mode"], "enforce");
+    let doc = nip11(&relay).await;
+    assert_eq!(doc["name"], "before");
+    assert_eq!(doc["limitation"]["max_subscriptions"], 20);
+    assert_eq!(doc["limitation"]["min_pow_difficulty"], 0);
+    let (ok, msg) = c.publish(&note(4, 0)).await;
+    assert!(ok, "an outsider's note after the refused reload: {msg}");
+    let (ok, msg) = c.publish(&ev(4, now(), 7, &[], "+")).await;
+    assert!(ok, "a kind 7 after the refused reload: {msg}");
+    assert_eq!(
+        relay
+            .metric_or_zero("sluice_config_reloads_total", &["result=\"applied\""])
+            .await,
+        0.0
+    );
+    // The same file, once the relay can start its thread: all of it.
+    reload(&relay, &file, &everything_changed(), "applied").await;
+    assert_eq!(relay.get_json("/api/throttle").await["mode"], "shadow");
+    let doc = nip11(&relay).await;
+    assert_eq!(doc["name"], "after");
+    assert_eq!(doc["limitation"]["max_subscriptions"], 1);
+    assert_eq!(doc["limitation"]["min_pow_difficulty"], 8);
+    let (ok, msg) = c.publish(&note(4, 1)).await;
+    assert!(!ok);
+    assert_eq!(msg, "restricted: not in this relay's web of trust");
+    eventually("the retention target of 100 MiB is in force", || async {
+        relay
+            .metric_or_zero("sluice_retention_target_bytes", &[])
+            .await
+            == 100.0 * 1024.0 * 1024.0
+    })
+    .await;
 }

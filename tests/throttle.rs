@@ -181,6 +181,100 @@ async fn forwarded_for_is_believed_only_from_a_trusted_proxy() {
     assert_eq!(d.err(), Some(429));
 }
 
+/// A chain of proxies: the inner one listens dual-stack and writes its
+/// IPv4 peer (the outer proxy) as `::ffff:127.0.0.30`. That hop is a
+/// trusted proxy like `127.0.0.30`, so the client is the hop left of it.
+#[tokio::test]
+async fn a_trusted_hop_written_ipv4_mapped_is_skipped_like_its_ipv4_address() {
+    let relay = Relay::start_with(&[
+        ("SLUICE_THROTTLE__CLIENTS__MAX_CONNECTIONS_PER_IP", "1"),
+        (
+            "SLUICE_THROTTLE__CLIENTS__TRUSTED_PROXIES",
+            "[\"127.0.0.0/8\"]",
+        ),
+    ]);
+    let url = relay.url();
+    let via = |xff: &'static str| {
+        let url = url.clone();
+        async move {
+            Client::try_connect_with(&url, Some("127.0.0.15"), &[("x-forwarded-for", xff)]).await
+        }
+    };
+    let _a = via("198.51.100.1, ::ffff:127.0.0.30")
+        .await
+        .expect("first client behind the proxies");
+    let _b = via("198.51.100.2, ::ffff:127.0.0.30")
+        .await
+        .expect("another client behind the same proxies is another address");
+    assert_eq!(
+        via("198.51.100.1, ::ffff:127.0.0.30").await.err(),
+        Some(429),
+        "the first client again: its cap"
+    );
+}
+
+/// Whether a socket bound to `[::]` takes IPv4 connections and shows their
+/// peers as `::ffff:a.b.c.d`; `Err` says why not (IPv6 disabled in the
+/// kernel, or `[::]` bound to IPv6 only).
+fn dual_stack() -> Result<(), String> {
+    let disabled = std::fs::read_to_string("/proc/sys/net/ipv6/conf/all/disable_ipv6")
+        .is_ok_and(|v| v.trim() == "1");
+    if disabled {
+        return Err("the kernel has IPv6 disabled (net.ipv6.conf.all.disable_ipv6 = 1)".into());
+    }
+    let listener = std::net::TcpListener::bind("[::]:0")
+        .map_err(|e| format!("cannot listen on [::]:0: {e}"))?;
+    let port = listener.local_addr().unwrap().port();
+    let _client = std::net::TcpStream::connect(("127.0.0.1", port))
+        .map_err(|e| format!("[::]:{port} takes no IPv4 connection (net.ipv6.bindv6only?): {e}"))?;
+    let (_conn, peer) = listener.accept().unwrap();
+    match peer.ip() {
+        std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => Ok(()),
+        other => Err(format!("an IPv4 peer of [::] shows as {other}")),
+    }
+}
+
+/// On a dual-stack listener an IPv4 proxy's peer address is
+/// `::ffff:127.0.0.16`: the relay makes it `127.0.0.16` at accept, so the
+/// proxy is in `trusted_proxies = ["127.0.0.0/8"]` and its X-Forwarded-For
+/// is believed (each client behind it has its own per-address cap).
+/// Skipped where the kernel gives no dual-stack socket, unless
+/// `IPV6_TESTS_REQUIRE` is set.
+#[tokio::test]
+async fn a_proxy_reaching_a_dual_stack_listener_over_ipv4_is_trusted_by_its_ipv4_block() {
+    if let Err(why) = dual_stack() {
+        assert!(
+            std::env::var_os("IPV6_TESTS_REQUIRE").is_none(),
+            "IPV6_TESTS_REQUIRE is set but {why}"
+        );
+        eprintln!("SKIPPED: no dual-stack listener: {why}");
+        return;
+    }
+    let relay = Relay::start_with(&[
+        ("SLUICE_SERVER__LISTEN", "[::]:0"),
+        ("SLUICE_THROTTLE__CLIENTS__MAX_CONNECTIONS_PER_IP", "1"),
+        (
+            "SLUICE_THROTTLE__CLIENTS__TRUSTED_PROXIES",
+            "[\"127.0.0.0/8\"]",
+        ),
+    ]);
+    let listening: std::net::SocketAddr = relay.addr.parse().unwrap();
+    assert!(listening.is_ipv6(), "{listening}");
+    // An IPv4 client of the IPv6 socket: the kernel shows it mapped.
+    let url = format!("ws://127.0.0.1:{}", listening.port());
+    let via = |xff: &'static str| {
+        let url = url.clone();
+        async move {
+            Client::try_connect_with(&url, Some("127.0.0.16"), &[("x-forwarded-for", xff)]).await
+        }
+    };
+    let _a = via("203.0.113.5").await.expect("first client via proxy");
+    let _b = via("203.0.113.6")
+        .await
+        .expect("the header is believed: another client, not the proxy's address again");
+    assert_eq!(via("203.0.113.5").await.err(), Some(429));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shadow_mode_counts_decisions_but_applies_none() {
     let relay = Relay::start_with(&[("SLUICE_THROTTLE__MODE", "shadow")]);

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Memory per subscribed connection, Sluice then strfry, one after the other
-# in one sitting (docs/benchmarks.md#memory-per-connection-session-12-2026-11-26).
+# in one sitting (docs/benchmarks.md#memory-per-connection).
 #
 #   SLUICE=target/release/sluice BENCH=target/release/sluice-bench \
 #   STRFRY=/path/to/strfry STRFRY_CONF=/path/to/strfry.conf \

@@ -1,6 +1,6 @@
 #!/bin/bash
 # NIP-50 search on a large store, in one sitting
-# (docs/benchmarks.md#nip-50-search-on-the-1m-store-issue-26-2026-11-26):
+# (docs/benchmarks.md#nip-50-search-on-the-1m-store):
 # import with and without indexing (alternating, ROUNDS each), the index's
 # size against data.mdb, `sluice reindex`, search latency at 4 connections
 # (`sluice-bench query --mix search=1`, words drawn as often as the file's

@@ -47,8 +47,9 @@ mod search;
 pub mod trust;
 pub mod writer;
 
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use sluice_proto::Event;
@@ -201,17 +202,43 @@ impl Engine {
         self.writer.wake();
     }
 
-    /// Applies `[trust]` and `[pow]` (at start and on SIGHUP): the web of
-    /// trust is built again from the store when `[trust]` changed.
+    /// Applies `[trust]` and `[pow]` (at start, and in a standalone
+    /// mirror): [`Engine::prepare_trust`] with the tiers in force, then
+    /// [`Engine::commit_trust`]. On error nothing changes.
     pub fn set_trust(
         &self,
         trust: sluice_throttle::TrustConfig,
         pow: sluice_throttle::PowConfig,
     ) -> Result<(), StartError> {
         let tiers = self.throttle.config().tiers;
-        self.throttle.set_outsider_rate(trust.outsider_events_per_s);
-        let settings = trust::TrustSettings::new(trust, pow, &tiers);
-        self.trust.set(settings, &self.store)
+        let prepared = self.prepare_trust(trust, pow, &tiers)?;
+        self.commit_trust(prepared);
+        Ok(())
+    }
+
+    /// Prepares `[trust]` and `[pow]` (validated) with `tiers` (the
+    /// `[throttle.tiers]` that will be in force), changing nothing: when
+    /// the web must be read again, its thread is started here, waiting to
+    /// be told to read; the one error (the system will not start it) is
+    /// here, not in [`Engine::commit_trust`]. Dropped unapplied, that
+    /// thread ends.
+    pub fn prepare_trust(
+        &self,
+        trust: sluice_throttle::TrustConfig,
+        pow: sluice_throttle::PowConfig,
+        tiers: &sluice_throttle::TiersConfig,
+    ) -> Result<trust::PreparedTrust, StartError> {
+        let settings = trust::TrustSettings::new(trust, pow, tiers);
+        self.trust.prepare(settings, &self.store)
+    }
+
+    /// Applies what [`Engine::prepare_trust`] prepared (cannot fail): the
+    /// outsiders' budget, the settings, and the new web's thread, which
+    /// reads the store from here on (the old web serving until it has).
+    pub fn commit_trust(&self, prepared: trust::PreparedTrust) {
+        self.throttle
+            .set_outsider_rate(prepared.settings().trust.outsider_events_per_s);
+        self.trust.commit(prepared);
     }
 
     /// The web of trust and the proof-of-work difficulty.
@@ -259,21 +286,34 @@ impl Engine {
         self.retention.get()
     }
 
-    /// Applies a reloaded `[throttle]` section (SIGHUP): buckets, modes,
-    /// and the query scheduler's bounds.
-    /// All or nothing: the whole section is validated first, the
-    /// scheduler (the one part that can still refuse) takes its part next,
-    /// and if the buckets then refuse theirs the scheduler gets its old
-    /// settings back.
+    /// Applies a reloaded `[throttle]` section: [`Engine::prepare_throttle`],
+    /// then [`Engine::commit_throttle`]. On error nothing changes.
     pub fn reload_throttle(&self, cfg: ThrottleConfig) -> Result<(), String> {
-        cfg.validate().map_err(|e| e.to_string())?;
-        let old_queries = self.throttle.config().queries;
-        self.reads.reload(cfg.queries.clone())?;
-        if let Err(e) = self.throttle.reload(cfg) {
-            let _ = self.reads.reload(old_queries);
-            return Err(e);
-        }
+        let prepared = self.prepare_throttle(cfg)?;
+        self.commit_throttle(prepared);
         Ok(())
+    }
+
+    /// Checks a reloaded `[throttle]` section (SIGHUP) against everything
+    /// [`Engine::commit_throttle`] will do with it, changing nothing: the
+    /// buckets' part as they check it ([`Limiter::prepare_reload`]) and
+    /// the query scheduler's as the scheduler checks it (on one of its
+    /// own, empty).
+    pub fn prepare_throttle(&self, cfg: ThrottleConfig) -> Result<limiter::PreparedReload, String> {
+        sluice_throttle::FairQueue::<u64>::new(cfg.queries.clone())
+            .map_err(|e| format!("[throttle.queries]: {e}"))?;
+        self.throttle.prepare_reload(cfg)
+    }
+
+    /// Applies a section [`Engine::prepare_throttle`] checked (cannot fail):
+    /// the query scheduler's bounds, then buckets and modes.
+    pub fn commit_throttle(&self, prepared: limiter::PreparedReload) {
+        let queries = prepared.config().queries.clone();
+        if let Err(e) = self.reads.reload(queries) {
+            // Checked by `prepare_throttle` as the scheduler checks it.
+            tracing::error!(error = %e, "query scheduler refused a checked config: keeping its old one");
+        }
+        self.throttle.commit_reload(prepared);
     }
 
     /// Queues an event for the writer without waiting. The receiver yields
@@ -351,7 +391,7 @@ impl Engine {
     /// Sets (`Some`) or clears (`None`) a note /readyz shows beside
     /// "ready" (a degraded but serving condition).
     pub fn set_note(&self, source: &'static str, note: Option<String>) {
-        let mut notes = self.notes.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut notes = self.notes.lock();
         match note {
             Some(n) => notes.insert(source, n),
             None => notes.remove(source),
@@ -360,7 +400,7 @@ impl Engine {
 
     /// The notes set by [`Engine::set_note`], one `source: note` each.
     pub fn notes(&self) -> Vec<String> {
-        let notes = self.notes.lock().unwrap_or_else(PoisonError::into_inner);
+        let notes = self.notes.lock();
         notes.iter().map(|(k, v)| format!("{k}: {v}")).collect()
     }
 

@@ -12,9 +12,9 @@
 //!   queued is dropped at once, and later sends give their item back.
 //! - Emptied, the queue frees its storage unless it is small.
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::future::poll_fn;
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
 /// Storage kept by an emptied queue, in items (a connection that gets a
@@ -53,13 +53,9 @@ impl<T> Mailbox<T> {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State<T>> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Queues `item` unless the queue is full or closed.
     pub fn try_send(&self, item: T) -> Result<(), SendError<T>> {
-        let mut st = self.lock();
+        let mut st = self.state.lock();
         if st.closed {
             return Err(SendError::Closed(item));
         }
@@ -82,7 +78,7 @@ impl<T> Mailbox<T> {
     }
 
     pub fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<T> {
-        let mut st = self.lock();
+        let mut st = self.state.lock();
         match st.pop() {
             Some(item) => Poll::Ready(item),
             None => {
@@ -97,7 +93,7 @@ impl<T> Mailbox<T> {
     /// Wakes the receiver without an item (it looks at its other state:
     /// a connection's live queue is woken so when the relay stops).
     pub fn wake(&self) {
-        let waker = self.lock().waker.take();
+        let waker = self.state.lock().waker.take();
         if let Some(w) = waker {
             w.wake();
         }
@@ -105,12 +101,12 @@ impl<T> Mailbox<T> {
 
     /// An item already queued, if any.
     pub fn try_recv(&self) -> Option<T> {
-        self.lock().pop()
+        self.state.lock().pop()
     }
 
     /// Items queued.
     pub fn len(&self) -> usize {
-        self.lock().items.len()
+        self.state.lock().items.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -120,7 +116,7 @@ impl<T> Mailbox<T> {
     /// The receiver is gone: drops what is queued (outside the lock) and
     /// refuses what comes.
     pub fn close(&self) {
-        let mut st = self.lock();
+        let mut st = self.state.lock();
         st.closed = true;
         st.waker = None;
         let items = std::mem::take(&mut st.items);
@@ -218,9 +214,9 @@ mod tests {
             m.try_send(i).unwrap();
         }
         while m.try_recv().is_some() {}
-        assert_eq!(m.lock().items.capacity(), 0);
+        assert_eq!(m.state.lock().items.capacity(), 0);
         m.try_send(1).unwrap();
         m.try_recv();
-        assert!(m.lock().items.capacity() <= KEEP_WHEN_EMPTY);
+        assert!(m.state.lock().items.capacity() <= KEEP_WHEN_EMPTY);
     }
 }

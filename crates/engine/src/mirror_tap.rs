@@ -13,8 +13,9 @@
 //! A tap is an owned guard: dropping it removes its entry, so a mirror
 //! that stops holds nothing here.
 
+use parking_lot::RwLock;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
 
 use sluice_proto::{Event, Filter};
 use tokio::sync::mpsc::{Receiver, Sender, error::TrySendError};
@@ -60,15 +61,12 @@ impl MirrorTaps {
     ) -> MirrorTap {
         let id = self.new_id();
         let (tx, rx) = tokio::sync::mpsc::channel(capacity.max(1));
-        self.entries
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Entry {
-                id,
-                filter,
-                tx,
-                dropped,
-            });
+        self.entries.write().push(Entry {
+            id,
+            filter,
+            tx,
+            dropped,
+        });
         MirrorTap {
             id,
             taps: self.clone(),
@@ -84,7 +82,7 @@ impl MirrorTaps {
             Origin::Mirror(id) => id,
             Origin::Replica => return,
         };
-        let entries = self.entries.read().unwrap_or_else(PoisonError::into_inner);
+        let entries = self.entries.read();
         for e in entries.iter() {
             if e.id == from || !e.filter.matches(event) {
                 continue;
@@ -98,18 +96,11 @@ impl MirrorTaps {
 
     /// Whether any mirror sends up (the writer skips the offer otherwise).
     pub(crate) fn any(&self) -> bool {
-        !self
-            .entries
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_empty()
+        !self.entries.read().is_empty()
     }
 
     fn remove(&self, id: u64) {
-        self.entries
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|e| e.id != id);
+        self.entries.write().retain(|e| e.id != id);
     }
 }
 

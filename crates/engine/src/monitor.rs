@@ -14,7 +14,7 @@
 //! - commit latency: the slowest group commit since the last tick, against
 //!   a slow moving average of past commits (the baseline); or, when it
 //!   weighs more, the recent cost of bulk commits per 1000 stored events
-//!   against their baseline (the writer keeps both, see `writer.rs`);
+//!   against their baseline (the writer keeps both, see `writer/signals.rs`);
 //! - writer queue fill: queued events / `engine.writer_queue_events`, or a
 //!   bulk client's backlog over its bound when that is fuller;
 //! - capacity: the larger of the map's fill (`data.mdb`'s last page over
@@ -35,9 +35,10 @@
 //! The thread holds only a weak reference to the engine, so the engine owns
 //! it and not the other way round.
 
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{RecvTimeoutError, SyncSender};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -132,8 +133,8 @@ impl MonitorHandle {
                 thread: "sluice-monitor".into(),
                 source,
             })?;
-        *handle.stop.lock().unwrap_or_else(PoisonError::into_inner) = Some(stop_tx);
-        *handle.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(thread);
+        *handle.stop.lock() = Some(stop_tx);
+        *handle.thread.lock() = Some(thread);
         // Err: the first tick panicked; health reports the monitor stopped.
         let _ = first_rx.recv();
         Ok(())
@@ -141,17 +142,8 @@ impl MonitorHandle {
 
     /// Stops the thread after its current tick and waits for it. Idempotent.
     pub fn stop(&self) {
-        drop(
-            self.stop
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take(),
-        );
-        let thread = self
-            .thread
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        drop(self.stop.lock().take());
+        let thread = self.thread.lock().take();
         if let Some(thread) = thread {
             // A panic was logged and counted by the thread itself.
             let _ = thread.join();

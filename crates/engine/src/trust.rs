@@ -19,10 +19,11 @@
 //! The adaptive difficulty is ticked by the monitor ([`Trust::tick`]) from
 //! the write controller's output and the outsiders' demand on their budget.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{RecvTimeoutError, SyncSender, TrySendError, sync_channel};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -80,6 +81,38 @@ enum Feed {
         created_at: u64,
         follows: Vec<[u8; 32]>,
     },
+}
+
+/// `[trust]` and `[pow]` as [`Trust::prepare`] left them, for
+/// [`Trust::commit`].
+pub struct PreparedTrust {
+    settings: TrustSettings,
+    web: Web,
+}
+
+impl PreparedTrust {
+    /// The sections as they will apply.
+    pub fn settings(&self) -> &TrustSettings {
+        &self.settings
+    }
+}
+
+/// What a commit does to the web's thread.
+enum Web {
+    /// `[trust]` is unchanged: the thread (and its web) stays.
+    Keep,
+    /// No web: the thread stops and no pubkey is in it.
+    Off,
+    /// A new thread, started, waiting for its generation.
+    Start(Started),
+}
+
+/// A `sluice-trust` thread that has not read anything yet.
+struct Started {
+    /// Where its generation is sent once committed (dropped: it ends).
+    go: SyncSender<u64>,
+    feed: SyncSender<Feed>,
+    thread: JoinHandle<()>,
 }
 
 /// The relay's web of trust and proof-of-work state.
@@ -167,7 +200,6 @@ impl Trust {
         let extra = self
             .controller
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
             .tick(&s.pow, write_output, demand, now_ns);
         self.pow_extra.store(extra, Ordering::Relaxed);
         metrics::gauge!(m::POW_DIFFICULTY).set(f64::from(required(&s.pow, 1, extra)));
@@ -176,7 +208,7 @@ impl Trust {
     /// The stored events of a batch, from the writer: a kind 3 of a pubkey
     /// whose list counts goes to the trust thread.
     pub(crate) fn note_stored<'a>(&self, events: impl IntoIterator<Item = &'a Event>) {
-        let feed = self.feed.lock().unwrap_or_else(PoisonError::into_inner);
+        let feed = self.feed.lock();
         let Some(tx) = feed.as_ref() else { return };
         let max_distance = self.settings.load().trust.max_distance;
         let distances = self.distances.load();
@@ -200,59 +232,75 @@ impl Trust {
         }
     }
 
-    /// Applies `[trust]` and `[pow]` (at start and at a reload): the
-    /// thread is (re)started from the store when a web is configured, and
-    /// stopped when none is.
-    pub(crate) fn set(
+    /// Prepares `[trust]` and `[pow]` (at start and at a reload), changing
+    /// nothing: when `[trust]` changed (or no thread runs) and a web is
+    /// configured, the new `sluice-trust` thread is started here, waiting
+    /// for [`Trust::commit`] before it reads anything, so the one error
+    /// (the system will not start it) comes before any setting changed.
+    /// Dropped instead, the prepared thread ends without reading.
+    pub(crate) fn prepare(
         self: &Arc<Self>,
         settings: TrustSettings,
         store: &Store,
-    ) -> Result<(), crate::StartError> {
-        let restart = {
-            let old = self.settings.load();
-            old.trust != settings.trust
+    ) -> Result<PreparedTrust, crate::StartError> {
+        let restart = self.settings.load().trust != settings.trust || self.thread.lock().is_none();
+        let web = if !restart {
+            Web::Keep
+        } else if !settings.trust.enabled() {
+            Web::Off
+        } else {
+            Web::Start(self.spawn(&settings.trust, store)?)
         };
-        self.settings.store(Arc::new(settings.clone()));
-        if !restart
-            && self
-                .thread
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .is_some()
-        {
-            return Ok(());
-        }
-        // The old thread ends by itself once its feed is gone, and
-        // publishes nothing more: a reload does not wait for its walk.
+        Ok(PreparedTrust { settings, web })
+    }
+
+    /// Applies what [`Trust::prepare`] prepared; cannot fail. A thread of
+    /// the old `[trust]` ends by itself once its feed is gone, and
+    /// publishes nothing more: a reload does not wait for its walk, and the
+    /// old distances serve until the new walk publishes.
+    pub(crate) fn commit(&self, prepared: PreparedTrust) {
+        self.settings.store(Arc::new(prepared.settings));
+        let start = match prepared.web {
+            Web::Keep => return,
+            Web::Off => None,
+            Web::Start(started) => Some(started),
+        };
         let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
-        drop(
-            self.feed
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take(),
-        );
-        drop(
-            self.thread
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take(),
-        );
-        // The old distances serve until the new walk publishes.
-        if !settings.trust.enabled() {
+        drop(self.feed.lock().take());
+        drop(self.thread.lock().take());
+        let Some(started) = start else {
             self.distances.store(Arc::new(HashMap::new()));
             self.ready.store(true, Ordering::Release);
-            return Ok(());
-        }
+            return;
+        };
         self.ready.store(false, Ordering::Release);
+        *self.feed.lock() = Some(started.feed);
+        *self.thread.lock() = Some(started.thread);
+        // A channel of one, just made, that the waiting thread holds: the
+        // send neither waits nor fails.
+        let _ = started.go.try_send(generation);
+    }
+
+    /// Starts a `sluice-trust` thread for `cfg` that waits for its
+    /// generation (from [`Trust::commit`]) before it reads the store, and
+    /// ends if it is dropped instead.
+    fn spawn(
+        self: &Arc<Self>,
+        cfg: &TrustConfig,
+        store: &Store,
+    ) -> Result<Started, crate::StartError> {
+        let (go, go_rx) = sync_channel::<u64>(1);
         let (tx, rx) = sync_channel::<Feed>(FEED_CAPACITY);
         let me = Arc::downgrade(self);
         let store = store.clone();
         let overflowed = self.overflowed.clone();
         let ready = self.ready.clone();
-        let cfg = settings.trust;
+        let cfg = cfg.clone();
         let thread = std::thread::Builder::new()
             .name("sluice-trust".into())
             .spawn(move || {
+                // Prepared but not applied: nothing to read.
+                let Ok(generation) = go_rx.recv() else { return };
                 let mut graph = TrustGraph::new(&cfg);
                 let publish = |graph: &TrustGraph| {
                     let Some(t) = me.upgrade() else { return false };
@@ -316,9 +364,11 @@ impl Trust {
                 thread: "sluice-trust".into(),
                 source,
             })?;
-        *self.feed.lock().unwrap_or_else(PoisonError::into_inner) = Some(tx);
-        *self.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(thread);
-        Ok(())
+        Ok(Started {
+            go,
+            feed: tx,
+            thread,
+        })
     }
 
     /// Whether the first build from the store is done (always, without a
@@ -342,17 +392,8 @@ impl Trust {
     /// Stops the thread and waits for it (shutdown).
     pub(crate) fn stop(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
-        drop(
-            self.feed
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take(),
-        );
-        let thread = self
-            .thread
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        drop(self.feed.lock().take());
+        let thread = self.thread.lock().take();
         if let Some(t) = thread {
             let _ = t.join();
         }
@@ -417,5 +458,99 @@ fn read_missing(store: &Store, graph: &mut TrustGraph, max_follows: usize) {
             }
         }
         graph.recompute();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use sluice_proto::Event;
+    use sluice_store::{Store, StoreOptions};
+    use sluice_throttle::trust::WriteStanding;
+    use sluice_throttle::{PowConfig, ThrottleConfig, TiersConfig, TrustConfig};
+
+    use crate::Engine;
+    use crate::config::EngineConfig;
+
+    fn pubkey(sk: u8) -> [u8; 32] {
+        Event::sign(&[sk; 32], 1, 1, vec![], "").pubkey
+    }
+
+    fn web(seed: u8) -> TrustConfig {
+        TrustConfig {
+            seed_pubkeys: vec![sluice_proto::hex32::encode(&pubkey(seed))],
+            ..TrustConfig::default()
+        }
+    }
+
+    fn distance(engine: &Engine, sk: u8) -> Option<u8> {
+        match engine.trust().standing(&pubkey(sk), 1) {
+            WriteStanding::Trusted { distance, .. } => Some(distance),
+            WriteStanding::Outsider(_) => None,
+        }
+    }
+
+    fn wait_until(what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out waiting until {what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// A reload prepares the new web (its thread started) before anything
+    /// changes: dropped unapplied (another part refused), nothing changed
+    /// and that thread never publishes; committed, even well after it was
+    /// prepared, the thread reads the store and publishes.
+    #[test]
+    fn a_prepared_web_changes_nothing_until_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = StoreOptions {
+            map_size_bytes: 64 << 20,
+            max_readers: 126,
+            write_map: false,
+            write_map_when_alone: false,
+            min_free_disk_bytes: 0,
+        };
+        let store = Store::open(dir.path(), &opts).unwrap();
+        let engine =
+            Engine::start(store, EngineConfig::default(), ThrottleConfig::default()).unwrap();
+        let tiers = TiersConfig::default();
+        // Key 1 follows key 2.
+        let list = Event::sign(
+            &[1; 32],
+            1,
+            3,
+            vec![vec!["p".into(), sluice_proto::hex32::encode(&pubkey(2))]],
+            "",
+        );
+        engine.write_batch_blocking(vec![list]).unwrap();
+        assert!(engine.trust().settings().trust.seed_pubkeys.is_empty());
+
+        let dropped = engine
+            .prepare_trust(web(1), PowConfig::default(), &tiers)
+            .unwrap();
+        assert!(engine.trust().settings().trust.seed_pubkeys.is_empty());
+        drop(dropped);
+        // A web that follows nobody, applied: key 2 stays an outsider
+        // (the dropped web, which would have trusted it, never publishes).
+        let other = engine
+            .prepare_trust(web(3), PowConfig::default(), &tiers)
+            .unwrap();
+        engine.commit_trust(other);
+        wait_until("the web of key 3 is read", || engine.trust().ready());
+        assert_eq!(distance(&engine, 3), Some(0));
+        assert_eq!(distance(&engine, 2), None);
+
+        let prepared = engine
+            .prepare_trust(web(1), PowConfig::default(), &tiers)
+            .unwrap();
+        assert_eq!(distance(&engine, 3), Some(0), "the old web serves");
+        engine.commit_trust(prepared);
+        wait_until("key 2 is trusted", || distance(&engine, 2) == Some(1));
+        assert_eq!(distance(&engine, 1), Some(0));
+        assert_eq!(distance(&engine, 3), None);
+        engine.shutdown();
     }
 }

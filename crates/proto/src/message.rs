@@ -68,8 +68,9 @@ pub enum MessageError {
     /// A type this relay does not implement: answer with NOTICE.
     #[error("unsupported message type {0}")]
     UnknownType(String),
-    /// An EVENT whose event is bad; `id` is its id when it could be read, so
-    /// the answer can be an OK false.
+    /// An EVENT (or AUTH) whose event is bad; `id` is its id when one could
+    /// be read (64 hex characters, [`sniff_id`]), so the answer can be an OK
+    /// false; `None`: answer with NOTICE.
     #[error("{error}")]
     BadEvent {
         id: Option<String>,
@@ -217,9 +218,12 @@ fn sub_id(raw: Option<&&RawValue>) -> Result<String, MessageError> {
 }
 
 /// Reads the `"id"` string out of an event text without parsing it, so a
-/// refusal of a malformed or oversized event can still name the event.
-/// Returns the text as sent when it is 1-64 ASCII letters and digits
-/// (anything else is not worth echoing).
+/// refusal of a malformed or oversized event can still name the event in
+/// its OK. Returns it, as sent, only when it is 64 hex characters closed by
+/// their quote: an OK's first element is an event id, so anything shorter,
+/// longer, cut off or not a string is no id, and the message is answered
+/// with a NOTICE. An id in uppercase hex (which `Event::parse` refuses) is
+/// still one the client can match its OK to, so it is echoed.
 pub fn sniff_id(raw: &str) -> Option<String> {
     let mut from = 0;
     while let Some(at) = raw[from..].find("\"id\"") {
@@ -228,12 +232,9 @@ pub fn sniff_id(raw: &str) -> Option<String> {
         let Some(rest) = raw[after..].trim_start().strip_prefix(':') else {
             continue;
         };
-        let rest = rest.trim_start().strip_prefix('"')?;
-        let end = rest.find('"')?;
-        let id = &rest[..end];
-        let plausible =
-            (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric());
-        return plausible.then(|| id.to_owned());
+        let (id, tail) = rest.trim_start().strip_prefix('"')?.split_at_checked(64)?;
+        let is_id = tail.starts_with('"') && id.bytes().all(|b| b.is_ascii_hexdigit());
+        return is_id.then(|| id.to_owned());
     }
     None
 }
@@ -335,282 +336,4 @@ fn json_str(s: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn auth_takes_one_event_and_the_relay_sends_its_challenge() {
-        let ev = crate::Event::sign(&[3; 32], 1, 22242, vec![], "");
-        match ClientMessage::parse(&format!("[\"AUTH\",{}]", ev.raw())) {
-            Ok(ClientMessage::Auth(e)) => assert_eq!(e.id, ev.id),
-            other => panic!("{other:?}"),
-        }
-        assert!(matches!(
-            ClientMessage::parse("[\"AUTH\",\"challenge\"]"),
-            Err(MessageError::BadEvent { .. })
-        ));
-        assert!(matches!(
-            ClientMessage::parse("[\"AUTH\"]"),
-            Err(MessageError::Malformed(_))
-        ));
-        let v: serde_json::Value = serde_json::from_str(&RelayMessage::auth("a\"b")).unwrap();
-        assert_eq!(v, serde_json::json!(["AUTH", "a\"b"]));
-    }
-
-    #[test]
-    fn event_keeps_raw_bytes() {
-        let ev = Event::sign(&[9u8; 32], 1_700_000_000, 1, vec![], "x");
-        let spaced = ev.raw().replace(",\"", ", \"");
-        let msg = format!("[\"EVENT\", {spaced} ]");
-        match ClientMessage::parse(&msg).unwrap() {
-            ClientMessage::Event(e) => assert_eq!(e.raw(), spaced),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn req_with_bad_filter_names_its_subscription() {
-        let err = ClientMessage::parse(r#"["REQ","s1",{"kinds":"x"}]"#).unwrap_err();
-        assert!(matches!(err, MessageError::BadFilter { ref sub_id, .. } if sub_id == "s1"));
-    }
-
-    #[test]
-    fn malformed_and_unknown() {
-        assert!(matches!(
-            ClientMessage::parse("nope"),
-            Err(MessageError::Malformed(_))
-        ));
-        assert!(matches!(
-            ClientMessage::parse("[]"),
-            Err(MessageError::Malformed(_))
-        ));
-        assert!(matches!(
-            ClientMessage::parse("[1]"),
-            Err(MessageError::Malformed(_))
-        ));
-        assert!(matches!(
-            ClientMessage::parse(r#"["HELLO"]"#),
-            Err(MessageError::UnknownType(_))
-        ));
-        assert!(matches!(
-            ClientMessage::parse(r#"["REQ",""]"#),
-            Err(MessageError::BadSubId)
-        ));
-        assert!(matches!(
-            ClientMessage::parse(r#"["CLOSE",5]"#),
-            Err(MessageError::BadSubId)
-        ));
-    }
-
-    #[test]
-    fn bad_event_still_yields_its_id() {
-        let id = "ab".repeat(32);
-        let msg = format!(r#"["EVENT",{{"id":"{id}","kind":"x"}}]"#);
-        match ClientMessage::parse(&msg).unwrap_err() {
-            MessageError::BadEvent { id: Some(got), .. } => assert_eq!(got, id),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    /// JSON forbids raw control characters in strings and escapes it does
-    /// not list; such an EVENT is refused, but as an EVENT: with its id
-    /// when it can be read (OK false), else without (a NOTICE).
-    #[test]
-    fn an_event_that_is_not_json_is_still_an_event() {
-        let ev = Event::sign(&[9u8; 32], 1_700_000_000, 1, vec![], "a\tb\nc");
-        let id = ev.id_hex();
-        // The escapes written as the raw characters (as relay-tester's
-        // "literals for JSON escape sequences" does), and a bad escape.
-        for raw in [
-            ev.raw().replace("\\t", "\t").replace("\\n", "\n"),
-            ev.raw().replace("\\t", "\\c"),
-        ] {
-            assert!(serde_json::from_str::<serde_json::Value>(&raw).is_err());
-            for msg in [
-                format!("[\"EVENT\",{raw}]"),
-                format!(" [ \"EVENT\" ,\n{raw}]"),
-            ] {
-                match ClientMessage::parse(&msg).unwrap_err() {
-                    MessageError::BadEvent {
-                        id: got,
-                        error: EventError::Malformed(why),
-                    } => {
-                        assert_eq!(got.as_deref(), Some(id.as_str()), "{msg:?}");
-                        assert!(!why.is_empty());
-                    }
-                    other => panic!("{msg:?}: {other:?}"),
-                }
-            }
-            match ClientMessage::parse(&format!("[\"AUTH\",{raw}]")).unwrap_err() {
-                MessageError::BadEvent { id: Some(got), .. } => assert_eq!(got, id),
-                other => panic!("{other:?}"),
-            }
-        }
-        // No id to read: still a bad event (answered with a NOTICE).
-        assert!(matches!(
-            ClientMessage::parse("[\"EVENT\",{\"content\":\"a\u{1}b\"}]"),
-            Err(MessageError::BadEvent { id: None, .. })
-        ));
-        // An extra element: the id is still read.
-        let msg = format!("[\"EVENT\",{},1]", ev.raw());
-        assert!(matches!(
-            ClientMessage::parse(&msg),
-            Err(MessageError::BadEvent { id: Some(ref got), .. }) if *got == id
-        ));
-        // Other types that are not JSON stay malformed messages.
-        for msg in [
-            "[\"REQ\",\"a\u{1}\"]",
-            "[\"EV\\u0045NT\",{\"id\":\"ab\"",
-            "nope",
-        ] {
-            assert!(
-                matches!(ClientMessage::parse(msg), Err(MessageError::Malformed(_))),
-                "{msg:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn malformed_ids_are_echoed_as_sent() {
-        let upper = "AB".repeat(32);
-        let msg = format!(r#"["EVENT",{{"content":"has \"id\" inside","id":"{upper}","kind":1}}]"#);
-        match ClientMessage::parse(&msg).unwrap_err() {
-            MessageError::BadEvent { id, .. } => assert_eq!(id.as_deref(), Some(upper.as_str())),
-            other => panic!("{other:?}"),
-        }
-        assert_eq!(sniff_id(r#"{"id":"<script>"}"#), None);
-        assert_eq!(
-            sniff_id(r#"{"tags":[["x","id"]],"id":"abc"}"#).as_deref(),
-            Some("abc")
-        );
-    }
-
-    /// The `type` label of `sluice_messages_received_total` (the REQ
-    /// refusal-ratio alert and dashboard panel select `type=~"req|count"`).
-    #[test]
-    fn each_message_type_has_its_metric_label() {
-        let ev = Event::sign(&[3; 32], 1, 1, vec![], "");
-        let auth = Event::sign(&[3; 32], 1, 22242, vec![], "");
-        for (msg, label) in [
-            (format!("[\"EVENT\",{}]", ev.raw()), "event"),
-            (r#"["REQ","s",{}]"#.to_string(), "req"),
-            (r#"["COUNT","s",{}]"#.to_string(), "count"),
-            (r#"["CLOSE","s"]"#.to_string(), "close"),
-            (format!("[\"AUTH\",{}]", auth.raw()), "auth"),
-            (r#"["NEG-OPEN","n",{},"6100"]"#.to_string(), "neg_open"),
-            (r#"["NEG-MSG","n","6100"]"#.to_string(), "neg_msg"),
-            (r#"["NEG-CLOSE","n"]"#.to_string(), "neg_close"),
-        ] {
-            assert_eq!(ClientMessage::parse(&msg).unwrap().type_label(), label);
-        }
-    }
-
-    /// NIP-77: `["NEG-OPEN", sub_id, filter, hex]` and `["NEG-MSG", sub_id,
-    /// hex]`; the hex is handed on as sent.
-    #[test]
-    fn negentropy_messages_keep_their_parts() {
-        match ClientMessage::parse(r#"["NEG-OPEN","n1",{"kinds":[1]},"61AB00"]"#).unwrap() {
-            ClientMessage::NegOpen {
-                sub_id,
-                filter,
-                message,
-            } => {
-                assert_eq!(sub_id, "n1");
-                assert_eq!(filter.kinds, Some(vec![1]));
-                assert_eq!(message, "61AB00");
-            }
-            other => panic!("{other:?}"),
-        }
-        match ClientMessage::parse(r#"["NEG-MSG","n1","ff00"]"#).unwrap() {
-            ClientMessage::NegMsg { sub_id, message } => {
-                assert_eq!((sub_id.as_str(), message.as_str()), ("n1", "ff00"));
-            }
-            other => panic!("{other:?}"),
-        }
-    }
-
-    /// A negentropy message that cannot be used is answered NEG-ERR for its
-    /// subscription: wrong arity, a bad filter, or a message that is not an
-    /// even-length string of hex digits.
-    #[test]
-    fn bad_negentropy_messages_name_their_subscription() {
-        let neg_err = |msg: &str| match ClientMessage::parse(msg) {
-            Err(MessageError::BadNeg { sub_id, error }) => {
-                assert_eq!(sub_id, "n1", "{msg}");
-                error
-            }
-            other => panic!("{msg}: {other:?}"),
-        };
-        for msg in [
-            r#"["NEG-OPEN","n1",{}]"#,
-            r#"["NEG-OPEN","n1",{},"00","00"]"#,
-            r#"["NEG-MSG","n1"]"#,
-            r#"["NEG-MSG","n1","00","00"]"#,
-        ] {
-            assert!(neg_err(msg).contains("takes"), "{msg}");
-        }
-        assert!(neg_err(r#"["NEG-OPEN","n1",{"kinds":"x"},"00"]"#).contains("kinds"));
-        for bad in [r#""abc""#, r#""0g""#, r#""zz""#, r#""00 0""#, "0", "[]"] {
-            for msg in [
-                format!(r#"["NEG-OPEN","n1",{{}},{bad}]"#),
-                format!(r#"["NEG-MSG","n1",{bad}]"#),
-            ] {
-                assert_eq!(neg_err(&msg), "message must be a hex string", "{msg}");
-            }
-        }
-    }
-
-    /// The NOTICE for an unknown type echoes it, cut to 32 characters.
-    #[test]
-    fn an_unknown_type_is_named_in_at_most_32_characters() {
-        assert_eq!(
-            ClientMessage::parse(r#"["HELLO"]"#).unwrap_err(),
-            MessageError::UnknownType("HELLO".into())
-        );
-        let long = "é".repeat(40);
-        assert_eq!(
-            ClientMessage::parse(&format!("[\"{long}\"]")).unwrap_err(),
-            MessageError::UnknownType("é".repeat(32))
-        );
-    }
-
-    #[test]
-    fn negentropy_answers_are_framed_as_nip77_says() {
-        assert_eq!(
-            RelayMessage::neg_msg("n\"1", "61ab"),
-            r#"["NEG-MSG","n\"1","61ab"]"#
-        );
-        assert_eq!(
-            RelayMessage::neg_err("n1", "closed: no such session"),
-            r#"["NEG-ERR","n1","closed: no such session"]"#
-        );
-    }
-
-    #[test]
-    fn relay_messages_are_valid_json() {
-        for s in [
-            RelayMessage::event("a\"b", "{}"),
-            RelayMessage::ok(&"01".repeat(32), false, "invalid: \"x\""),
-            RelayMessage::eose("s"),
-            RelayMessage::closed("s", "rate-limited: slow down"),
-            RelayMessage::notice("hi"),
-            RelayMessage::count("s", 3, false),
-            RelayMessage::count("s", 3, true),
-        ] {
-            serde_json::from_str::<serde_json::Value>(&s).unwrap();
-        }
-    }
-
-    #[test]
-    fn a_count_says_approximate_only_when_it_is() {
-        let exact: serde_json::Value =
-            serde_json::from_str(&RelayMessage::count("c", 7, false)).unwrap();
-        assert_eq!(exact, serde_json::json!(["COUNT", "c", {"count": 7}]));
-        let cut: serde_json::Value =
-            serde_json::from_str(&RelayMessage::count("c", 9, true)).unwrap();
-        assert_eq!(
-            cut,
-            serde_json::json!(["COUNT", "c", {"count": 9, "approximate": true}])
-        );
-    }
-}
+mod tests;

@@ -3,9 +3,10 @@
 //! agree), the documents made from events, and the ranked search of one
 //! filter.
 
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use sluice_proto::search::{language, searchable_text, words};
 use sluice_proto::{Event, Filter};
@@ -204,7 +205,7 @@ impl SearchIndex {
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Pending> {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+        self.pending.lock()
     }
 
     /// The writer committed events: the indexer reads them from the store.

@@ -31,7 +31,7 @@ const RETRY: Duration = Duration::from_secs(1);
 /// The running indexer: stopping it commits what it has indexed.
 pub struct Indexer {
     index: Arc<SearchIndex>,
-    thread: std::sync::Mutex<Option<JoinHandle<()>>>,
+    thread: parking_lot::Mutex<Option<JoinHandle<()>>>,
     alive: Arc<AtomicBool>,
     indexed: Arc<AtomicU64>,
 }
@@ -135,7 +135,7 @@ impl Indexer {
             })?;
         Ok(Indexer {
             index,
-            thread: std::sync::Mutex::new(Some(thread)),
+            thread: parking_lot::Mutex::new(Some(thread)),
             alive,
             indexed,
         })
@@ -168,7 +168,7 @@ impl Indexer {
     pub fn stop(&self) {
         self.index.lock().stopping = true;
         self.index.wake.notify_all();
-        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let thread = self.thread.lock().take();
         if let Some(t) = thread {
             let _ = t.join();
         }
@@ -267,11 +267,11 @@ impl Run {
 
     /// Sleeps until rung, asked to remove or stop, or `d` passed.
     fn wait(&self, d: Duration) {
-        let p = self.index.lock();
+        let mut p = self.index.lock();
         if p.rung || p.stopping || !p.removals.is_empty() {
             return;
         }
-        let _ = self.index.wake.wait_timeout(p, d);
+        self.index.wake.wait_for(&mut p, d);
     }
 
     /// Indexes the next batch of stored events: `None` when there were

@@ -10,76 +10,49 @@
 //! peer's address counts instead. The list is part of the `[throttle]`
 //! section the engine holds, and is read from there at each connection, so
 //! a SIGHUP reload applies from the next connection on.
+//!
+//! Every address is canonical (`IpAddr::to_canonical`: an IPv4-mapped IPv6
+//! address is its IPv4 one), so it compares with the blocks
+//! ([`IpBlock`]) in one family: the peer's, made so once at accept
+//! (`crates/server/src/accept.rs`), and those read from the headers, made so
+//! here.
 
 use std::net::IpAddr;
 
 use axum::http::HeaderMap;
-
-/// An address block: an address with a prefix length (`10.0.0.0/8`), or
-/// one address (`127.0.0.1`, the whole length).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    net: IpAddr,
-    bits: u8,
-}
-
-impl Cidr {
-    /// `None` unless `s` is an IPv4 or IPv6 address, optionally followed
-    /// by `/` and a prefix length no longer than the address.
-    pub fn parse(s: &str) -> Option<Cidr> {
-        let (addr, bits) = match s.split_once('/') {
-            Some((a, b)) => (a.parse::<IpAddr>().ok()?, Some(b.parse::<u8>().ok()?)),
-            None => (s.parse::<IpAddr>().ok()?, None),
-        };
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let bits = bits.unwrap_or(max);
-        (bits <= max).then_some(Cidr { net: addr, bits })
-    }
-
-    /// True when `ip` is in the block (an IPv4 address is never in an
-    /// IPv6 block, nor the reverse).
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.net, ip) {
-            (IpAddr::V4(n), IpAddr::V4(a)) => {
-                let mask = u32::MAX.checked_shl(32 - self.bits as u32).unwrap_or(0);
-                u32::from(n) & mask == u32::from(a) & mask
-            }
-            (IpAddr::V6(n), IpAddr::V6(a)) => {
-                let mask = u128::MAX.checked_shl(128 - self.bits as u32).unwrap_or(0);
-                u128::from(n) & mask == u128::from(a) & mask
-            }
-            _ => false,
-        }
-    }
-}
+use sluice_throttle::{BlockError, IpBlock};
 
 /// The peers whose forwarding headers are believed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TrustedProxies(Vec<Cidr>);
+pub struct TrustedProxies(Vec<IpBlock>);
 
 impl TrustedProxies {
     /// Parses `throttle.clients.trusted_proxies`; the error names the key
-    /// and the entry that is not an address or CIDR block.
+    /// and the entry that is not an address or CIDR block (or a mapped
+    /// block under /96, and why).
     pub fn parse(list: &[String]) -> Result<TrustedProxies, String> {
         list.iter()
             .map(|p| {
-                Cidr::parse(p).ok_or_else(|| {
-                    format!(
+                IpBlock::parse(p).map_err(|e| match e {
+                    BlockError::Syntax => format!(
                         "throttle.clients.trusted_proxies: {p:?} is not an address or CIDR block"
-                    )
+                    ),
+                    e => format!("throttle.clients.trusted_proxies: {p:?}: {e}"),
                 })
             })
             .collect::<Result<_, _>>()
             .map(TrustedProxies)
     }
 
-    /// True when `ip` is in one of the blocks.
+    /// True when `ip` (canonical) is in one of the blocks.
     pub fn contains(&self, ip: IpAddr) -> bool {
         self.0.iter().any(|c| c.contains(ip))
     }
 
-    /// The client's address: the peer's, or when the peer is trusted, the
-    /// last untrusted hop of X-Forwarded-For, else X-Real-IP.
+    /// The client's address: the peer's (canonical, as accept made it), or
+    /// when the peer is trusted, the last untrusted hop of X-Forwarded-For,
+    /// else X-Real-IP, made canonical (a proxy on a dual-stack listener
+    /// writes an IPv4 hop as `::ffff:a.b.c.d`).
     pub fn client_ip(
         &self,
         peer: IpAddr,
@@ -92,13 +65,15 @@ impl TrustedProxies {
         if let Some(xff) = forwarded_for {
             let hops: Vec<IpAddr> = xff
                 .split(',')
-                .filter_map(|h| h.trim().parse().ok())
+                .filter_map(|h| h.trim().parse::<IpAddr>().ok().map(|ip| ip.to_canonical()))
                 .collect();
             if let Some(ip) = hops.iter().rev().find(|ip| !self.contains(**ip)) {
                 return *ip;
             }
         }
-        real_ip.and_then(|r| r.trim().parse().ok()).unwrap_or(peer)
+        real_ip
+            .and_then(|r| r.trim().parse::<IpAddr>().ok().map(|ip| ip.to_canonical()))
+            .unwrap_or(peer)
     }
 
     /// [`TrustedProxies::client_ip`] of a request's headers.
@@ -117,30 +92,6 @@ mod tests {
     }
 
     #[test]
-    fn cidr_blocks() {
-        let c = Cidr::parse("10.0.0.0/8").unwrap();
-        assert!(c.contains(ip("10.1.2.3")));
-        assert!(!c.contains(ip("11.0.0.1")));
-        assert!(!c.contains(ip("::ffff:10.1.2.3")));
-        assert!(Cidr::parse("127.0.0.1").unwrap().contains(ip("127.0.0.1")));
-        assert!(!Cidr::parse("127.0.0.1").unwrap().contains(ip("127.0.0.2")));
-        assert!(Cidr::parse("0.0.0.0/0").unwrap().contains(ip("192.0.2.1")));
-        let v6 = Cidr::parse("2001:db8::/32").unwrap();
-        assert!(v6.contains(ip("2001:db8:ffff::1")));
-        assert!(!v6.contains(ip("2001:db9::1")));
-        for bad in [
-            "10.0.0.0/33",
-            "::/129",
-            "10.0.0.0/",
-            "localhost",
-            "",
-            "10.0.0.0/8/8",
-        ] {
-            assert!(Cidr::parse(bad).is_none(), "{bad}");
-        }
-    }
-
-    #[test]
     fn a_bad_entry_is_named_with_the_key() {
         let list = vec!["127.0.0.1".to_string(), "10.0.0.0/40".to_string()];
         let err = TrustedProxies::parse(&list).unwrap_err();
@@ -149,6 +100,43 @@ mod tests {
             "throttle.clients.trusted_proxies: \"10.0.0.0/40\" is not an address or CIDR block"
         );
         assert_eq!(TrustedProxies::parse(&[]), Ok(TrustedProxies::default()));
+        let mapped = TrustedProxies::parse(&["::ffff:10.0.0.0/80".to_string()]).unwrap_err();
+        assert!(
+            mapped.starts_with("throttle.clients.trusted_proxies: \"::ffff:10.0.0.0/80\": ")
+                && mapped.contains("write the IPv4 block"),
+            "{mapped}"
+        );
+    }
+
+    #[test]
+    fn addresses_from_the_headers_are_made_canonical() {
+        let t = TrustedProxies::parse(&["127.0.0.0/8".to_string()]).unwrap();
+        let proxy = ip("127.0.0.1");
+        // An inner proxy on a dual-stack listener writes its peer mapped:
+        // still a trusted hop, skipped.
+        assert_eq!(
+            t.client_ip(proxy, Some("198.51.100.7, ::ffff:127.0.0.2"), None),
+            ip("198.51.100.7")
+        );
+        assert_eq!(
+            t.client_ip(proxy, Some("::ffff:198.51.100.7"), None),
+            ip("198.51.100.7")
+        );
+        assert_eq!(
+            t.client_ip(proxy, None, Some("::ffff:198.51.100.8")),
+            ip("198.51.100.8")
+        );
+        assert_eq!(
+            t.client_ip(proxy, Some("2001:db8::7"), None),
+            ip("2001:db8::7")
+        );
+        // A mapped block written by the operator is its IPv4 block.
+        let m = TrustedProxies::parse(&["::ffff:127.0.0.0/104".to_string()]).unwrap();
+        assert_eq!(m, t);
+        assert_eq!(
+            m.client_ip(proxy, Some("198.51.100.7"), None),
+            ip("198.51.100.7")
+        );
     }
 
     #[test]

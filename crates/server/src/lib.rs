@@ -54,8 +54,9 @@ pub struct AppState {
     front: ArcSwap<Reloadable>,
     /// `None` when /metrics is not served on the relay port.
     render_metrics: Option<MetricsRenderer>,
-    /// What the status sampler reads (`None`: no /status).
-    status_source: Option<MetricsRenderer>,
+    /// What the status sampler reads, kept by the recorder's tap
+    /// (`None`: no /status).
+    status_source: Option<Arc<pages::status::Series>>,
     /// The live status's samples.
     status: pages::status::Board,
     /// What `/` answers a browser.
@@ -102,12 +103,13 @@ impl Reloadable {
     }
 }
 
-/// The recorder's renderings the front end serves: /metrics on the relay
-/// port (`on_relay_port`) and the live status (`status`).
+/// What the front end reads of the recorder: its rendering, for /metrics
+/// on the relay port (`on_relay_port`), and the series its tap keeps for
+/// the live status (`status`, [`pages::status::Tap`]).
 #[derive(Clone, Default)]
 pub struct Renderers {
     pub on_relay_port: Option<MetricsRenderer>,
-    pub status: Option<MetricsRenderer>,
+    pub status: Option<Arc<pages::status::Series>>,
 }
 
 impl AppState {
@@ -185,8 +187,8 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// waits (up to `shutdown_grace_ms`) for sessions to answer their pending
 /// EVENTs and close.
 pub async fn serve(listener: tokio::net::TcpListener, state: Arc<AppState>) -> std::io::Result<()> {
-    if let Some(render) = state.status_source.clone() {
-        tokio::spawn(pages::status::run_sampler(state.clone(), render));
+    if let Some(series) = state.status_source.clone() {
+        tokio::spawn(pages::status::run_sampler(state.clone(), series));
     }
     // One wait for the whole relay, not one per session: the sessions
     // learn of the stop through their live queues.
@@ -400,7 +402,7 @@ async fn status_json(
 }
 
 /// The status is an operator endpoint unless `server.public_status`; it
-/// does not exist where nothing samples (no recorder).
+/// does not exist where nothing samples (no tap on the recorder).
 fn status_refusal(st: &AppState, peer: SocketAddr, headers: &HeaderMap) -> Option<Response> {
     if st.status_source.is_none() {
         return Some(StatusCode::NOT_FOUND.into_response());

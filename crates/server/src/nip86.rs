@@ -10,6 +10,7 @@
 //! 401. A change is made durable by the writer before the answer, logged with
 //! the admin's pubkey and counted (`sluice_nip86_requests_total`).
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -20,6 +21,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use sluice_engine::access::list;
 use sluice_proto::{Event, Filter, hex32};
+use sluice_throttle::{BlockError, IpBlock};
 
 use crate::AppState;
 use crate::metrics_names as m;
@@ -190,6 +192,33 @@ fn param_hex(params: &[Value], i: usize, what: &str) -> Result<String, String> {
         .ok_or_else(|| format!("parameter {} must be {what}", i + 1))
 }
 
+/// Parameter 1 of `blockip`/`unblockip`: an address or block, one in
+/// IPv4-mapped form as its IPv4 block (`crates/throttle/src/net.rs`).
+fn param_block(params: &[Value]) -> Result<IpBlock, String> {
+    let ip = param_str(params, 0, "an IP address or CIDR")?;
+    IpBlock::parse(ip).map_err(|e| match e {
+        BlockError::Syntax => "parameter 1 must be an IP address or CIDR".to_string(),
+        e => format!("parameter 1: {e}"),
+    })
+}
+
+/// How an older build stored an IPv4 block given to `blockip` in mapped
+/// form (`::ffff:10.0.0.0/104`, matching nobody then): this one reads that
+/// entry as the IPv4 block and lists it so, and `unblockip` of the IPv4
+/// block removes it too.
+fn mapped_spelling(net: IpBlock) -> Option<String> {
+    match net.addr() {
+        IpAddr::V4(v4) => {
+            let v6 = v4.to_ipv6_mapped();
+            Some(match net.prefix_len() {
+                32 => v6.to_string(),
+                n => format!("{v6}/{}", u16::from(n) + 96),
+            })
+        }
+        IpAddr::V6(_) => None,
+    }
+}
+
 fn reason(params: &[Value], i: usize) -> String {
     params
         .get(i)
@@ -317,15 +346,14 @@ pub async fn call(
         }
         "listallowedkinds" => Ok((json!(rules.allowed_kinds()), false)),
         "blockip" => {
-            let ip = param_str(params, 0, "an IP address or CIDR")?;
-            let net = sluice_engine::access::IpNet::parse(ip)
-                .ok_or("parameter 1 must be an IP address or CIDR")?;
+            let net = param_block(params)?;
             set(format!("{}:{net}", list::BLOCK_IP), Some(reason(params, 1))).await
         }
         "unblockip" => {
-            let ip = param_str(params, 0, "an IP address or CIDR")?;
-            let net = sluice_engine::access::IpNet::parse(ip)
-                .ok_or("parameter 1 must be an IP address or CIDR")?;
+            let net = param_block(params)?;
+            if let Some(old) = mapped_spelling(net) {
+                set(format!("{}:{old}", list::BLOCK_IP), None).await?;
+            }
             set(format!("{}:{net}", list::BLOCK_IP), None).await
         }
         "listblockedips" => Ok((listed(rules.blocked_ips(), "ip"), false)),
@@ -338,5 +366,38 @@ pub async fn call(
             set(format!("{}:description", list::RELAY), Some(d.to_string())).await
         }
         other => Err(format!("unsupported method {other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mapped_block_is_stored_as_its_ipv4_block_and_its_old_key_is_named() {
+        let block = |s: &str| param_block(&[json!(s)]);
+        assert_eq!(
+            block("::ffff:10.0.0.0/104").unwrap().to_string(),
+            "10.0.0.0/8"
+        );
+        assert_eq!(block("::ffff:10.0.0.9").unwrap().to_string(), "10.0.0.9");
+        assert_eq!(
+            block("10.0.0.0/33").unwrap_err(),
+            "parameter 1 must be an IP address or CIDR"
+        );
+        assert!(
+            block("::ffff:10.0.0.0/80")
+                .unwrap_err()
+                .contains("write the IPv4 block")
+        );
+        let old = |s: &str| mapped_spelling(block(s).unwrap());
+        assert_eq!(old("10.0.0.0/8").as_deref(), Some("::ffff:10.0.0.0/104"));
+        assert_eq!(old("::ffff:10.0.0.9").as_deref(), Some("::ffff:10.0.0.9"));
+        assert_eq!(old("0.0.0.0/0").as_deref(), Some("::ffff:0.0.0.0/96"));
+        assert_eq!(old("2001:db8::/32"), None);
+        // What an older build wrote parses back to the same block.
+        for s in ["10.0.0.0/8", "10.0.0.9", "0.0.0.0/0"] {
+            assert_eq!(block(&old(s).unwrap()), block(s));
+        }
     }
 }

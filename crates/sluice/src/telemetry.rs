@@ -1,7 +1,12 @@
 //! Logging and the metrics recorder.
 
+use std::sync::Arc;
+
 use anyhow::Context;
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{
+    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+};
+use sluice_server::pages::status::{Series, Tap};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogConfig;
@@ -36,11 +41,35 @@ const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Installs the global Prometheus recorder and returns its handle.
 pub fn init_metrics() -> anyhow::Result<PrometheusHandle> {
-    let handle = PrometheusBuilder::new()
+    install(|prometheus| prometheus)
+}
+
+/// Installs the global Prometheus recorder under the live status's tap
+/// (`sluice_server::pages::status::Tap`), and returns the recorder's
+/// handle and the series the tap keeps for the status sampler.
+pub fn init_metrics_with_status() -> anyhow::Result<(PrometheusHandle, Arc<Series>)> {
+    let series = Arc::new(Series::default());
+    let handle = install(|prometheus| Tap::new(prometheus, series.clone()))?;
+    Ok((handle, series))
+}
+
+/// The Prometheus recorder, with the relay's histogram buckets.
+fn prometheus() -> anyhow::Result<PrometheusRecorder> {
+    Ok(PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)?
         .set_buckets_for_metric(Matcher::Suffix("_events".into()), BATCH_BUCKETS)?
-        .install_recorder()
-        .context("installing the metrics recorder")?;
+        .build_recorder())
+}
+
+/// Installs `wrap(the Prometheus recorder)` as the global recorder, starts
+/// the upkeep of its histograms and describes every documented metric.
+fn install<R: metrics::Recorder + Sync + 'static>(
+    wrap: impl FnOnce(PrometheusRecorder) -> R,
+) -> anyhow::Result<PrometheusHandle> {
+    let recorder = prometheus()?;
+    let handle = recorder.handle();
+    metrics::set_global_recorder(wrap(recorder))
+        .map_err(|e| anyhow::anyhow!("installing the metrics recorder: {e}"))?;
     // Histogram samples wait in the recorder until a render or an upkeep
     // folds them into their buckets: with nobody scraping /metrics they
     // would pile up without bound (some 48 bytes per connection opened).
@@ -110,6 +139,66 @@ fn described_metrics(doc: &str) -> Vec<Described> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The sum of `name`'s samples in a Prometheus text, over their labels.
+    fn rendered(text: &str, name: &str) -> f64 {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.rsplit_once(' '))
+            .filter(|(head, _)| head.split('{').next() == Some(name))
+            .map(|(_, v)| v.parse::<f64>().expect("a number"))
+            .sum()
+    }
+
+    #[test]
+    fn the_status_tap_keeps_what_metrics_renders() {
+        use sluice_engine::metrics_names as em;
+        let series = Arc::new(Series::default());
+        let recorder = prometheus().unwrap();
+        let handle = recorder.handle();
+        let tap = Tap::new(recorder, series.clone());
+        metrics::with_local_recorder(&tap, || {
+            // Increments summed over label sets; `absolute` and `set` on
+            // the series the relay records that way, with one label set.
+            let one_key = [em::QUERY_ADMITTED_TOTAL, em::STORE_USED_BYTES];
+            for (i, name) in Series::names().enumerate() {
+                let n = i as u64 + 1;
+                if one_key.contains(&name) {
+                    continue;
+                }
+                if name.ends_with("_total") {
+                    metrics::counter!(name, "direction" => "read", "layer" => "ip_bucket")
+                        .increment(n);
+                    metrics::counter!(name, "direction" => "write", "layer" => "controller")
+                        .increment(2 * n);
+                } else {
+                    metrics::gauge!(name, "side" => "a").increment(n as f64 + 0.25);
+                    metrics::gauge!(name, "side" => "b").increment(3.0);
+                    metrics::gauge!(name, "side" => "b").decrement(1.5);
+                }
+            }
+            metrics::counter!(em::QUERY_ADMITTED_TOTAL).absolute(1000);
+            metrics::counter!(em::QUERY_ADMITTED_TOTAL).absolute(900);
+            metrics::gauge!(em::STORE_USED_BYTES).set(12345.5);
+            metrics::gauge!(em::STORE_USED_BYTES).set(2345.5);
+            // Not the status's: passed through to /metrics unchanged.
+            metrics::counter!(sluice_server::metrics_names::CONNECTIONS_OPENED_TOTAL).increment(4);
+        });
+        let text = handle.render();
+        for name in Series::names() {
+            let kept = series.value(name).expect("listed");
+            assert!(kept > 0.0, "{name} not kept");
+            assert_eq!(kept, rendered(&text, name), "{name}");
+        }
+        assert_eq!(series.value(em::QUERY_ADMITTED_TOTAL), Some(1000.0));
+        assert_eq!(
+            rendered(
+                &text,
+                sluice_server::metrics_names::CONNECTIONS_OPENED_TOTAL
+            ),
+            4.0
+        );
+    }
 
     #[test]
     fn every_documented_metric_gets_its_meaning_as_help() {

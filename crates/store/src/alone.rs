@@ -23,10 +23,10 @@
 //! ([`crate::StoreError::is_disk_full`]). When the store closes, the file
 //! is cut back to its last page, so what is left is an ordinary store.
 
+use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::sync::Mutex;
 
 /// The lock file's name in the store's directory.
 pub const LOCK_FILE: &str = "sluice.lock";
@@ -139,10 +139,7 @@ impl Reserve {
     /// `adding` bytes of events. Called before every write transaction, on
     /// the one writing thread.
     pub(crate) fn ensure(&self, end: u64, adding: u64) -> std::io::Result<()> {
-        let mut st = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut st = self.state.lock();
         if st.last_end != 0 {
             st.max_growth = st.max_growth.max(end.saturating_sub(st.last_end));
         }
@@ -167,10 +164,7 @@ impl Reserve {
     /// Records the end of the last page after a commit: where the file is
     /// cut when the store closes.
     pub(crate) fn committed_at(&self, end: u64) {
-        let mut st = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut st = self.state.lock();
         st.trim_to = end;
     }
 }
@@ -179,10 +173,7 @@ impl Drop for Reserve {
     /// Runs after the environment closed (it is the store's last field):
     /// the sparse tail and the reserve are cut off, under the lock.
     fn drop(&mut self) {
-        let st = self
-            .state
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let st = self.state.get_mut();
         if st.trim_to > 0
             && let Err(e) = self.data.set_len(st.trim_to)
         {

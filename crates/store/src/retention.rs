@@ -198,9 +198,9 @@ impl Store {
         let rtxn = self.rtxn()?;
         let main = self.env.unnamed_database_stat();
         let page = u64::from(main.page_size);
-        let mut pages = 2 + (main.branch_pages + main.leaf_pages + main.overflow_pages) as u64;
+        let mut pages = 2 + data_pages(&main);
         for s in self.t.stats(&rtxn)? {
-            pages += (s.branch_pages + s.leaf_pages + s.overflow_pages) as u64;
+            pages += data_pages(&s);
         }
         Ok(pages * page)
     }
@@ -314,6 +314,11 @@ impl Store {
         }
         Ok(out)
     }
+}
+
+/// Pages a database's entries take: branch, leaf and overflow.
+fn data_pages(s: &heed::DatabaseStat) -> u64 {
+    (s.branch_pages + s.leaf_pages + s.overflow_pages) as u64
 }
 
 /// Removes what `scan` picks inside `wtxn`, stopping once `scan.max_time`

@@ -49,6 +49,10 @@
 //!   it sent.
 //! - [`meter`]: [`RateMeter`], a connection's own rate, to aim the
 //!   controller at the connections that cause the load.
+//! - [`net`]: [`IpBlock`], the address block of every list of addresses
+//!   (trusted proxies, `metrics.allow_from`, denied and blocked addresses),
+//!   compared with canonical addresses only (an IPv4-mapped IPv6 address
+//!   or block is its IPv4 one).
 //!
 //! Every constructor validates its config and returns [`ConfigError`];
 //! nothing on the hot path fails or panics: runtime inputs are clamped.
@@ -66,6 +70,7 @@ pub mod fair;
 pub mod governor;
 pub mod keyed;
 pub mod meter;
+pub mod net;
 pub mod pid;
 pub mod pow;
 pub mod refusal;
@@ -85,6 +90,7 @@ pub use fair::{AfterStep, FairQueue, FairStats, JobId, StepFate};
 pub use governor::{DirectionState, Governor, GovernorState};
 pub use keyed::{KeyedBuckets, KeyedStats};
 pub use meter::RateMeter;
+pub use net::{BlockError, IpBlock};
 pub use pid::{Pid, PidConfig, PidState};
 pub use pow::{PowConfig, PowController};
 pub use refusal::{Cause, Layer, RateLimited};

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use sluice_proto::hex32;
 
-use super::ipnet::IpNet;
+use sluice_throttle::{BlockError, IpBlock};
 
 /// The `[policy]` section.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -50,8 +50,10 @@ impl PolicyConfig {
             }
         }
         for ip in &self.deny_ips {
-            IpNet::parse(ip)
-                .ok_or_else(|| format!("policy.deny_ips: {ip:?} is not an address or CIDR"))?;
+            IpBlock::parse(ip).map_err(|e| match e {
+                BlockError::Syntax => format!("policy.deny_ips: {ip:?} is not an address or CIDR"),
+                e => format!("policy.deny_ips: {ip:?}: {e}"),
+            })?;
         }
         for k in self.max_event_bytes_by_kind.keys() {
             k.parse::<u16>()

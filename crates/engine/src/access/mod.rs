@@ -15,7 +15,6 @@
 //! A REQ/COUNT: blocked address, then read-restricted without a member.
 
 mod config;
-mod ipnet;
 mod plugin;
 mod rules;
 
@@ -24,10 +23,10 @@ mod tests;
 
 use std::collections::BTreeMap;
 
-use std::sync::{Arc, PoisonError, RwLock};
+use parking_lot::RwLock;
+use std::sync::Arc;
 
 pub use config::{PluginConfig, PolicyConfig};
-pub use ipnet::IpNet;
 pub use plugin::{Plugin, PluginVerdict, Source};
 pub use rules::{AccessRules, Denial, list};
 
@@ -61,16 +60,12 @@ impl AccessState {
 impl Access {
     /// The current snapshot.
     pub fn rules(&self) -> Arc<AccessRules> {
-        self.inner
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .rules
-            .clone()
+        self.inner.read().rules.clone()
     }
 
     /// Replaces the config and every runtime entry.
     pub fn load(&self, cfg: PolicyConfig, runtime: Vec<(String, String)>) {
-        let mut st = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        let mut st = self.inner.write();
         st.admins = cfg.admins();
         st.cfg = cfg;
         st.runtime = runtime.into_iter().collect();
@@ -81,7 +76,7 @@ impl Access {
     /// the running plugin's settings. Returns whether the new plugin
     /// settings differ from the running ones (they need a restart).
     pub fn reload(&self, mut cfg: PolicyConfig) -> bool {
-        let mut st = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        let mut st = self.inner.write();
         let plugin_changed = st.cfg.plugin != cfg.plugin;
         cfg.plugin = st.cfg.plugin.clone();
         st.admins = cfg.admins();
@@ -92,7 +87,7 @@ impl Access {
 
     /// Applies one runtime entry the store has made durable.
     pub fn set(&self, key: String, value: Option<String>) {
-        let mut st = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        let mut st = self.inner.write();
         match value {
             Some(v) => st.runtime.insert(key, v),
             None => st.runtime.remove(&key),
@@ -101,10 +96,6 @@ impl Access {
     }
 
     pub fn is_admin(&self, pubkey: &[u8; 32]) -> bool {
-        self.inner
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .admins
-            .contains(pubkey)
+        self.inner.read().admins.contains(pubkey)
     }
 }

@@ -5,9 +5,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 
 use sluice_proto::{Event, Reason, hex32};
+use sluice_throttle::IpBlock;
 
 use super::config::PolicyConfig;
-use super::ipnet::IpNet;
 
 /// Why the policy says no: the NIP-01 prefix and the words after it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,7 +44,7 @@ pub struct AccessRules {
     banned_events: HashMap<[u8; 32], String>,
     allow_kinds: BTreeSet<u16>,
     deny_kinds: BTreeSet<u16>,
-    blocked_ips: Vec<(IpNet, String)>,
+    blocked_ips: Vec<(IpBlock, String)>,
     max_bytes_by_kind: HashMap<u16, usize>,
     members_only: bool,
     read_restricted: bool,
@@ -69,7 +69,7 @@ impl AccessRules {
         for p in cfg.allow_pubkeys.iter().filter_map(|p| hex32::decode(p)) {
             r.allow_pubkeys.insert(p, "config".into());
         }
-        for n in cfg.deny_ips.iter().filter_map(|s| IpNet::parse(s)) {
+        for n in cfg.deny_ips.iter().filter_map(|s| IpBlock::parse(s).ok()) {
             r.blocked_ips.push((n, "config".into()));
         }
         for (k, v) in &cfg.max_event_bytes_by_kind {
@@ -111,7 +111,7 @@ impl AccessRules {
                     }
                 }
                 list::BLOCK_IP => {
-                    if let Some(n) = IpNet::parse(item) {
+                    if let Ok(n) = IpBlock::parse(item) {
                         r.blocked_ips.push((n, why));
                     }
                 }
@@ -123,7 +123,12 @@ impl AccessRules {
         r
     }
 
+    /// Whether `ip` is in a denied or blocked block. Made canonical here
+    /// too (an IPv4-mapped address is its IPv4 one): the server's are
+    /// already, but a mirror's peer address does not pass through its
+    /// accept.
     pub fn ip_blocked(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
         self.blocked_ips.iter().any(|(n, _)| n.contains(ip))
     }
 

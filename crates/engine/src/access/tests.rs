@@ -39,7 +39,7 @@ fn a_reload_replaces_the_config_and_keeps_runtime_entries_and_the_running_plugin
     assert!(denied(&p, 3) && denied(&p, 4), "runtime entries stay");
     assert!(!denied(&p, 1));
     assert!(p.is_admin(&pk(6)) && !p.is_admin(&pk(5)));
-    assert_eq!(p.inner.read().unwrap().cfg.plugin, running);
+    assert_eq!(p.inner.read().cfg.plugin, running);
     // The same plugin settings again: nothing to restart.
     assert!(!p.reload(PolicyConfig {
         plugin: running,
@@ -129,18 +129,64 @@ fn each_rule_refuses_with_its_prefix_in_order() {
 }
 
 #[test]
-fn cidrs_match_by_prefix_and_bad_config_is_named() {
-    let n = IpNet::parse("10.1.0.0/16").unwrap();
-    assert!(n.contains("10.1.200.3".parse().unwrap()));
-    assert!(!n.contains("10.2.0.1".parse().unwrap()));
-    assert!(n.contains("::ffff:10.1.0.1".parse().unwrap()));
-    let v6 = IpNet::parse("2001:db8::/32").unwrap();
-    assert!(v6.contains("2001:db8:1::1".parse().unwrap()));
-    assert!(IpNet::parse("10.0.0.1/33").is_none());
-    assert_eq!(IpNet::parse("1.2.3.4").unwrap().to_string(), "1.2.3.4");
-    let bad = PolicyConfig {
-        deny_ips: vec!["nope".into()],
+fn blocks_match_by_prefix_in_one_family_and_bad_config_is_named() {
+    let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+    let cfg = PolicyConfig {
+        deny_ips: vec![
+            "10.1.0.0/16".into(),
+            "::ffff:10.9.0.0/112".into(),
+            "2001:db8::/32".into(),
+        ],
         ..PolicyConfig::default()
     };
-    assert!(bad.validate().unwrap_err().contains("policy.deny_ips"));
+    assert_eq!(cfg.validate(), Ok(()));
+    // A NIP-86 entry an older build stored in mapped form.
+    let runtime = [(
+        "block_ip:::ffff:192.0.2.0/120".to_string(),
+        "spam".to_string(),
+    )];
+    let rules = AccessRules::build(&cfg, &runtime);
+    assert!(rules.ip_blocked(ip("10.1.200.3")));
+    assert!(!rules.ip_blocked(ip("10.2.0.1")));
+    assert!(
+        rules.ip_blocked(ip("10.9.1.1")),
+        "a mapped block is its IPv4 block"
+    );
+    assert!(
+        rules.ip_blocked(ip("::ffff:10.1.0.1")),
+        "a mapped address too"
+    );
+    assert!(rules.ip_blocked(ip("2001:db8:1::1")));
+    assert!(rules.ip_blocked(ip("192.0.2.7")));
+    assert_eq!(
+        rules.blocked_ips(),
+        [
+            ("10.1.0.0/16".to_string(), "config".to_string()),
+            ("10.9.0.0/16".to_string(), "config".to_string()),
+            ("2001:db8::/32".to_string(), "config".to_string()),
+            ("192.0.2.0/24".to_string(), "spam".to_string()),
+        ]
+    );
+    let bad = |entry: &str| {
+        PolicyConfig {
+            deny_ips: vec![entry.into()],
+            ..PolicyConfig::default()
+        }
+        .validate()
+        .unwrap_err()
+    };
+    assert_eq!(
+        bad("nope"),
+        "policy.deny_ips: \"nope\" is not an address or CIDR"
+    );
+    assert_eq!(
+        bad("10.0.0.1/33"),
+        "policy.deny_ips: \"10.0.0.1/33\" is not an address or CIDR"
+    );
+    let mapped = bad("::ffff:10.0.0.0/80");
+    assert!(
+        mapped.starts_with("policy.deny_ips: \"::ffff:10.0.0.0/80\": ")
+            && mapped.contains("write the IPv4 block"),
+        "{mapped}"
+    );
 }

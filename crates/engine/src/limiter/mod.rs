@@ -15,15 +15,16 @@
 //! [`Limiter::publish`]; SIGHUP swaps the snapshot ([`Limiter::reload`]).
 //!
 //! Invariants: every map here is bounded (`clients.max_tracked_keys`). The
-//! locks never poison the relay: the data behind them stays consistent
-//! (bucket operations do not panic), so a poisoned lock is used as is.
+//! locks are `parking_lot`'s, which do not poison: a panic elsewhere never
+//! stops the relay from taking them.
 
 mod usage;
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -129,6 +130,33 @@ fn keyed<K: std::hash::Hash + Eq + Clone>(b: BucketConfig, max_keys: usize) -> K
     })
 }
 
+/// Sets a map's config [`Limiter::prepare_reload`] checked as the map
+/// checks it, so this never fails; if it did, the map would keep its old
+/// config rather than stop the reload half-way.
+fn set_config<K: std::hash::Hash + Eq + Clone>(
+    map: &mut KeyedBuckets<K>,
+    b: BucketConfig,
+    max_keys: usize,
+) {
+    if let Err(e) = map.set_config(b, max_keys) {
+        tracing::error!(error = %e, "bucket config refused after its check: keeping the old one");
+    }
+}
+
+/// A reloaded `[throttle]` section [`Limiter::prepare_reload`] checked,
+/// for [`Limiter::commit_reload`].
+#[derive(Debug, Clone)]
+pub struct PreparedReload {
+    cfg: ThrottleConfig,
+}
+
+impl PreparedReload {
+    /// The section as it will apply.
+    pub fn config(&self) -> &ThrottleConfig {
+        &self.cfg
+    }
+}
+
 /// One per-author map per kind class (validated).
 fn kind_maps(c: &ClientsConfig) -> Vec<Mutex<KeyedBuckets<[u8; 32]>>> {
     c.kinds
@@ -152,11 +180,6 @@ fn outsider_bucket(per_s: f64) -> TokenBucket {
     })
 }
 
-/// Locks a mutex whose data stays consistent even if a holder panicked.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// The policy's bucket maps: the engine's, each behind its mutex.
 pub(crate) struct Maps<'t>(&'t Limiter);
 
@@ -173,40 +196,40 @@ impl Maps<'_> {
 impl Buckets for Maps<'_> {
     fn take(&mut self, bucket: Bucket<'_>, cost: u32, now_ns: u64) -> Result<(), Duration> {
         match bucket {
-            Bucket::Address(q, ip) => lock(self.address(q)).check(&ip, now_ns, cost),
+            Bucket::Address(q, ip) => self.address(q).lock().check(&ip, now_ns, cost),
             Bucket::Pubkey(q, tier, p) => match self.0.tiers.load().tier(tier) {
-                Some(b) => lock(b.map(q)).check(p, now_ns, cost),
+                Some(b) => b.map(q).lock().check(p, now_ns, cost),
                 None => Ok(()),
             },
-            Bucket::Author(p) => lock(&self.0.events_pubkey).check(p, now_ns, cost),
+            Bucket::Author(p) => self.0.events_pubkey.lock().check(p, now_ns, cost),
             Bucket::AuthorKind(class, p) => {
                 match self.0.author_kinds.load().get(usize::from(class)) {
-                    Some(map) => lock(map).check(p, now_ns, cost),
+                    Some(map) => map.lock().check(p, now_ns, cost),
                     None => Ok(()),
                 }
             }
             Bucket::Outsiders => {
                 self.0.outsider_asks.fetch_add(1, Ordering::Relaxed);
-                lock(&self.0.outsiders).try_take(now_ns, cost)
+                self.0.outsiders.lock().try_take(now_ns, cost)
             }
         }
     }
 
     fn settle(&mut self, bucket: Bucket<'_>, delta_units: i64, now_ns: u64) {
         match bucket {
-            Bucket::Address(q, ip) => lock(self.address(q)).settle(&ip, now_ns, delta_units),
+            Bucket::Address(q, ip) => self.address(q).lock().settle(&ip, now_ns, delta_units),
             Bucket::Pubkey(q, tier, p) => {
                 if let Some(b) = self.0.tiers.load().tier(tier) {
-                    lock(b.map(q)).settle(p, now_ns, delta_units);
+                    b.map(q).lock().settle(p, now_ns, delta_units);
                 }
             }
-            Bucket::Author(p) => lock(&self.0.events_pubkey).settle(p, now_ns, delta_units),
+            Bucket::Author(p) => self.0.events_pubkey.lock().settle(p, now_ns, delta_units),
             Bucket::AuthorKind(class, p) => {
                 if let Some(map) = self.0.author_kinds.load().get(usize::from(class)) {
-                    lock(map).settle(p, now_ns, delta_units);
+                    map.lock().settle(p, now_ns, delta_units);
                 }
             }
-            Bucket::Outsiders => lock(&self.0.outsiders).settle(now_ns, delta_units),
+            Bucket::Outsiders => self.0.outsiders.lock().settle(now_ns, delta_units),
         }
     }
 }
@@ -308,22 +331,54 @@ impl Limiter {
         ConnPacer::new(self.config.load().check_every_ops)
     }
 
-    /// Applies a reloaded config (SIGHUP). Buckets keep their clients;
-    /// controllers keep their state (the monitor hands the governor the
-    /// new section at its next tick). On error nothing changes.
+    /// Applies a reloaded config (SIGHUP): [`Limiter::prepare_reload`],
+    /// then [`Limiter::commit_reload`]. On error nothing changes.
     pub fn reload(&self, cfg: ThrottleConfig) -> Result<(), String> {
+        let prepared = self.prepare_reload(cfg)?;
+        self.commit_reload(prepared);
+        Ok(())
+    }
+
+    /// Checks a reloaded config against everything
+    /// [`Limiter::commit_reload`] will do with it, changing nothing: the
+    /// whole section, and each bucket map's config and bound as that map's
+    /// `set_config` checks them (on a map of its own, empty). What it
+    /// returns is applied without a refusal.
+    pub fn prepare_reload(&self, cfg: ThrottleConfig) -> Result<PreparedReload, String> {
         cfg.validate().map_err(|e| e.to_string())?;
         let c = &cfg.clients;
-        let fail = |e: sluice_throttle::ConfigError| e.to_string();
+        let max = c.max_tracked_keys;
+        for (key, b) in [
+            ("events_per_ip", c.events_per_ip),
+            ("reqs_per_ip", c.reqs_per_ip),
+            ("read_cost_per_ip", c.read_cost_per_ip),
+            ("events_per_pubkey", c.events_per_pubkey),
+        ] {
+            KeyedBuckets::<IpAddr>::new(b, max).map_err(|e| {
+                e.within(key)
+                    .within("clients")
+                    .within("throttle")
+                    .to_string()
+            })?;
+        }
+        Ok(PreparedReload { cfg })
+    }
+
+    /// Applies a config [`Limiter::prepare_reload`] checked. Buckets keep
+    /// their clients; controllers keep their state (the monitor hands the
+    /// governor the new section at its next tick).
+    pub fn commit_reload(&self, prepared: PreparedReload) {
+        let cfg = prepared.cfg;
+        let c = &cfg.clients;
         let max = c.max_tracked_keys;
         for (map, b) in [
             (&self.events_ip, c.events_per_ip),
             (&self.reqs_ip, c.reqs_per_ip),
             (&self.read_cost_ip, c.read_cost_per_ip),
         ] {
-            lock(map).set_config(b, max).map_err(fail)?;
+            set_config(&mut map.lock(), b, max);
         }
-        (lock(&self.events_pubkey).set_config(c.events_per_pubkey, max)).map_err(fail)?;
+        set_config(&mut self.events_pubkey.lock(), c.events_per_pubkey, max);
         self.read_cost_conn_rate.store(
             c.read_cost_per_connection.rate_per_s.to_bits(),
             Ordering::Relaxed,
@@ -340,7 +395,6 @@ impl Limiter {
         }
         self.config.store(Arc::new(cfg));
         self.export_mode();
-        Ok(())
     }
 
     fn export_mode(&self) {
@@ -355,7 +409,7 @@ impl Limiter {
     /// (in enforce mode). The guard uncounts it when dropped.
     pub fn open_connection(self: &Arc<Self>, ip: IpAddr) -> Option<ConnectionGuard> {
         let key = client_key(ip);
-        let mut conns = lock(&self.connections);
+        let mut conns = self.connections.lock();
         let n = conns.entry(key).or_insert(0);
         if !self.checks(|c| c.connection(*n)) {
             return None;
@@ -419,7 +473,7 @@ impl Limiter {
     /// Sets the outsiders' budget (`trust.outsider_events_per_s`): one
     /// second's worth back to back; it starts full.
     pub fn set_outsider_rate(&self, per_s: f64) {
-        *lock(&self.outsiders) = outsider_bucket(per_s);
+        *self.outsiders.lock() = outsider_bucket(per_s);
     }
 
     /// The outsiders' EVENTs that asked for their budget since the last
@@ -486,37 +540,39 @@ impl Limiter {
         self.verdicts[1].store(state.read.verdict.to_bits(), Ordering::Relaxed);
         let cfg = self.config.load();
         let rates = Rates::after(&cfg.clients, state.write.pid.output, state.read.pid.output);
-        lock(&self.events_ip).set_rate(rates.events_per_ip);
-        lock(&self.events_pubkey).set_rate(rates.events_per_pubkey);
-        lock(&self.reqs_ip).set_rate(rates.reqs_per_ip);
-        lock(&self.read_cost_ip).set_rate(rates.read_cost_per_ip);
+        self.events_ip.lock().set_rate(rates.events_per_ip);
+        self.events_pubkey.lock().set_rate(rates.events_per_pubkey);
+        self.reqs_ip.lock().set_rate(rates.reqs_per_ip);
+        self.read_cost_ip.lock().set_rate(rates.read_cost_per_ip);
         for b in self.tiers.load().buckets.iter() {
             for quota in QUOTAS {
-                lock(b.map(quota)).set_rate(rates.tier(quota, b.multiplier));
+                b.map(quota)
+                    .lock()
+                    .set_rate(rates.tier(quota, b.multiplier));
             }
         }
         self.read_cost_conn_rate
             .store(rates.read_cost_per_connection.to_bits(), Ordering::Relaxed);
-        *lock(&self.state) = Some(*state);
+        *self.state.lock() = Some(*state);
     }
 
     /// The last governor state, if a tick has run.
     pub fn state(&self) -> Option<GovernorState> {
-        *lock(&self.state)
+        *self.state.lock()
     }
 
     pub fn bucket_stats(&self) -> [(&'static str, KeyedStats); 4] {
         [
-            ("events_per_ip", lock(&self.events_ip).stats()),
-            ("events_per_pubkey", lock(&self.events_pubkey).stats()),
-            ("reqs_per_ip", lock(&self.reqs_ip).stats()),
-            ("read_cost_per_ip", lock(&self.read_cost_ip).stats()),
+            ("events_per_ip", self.events_ip.lock().stats()),
+            ("events_per_pubkey", self.events_pubkey.lock().stats()),
+            ("reqs_per_ip", self.reqs_ip.lock().stats()),
+            ("read_cost_per_ip", self.read_cost_ip.lock().stats()),
         ]
     }
 
     /// Current rate of the per-IP read budget, cost units per second.
     pub fn read_cost_rate_per_ip(&self) -> f64 {
-        lock(&self.read_cost_ip).rate_per_s()
+        self.read_cost_ip.lock().rate_per_s()
     }
 }
 
@@ -543,7 +599,7 @@ pub struct ConnectionGuard {
 
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
-        let mut conns = lock(&self.throttle.connections);
+        let mut conns = self.throttle.connections.lock();
         if let Some(n) = conns.get_mut(&self.key) {
             *n -= 1;
             if *n == 0 {

@@ -3,8 +3,9 @@
 //! (`metrics::with_local_recorder`), so tests running side by side never
 //! see each other's metrics.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use metrics::{
     Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
@@ -37,20 +38,16 @@ fn name(name: &str, labels: &[(&str, &str)]) -> String {
 }
 
 impl Recorded {
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// A counter's total (0 if never incremented).
     pub(crate) fn counter(&self, metric: &str, labels: &[(&str, &str)]) -> u64 {
         let key = name(metric, labels);
-        self.state().counters.get(&key).copied().unwrap_or(0)
+        self.0.lock().counters.get(&key).copied().unwrap_or(0)
     }
 
     /// Every counter of `metric` that was incremented, by its labels.
     pub(crate) fn counters(&self, metric: &str) -> Vec<(String, u64)> {
         let prefix = format!("{metric}{{");
-        (self.state().counters.iter())
+        (self.0.lock().counters.iter())
             .filter(|(k, _)| k.starts_with(&prefix))
             .map(|(k, v)| (k.clone(), *v))
             .collect()
@@ -59,13 +56,14 @@ impl Recorded {
     /// A gauge's last value, if it was set.
     pub(crate) fn gauge(&self, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {
         let key = name(metric, labels);
-        self.state().gauges.get(&key).copied()
+        self.0.lock().gauges.get(&key).copied()
     }
 
     /// A histogram's values, in order.
     pub(crate) fn histogram(&self, metric: &str, labels: &[(&str, &str)]) -> Vec<f64> {
         let key = name(metric, labels);
-        self.state()
+        self.0
+            .lock()
             .histograms
             .get(&key)
             .cloned()
@@ -82,7 +80,8 @@ impl CounterFn for Handle {
     fn increment(&self, value: u64) {
         *self
             .recorded
-            .state()
+            .0
+            .lock()
             .counters
             .entry(self.key.clone())
             .or_default() += value;
@@ -90,7 +89,8 @@ impl CounterFn for Handle {
 
     fn absolute(&self, value: u64) {
         self.recorded
-            .state()
+            .0
+            .lock()
             .counters
             .insert(self.key.clone(), value);
     }
@@ -100,7 +100,8 @@ impl GaugeFn for Handle {
     fn increment(&self, value: f64) {
         *self
             .recorded
-            .state()
+            .0
+            .lock()
             .gauges
             .entry(self.key.clone())
             .or_default() += value;
@@ -109,20 +110,25 @@ impl GaugeFn for Handle {
     fn decrement(&self, value: f64) {
         *self
             .recorded
-            .state()
+            .0
+            .lock()
             .gauges
             .entry(self.key.clone())
             .or_default() -= value;
     }
 
     fn set(&self, value: f64) {
-        self.recorded.state().gauges.insert(self.key.clone(), value);
+        self.recorded
+            .0
+            .lock()
+            .gauges
+            .insert(self.key.clone(), value);
     }
 }
 
 impl HistogramFn for Handle {
     fn record(&self, value: f64) {
-        (self.recorded.state().histograms)
+        (self.recorded.0.lock().histograms)
             .entry(self.key.clone())
             .or_default()
             .push(value);

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use sluice_throttle::admission::Quota;
 
-use super::{Limiter, lock};
+use super::Limiter;
 
 /// A per-client bucket map whose use a cluster shares among its nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -74,12 +74,12 @@ impl Limiter {
     /// author), for [`Limiter::drain_usage`].
     pub fn track_usage(&self) {
         self.usage_tracking.store(true, Ordering::Relaxed);
-        lock(&self.events_ip).set_usage_tracking(true);
-        lock(&self.reqs_ip).set_usage_tracking(true);
-        lock(&self.events_pubkey).set_usage_tracking(true);
+        self.events_ip.lock().set_usage_tracking(true);
+        self.reqs_ip.lock().set_usage_tracking(true);
+        self.events_pubkey.lock().set_usage_tracking(true);
         for b in self.tiers.load().buckets.iter() {
-            lock(b.map(Quota::Events)).set_usage_tracking(true);
-            lock(b.map(Quota::Requests)).set_usage_tracking(true);
+            b.map(Quota::Events).lock().set_usage_tracking(true);
+            b.map(Quota::Requests).lock().set_usage_tracking(true);
         }
     }
 
@@ -95,9 +95,9 @@ impl Limiter {
                 used: u64::from(n),
             }))
         };
-        lock(&self.events_ip).drain_usage(&mut ips);
+        self.events_ip.lock().drain_usage(&mut ips);
         push_ips(UsageMap::EventsIp, &mut ips, &mut out);
-        lock(&self.reqs_ip).drain_usage(&mut ips);
+        self.reqs_ip.lock().drain_usage(&mut ips);
         push_ips(UsageMap::ReqsIp, &mut ips, &mut out);
         let push_keys = |map, keys: &mut Vec<([u8; 32], u32)>, out: &mut Vec<Usage>| {
             out.extend(keys.drain(..).map(|(p, n)| Usage {
@@ -106,13 +106,13 @@ impl Limiter {
                 used: u64::from(n),
             }))
         };
-        lock(&self.events_pubkey).drain_usage(&mut keys);
+        self.events_pubkey.lock().drain_usage(&mut keys);
         push_keys(UsageMap::Author, &mut keys, &mut out);
         for (i, b) in self.tiers.load().buckets.iter().enumerate() {
             let tier = u8::try_from(i + 1).unwrap_or(u8::MAX);
-            lock(b.map(Quota::Events)).drain_usage(&mut keys);
+            b.map(Quota::Events).lock().drain_usage(&mut keys);
             push_keys(UsageMap::TierEvents(tier), &mut keys, &mut out);
-            lock(b.map(Quota::Requests)).drain_usage(&mut keys);
+            b.map(Quota::Requests).lock().drain_usage(&mut keys);
             push_keys(UsageMap::TierReqs(tier), &mut keys, &mut out);
         }
         out
@@ -126,23 +126,23 @@ impl Limiter {
         let tier = |t: u8, quota| tiers.tier(t).map(|b| b.map(quota));
         let mut known = 0;
         for u in usage {
-            let hit =
-                match (u.map, u.key) {
-                    (UsageMap::EventsIp, UsageKey::Ip(ip)) => {
-                        lock(&self.events_ip).charge_remote(&ip, now, u.used)
-                    }
-                    (UsageMap::ReqsIp, UsageKey::Ip(ip)) => {
-                        lock(&self.reqs_ip).charge_remote(&ip, now, u.used)
-                    }
-                    (UsageMap::Author, UsageKey::Pubkey(p)) => {
-                        lock(&self.events_pubkey).charge_remote(&p, now, u.used)
-                    }
-                    (UsageMap::TierEvents(t), UsageKey::Pubkey(p)) => tier(t, Quota::Events)
-                        .is_some_and(|m| lock(m).charge_remote(&p, now, u.used)),
-                    (UsageMap::TierReqs(t), UsageKey::Pubkey(p)) => tier(t, Quota::Requests)
-                        .is_some_and(|m| lock(m).charge_remote(&p, now, u.used)),
-                    _ => false,
-                };
+            let hit = match (u.map, u.key) {
+                (UsageMap::EventsIp, UsageKey::Ip(ip)) => {
+                    self.events_ip.lock().charge_remote(&ip, now, u.used)
+                }
+                (UsageMap::ReqsIp, UsageKey::Ip(ip)) => {
+                    self.reqs_ip.lock().charge_remote(&ip, now, u.used)
+                }
+                (UsageMap::Author, UsageKey::Pubkey(p)) => {
+                    self.events_pubkey.lock().charge_remote(&p, now, u.used)
+                }
+                (UsageMap::TierEvents(t), UsageKey::Pubkey(p)) => {
+                    tier(t, Quota::Events).is_some_and(|m| m.lock().charge_remote(&p, now, u.used))
+                }
+                (UsageMap::TierReqs(t), UsageKey::Pubkey(p)) => tier(t, Quota::Requests)
+                    .is_some_and(|m| m.lock().charge_remote(&p, now, u.used)),
+                _ => false,
+            };
             known += usize::from(hit);
         }
         known

@@ -36,8 +36,9 @@ mod worker;
 use sink::SinkShared;
 pub use sink::{ReadEnd, ReadGuard, ReadMsg, ReadSink};
 
+use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -164,11 +165,7 @@ impl Reads {
                 .name(format!("sluice-query-{i}"))
                 .spawn(move || inner.run_worker());
             match spawned {
-                Ok(w) => reads
-                    .workers
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(w),
+                Ok(w) => reads.workers.lock().push(w),
                 Err(source) => {
                     // The workers started so far stop, joined.
                     reads.shutdown();
@@ -347,7 +344,7 @@ impl Reads {
     pub(crate) fn shutdown(&self) {
         self.inner.lock().stopping = true;
         self.inner.work.notify_all();
-        let workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|e| e.into_inner()));
+        let workers = std::mem::take(&mut *self.workers.lock());
         for w in workers {
             let _ = w.join();
         }

@@ -1,8 +1,9 @@
 //! The query workers: one step of a query at a time on the store, its
 //! answer delivered, its cost settled.
 
+use parking_lot::MutexGuard;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
 use std::time::Instant;
 
 use sluice_store::StepLimits;
@@ -23,11 +24,10 @@ pub(super) struct StepResult {
 }
 
 impl Inner {
-    /// The scheduler's lock. A panic while it was held (none is expected:
-    /// the scheduler is plain bookkeeping) must not stop every reader
-    /// after it, so poisoning is ignored.
+    /// The scheduler's lock (`parking_lot`'s: a panic while it was held
+    /// does not stop every reader after it).
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock()
     }
 
     pub(super) fn run_worker(self: Arc<Self>) {
@@ -57,14 +57,11 @@ impl Inner {
                 // Nothing runnable: sleep until a submit or a returned
                 // credit wakes us (or, with queries waiting, until the next
                 // deadline check).
-                st = if st.sched.stats().queued == 0 {
-                    self.work.wait(st).unwrap_or_else(|e| e.into_inner())
+                if st.sched.stats().queued == 0 {
+                    self.work.wait(&mut st);
                 } else {
-                    self.work
-                        .wait_timeout(st, EXPIRY_CHECK)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0
-                };
+                    self.work.wait_for(&mut st, EXPIRY_CHECK);
+                }
                 continue;
             };
             let body = st.bodies.remove(&id);

@@ -1,9 +1,10 @@
 //! What the writer applies: the store's write rules and when to remove,
 //! shared with the writer thread (a reload swaps it).
 
+use parking_lot::Mutex;
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use sluice_proto::hex32;
@@ -78,15 +79,12 @@ impl Default for SharedPlan {
 
 impl SharedPlan {
     pub(crate) fn set(&self, plan: RetentionPlan) {
-        *self.plan.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(plan);
+        *self.plan.lock() = Arc::new(plan);
         self.generation.fetch_add(1, Ordering::Release);
     }
 
     pub(crate) fn get(&self) -> Arc<RetentionPlan> {
-        self.plan
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.plan.lock().clone()
     }
 
     pub(super) fn generation(&self) -> u64 {

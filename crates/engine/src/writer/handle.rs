@@ -1,8 +1,9 @@
 //! The writer's handle: its bounded queue and thread, as the engine holds them.
 
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -178,11 +179,7 @@ impl WriterHandle {
 
     /// Asks the writer to commit what is queued and stop, and waits for it.
     pub(crate) fn shutdown(&self) {
-        let taken = self
-            .thread
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let taken = self.thread.lock().take();
         let Some(thread) = taken else {
             return;
         };

@@ -1,6 +1,7 @@
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::metrics_names as m;
@@ -654,6 +655,81 @@ fn disk_errors_are_taken_for_a_full_disk_only_when_it_is_nearly_full() {
     }
 }
 
+/// Mounts a tmpfs of `mb` MiB at `dir` (root in a sandbox can), as
+/// tests/support/mod.rs does: where mounting is not allowed it says so and
+/// returns `None` (the test skips), unless `DISK_TESTS_REQUIRE` is set,
+/// which fails the test. Unmounted when dropped.
+fn tmpfs(dir: &std::path::Path, mb: u64) -> Option<Mount> {
+    std::fs::create_dir_all(dir).unwrap();
+    let ok = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={mb}m"), "tmpfs"])
+        .arg(dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var_os("DISK_TESTS_REQUIRE").is_none(),
+            "cannot mount a tmpfs, and DISK_TESTS_REQUIRE is set"
+        );
+        eprintln!("SKIPPED: mounting a tmpfs is not allowed here");
+    }
+    ok.then(|| Mount(dir.to_path_buf()))
+}
+
+struct Mount(std::path::PathBuf);
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// The floor of the full-disk classification on a real file system: with
+/// 4 MiB free, an I/O error on a tiny batch (four times it is 4 bytes) is
+/// a full disk, since less than 8 MiB is free; with 12 MiB free it is not.
+#[test]
+fn an_io_error_with_less_than_8_mib_free_is_a_full_disk_however_small_the_batch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = tmp.path().join("fs");
+    let Some(_mount) = tmpfs(&fs, 16) else {
+        return;
+    };
+    let store_dir = fs.join("store");
+    std::fs::create_dir(&store_dir).unwrap();
+    let opts = StoreOptions {
+        map_size_bytes: 1 << 20,
+        max_readers: 16,
+        write_map: false,
+        write_map_when_alone: false,
+        min_free_disk_bytes: 0,
+    };
+    let mut r = rig(EngineConfig::default());
+    r.store = Store::open(&store_dir, &opts).unwrap();
+    r.w.store = r.store.clone();
+    let free = || r.store.disk_space().unwrap().free_bytes;
+    let short = || StoreError::Io(std::io::Error::other("short write"));
+    // Nothing else writes on this file system: what is free stays so.
+    let ballast = fs.join("ballast");
+    let len = free() - (4 << 20);
+    std::fs::write(&ballast, vec![0u8; len as usize]).unwrap();
+    assert_eq!(free(), 4 << 20);
+    let e = r.w.disk_full_or(short(), 1);
+    assert!(e.is_disk_full(), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.ends_with(" 4096 KB free on the store's disk (I/O error: short write)"),
+        "{text}"
+    );
+    let file = std::fs::OpenOptions::new().write(true).open(&ballast);
+    file.unwrap().set_len(len - (8 << 20)).unwrap();
+    assert_eq!(free(), 12 << 20);
+    let e = r.w.disk_full_or(short(), 1);
+    assert!(e.is_io() && !e.is_disk_full(), "{e}");
+}
+
 #[test]
 fn an_outcome_is_labelled_and_counted() {
     let stored = |replaced, deleted| WriteOutcome::Stored {
@@ -901,7 +977,7 @@ fn shutdown_commits_what_is_queued_stops_the_thread_and_closes_the_queue() {
 #[cfg(target_os = "linux")]
 fn cpu_time(h: &WriterHandle) -> Duration {
     use std::os::unix::thread::JoinHandleExt;
-    let thread = h.thread.lock().unwrap();
+    let thread = h.thread.lock();
     let pthread = thread.as_ref().unwrap().as_pthread_t();
     let mut clock: libc::clockid_t = 0;
     // SAFETY: the thread is running (joined only by `shutdown`), and

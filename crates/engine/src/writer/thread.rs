@@ -71,10 +71,7 @@ impl Writer {
                             if Instant::now() >= self.outsiders_due() {
                                 self.flush_outsiders();
                             }
-                            if Instant::now() >= next_purge {
-                                self.purge_expired();
-                                next_purge = Instant::now() + purge_every;
-                            }
+                            self.purge_expired_if_due(&mut next_purge, purge_every);
                             self.retention_step();
                             continue;
                         }
@@ -84,10 +81,7 @@ impl Writer {
             if !self.handle(msg, &mut held) {
                 break;
             }
-            if Instant::now() >= next_purge {
-                self.purge_expired();
-                next_purge = Instant::now() + purge_every;
-            }
+            self.purge_expired_if_due(&mut next_purge, purge_every);
             // At most one bounded step between client batches, paced.
             if self.retainer.paced() {
                 self.retention_step();
@@ -106,6 +100,15 @@ impl Writer {
         }
         self.flush_outsiders();
         tracing::info!("writer stopped");
+    }
+
+    /// Purges expired events if `next_purge` has come, and sets the next
+    /// one `every` later (when idle, and after each message).
+    fn purge_expired_if_due(&self, next_purge: &mut Instant, every: Duration) {
+        if Instant::now() >= *next_purge {
+            self.purge_expired();
+            *next_purge = Instant::now() + every;
+        }
     }
 
     /// Writes what `msg` asks for. Returns false for a shutdown request.

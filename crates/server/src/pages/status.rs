@@ -1,14 +1,16 @@
 //! The live status: `/status` (a page) and `/status.json` (what its script
-//! polls). A task ([`run_sampler`]) reads, once a second, the same numbers
-//! `/metrics` exports (the recorder's rendering, parsed here) and the
-//! throttle's last governor state (what `/api/throttle` shows), turns the
-//! counters into rates, and keeps the last [`HISTORY`] samples in a bounded
-//! ring. Nothing here names a client: the metrics it reads carry no
-//! address or pubkey labels, and it reads only the series it lists.
+//! polls). A task ([`run_sampler`]) reads, once a second, the series of
+//! `/metrics` the page shows, kept as they are recorded by a layer over the
+//! recorder ([`tap`]: no rendering of `/metrics`), and the throttle's last
+//! governor state (what `/api/throttle` shows), turns the counters into
+//! rates, and keeps the last [`HISTORY`] samples in a bounded ring. Nothing
+//! here names a client: the series it keeps are summed over their labels
+//! (the refusals kept by layer), and it keeps only the series it lists.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -17,8 +19,12 @@ use sluice_throttle::refusal::Layer;
 use sluice_throttle::{GovernorState, Verdict};
 
 use super::html::{bytes, escape};
+use crate::AppState;
 use crate::metrics_names as sm;
-use crate::{AppState, MetricsRenderer};
+
+pub mod tap;
+
+pub use tap::{Series, Tap};
 
 /// Samples kept: five minutes at one a second.
 pub const HISTORY: usize = 300;
@@ -123,13 +129,9 @@ struct Inner {
 }
 
 impl Board {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Takes one reading: rates against the previous one.
     pub fn record(&self, reading: Reading, state: Option<&GovernorState>, extra: Extra) {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         if let Some(prev) = inner.last.take() {
             let now = now_from(&prev, &reading, state, extra);
             if inner.history.len() == HISTORY {
@@ -142,7 +144,7 @@ impl Board {
     }
 
     pub fn document(&self) -> Document {
-        let inner = self.lock();
+        let inner = self.inner.lock();
         Document {
             version: env!("CARGO_PKG_VERSION"),
             interval_secs: EVERY.as_secs(),
@@ -160,8 +162,8 @@ pub struct Extra {
     pub target_memory_bytes: u64,
 }
 
-/// Reads every [`EVERY`] until `st.shutdown`.
-pub async fn run_sampler(st: Arc<AppState>, render: MetricsRenderer) {
+/// Reads `series` every [`EVERY`] until `st.shutdown`.
+pub async fn run_sampler(st: Arc<AppState>, series: Arc<Series>) {
     let mut tick = tokio::time::interval(EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -169,8 +171,7 @@ pub async fn run_sampler(st: Arc<AppState>, render: MetricsRenderer) {
             _ = st.shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let text = render();
-        let reading = Reading::parse(&text, Instant::now());
+        let reading = Reading::read(&series, Instant::now());
         let t = st.engine.limiter();
         let extra = Extra {
             unix_now: sluice_engine::clock::unix_now(),
@@ -181,7 +182,7 @@ pub async fn run_sampler(st: Arc<AppState>, render: MetricsRenderer) {
     }
 }
 
-/// The counters and gauges read from one rendering of `/metrics`.
+/// The counters and gauges of one reading of the [`Series`].
 #[derive(Debug, Clone, Default)]
 pub struct Reading {
     at: Option<Instant>,
@@ -197,59 +198,36 @@ pub struct Reading {
 }
 
 impl Reading {
-    /// The series this page uses, from Prometheus text; others are skipped.
-    pub fn parse(text: &str, at: Instant) -> Reading {
-        let mut r = Reading {
-            at: Some(at),
-            ..Reading::default()
-        };
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let Some((head, value)) = line.rsplit_once(' ') else {
-                continue;
-            };
-            let Ok(v) = value.parse::<f64>() else {
-                continue;
-            };
-            let (name, labels) = match head.split_once('{') {
-                Some((n, l)) => (n, l.trim_end_matches('}')),
-                None => (head, ""),
-            };
-            let slot: &mut f64 = match name {
-                sm::EVENTS_RECEIVED_TOTAL => &mut r.events_in,
-                sm::EVENTS_ACCEPTED_TOTAL => &mut r.events_accepted,
-                sm::LIVE_DELIVERIES_TOTAL | em::QUERY_EVENTS_TOTAL => &mut r.events_out,
-                em::QUERY_ADMITTED_TOTAL => &mut r.queries,
-                sm::CONNECTIONS_OPEN => &mut r.connections,
-                sm::SUBSCRIPTIONS_OPEN => &mut r.subscriptions,
-                em::WRITER_QUEUE_FULL_TOTAL => &mut r.refusals[Layer::ALL.len()],
-                em::THROTTLE_REFUSALS_TOTAL => {
-                    let layer = label(labels, "layer");
-                    match Layer::ALL.iter().position(|l| Some(l.as_str()) == layer) {
-                        Some(i) => &mut r.refusals[i],
-                        None => continue,
-                    }
-                }
-                em::STORE_EVENTS => &mut r.store.events,
-                em::STORE_USED_BYTES => &mut r.store.used_bytes,
-                em::STORE_FILE_BYTES => &mut r.store.file_bytes,
-                em::RETENTION_TARGET_BYTES => &mut r.store.retention_target_bytes,
-                em::STORE_DISK_FREE_BYTES => &mut r.store.disk_free_bytes,
-                em::STORE_DISK_TOTAL_BYTES => &mut r.store.disk_total_bytes,
-                em::STORE_DISK_MIN_FREE_BYTES => &mut r.store.disk_min_free_bytes,
-                _ => continue,
-            };
-            *slot += v;
+    /// The series this page uses, as they are now.
+    pub fn read(series: &Series, at: Instant) -> Reading {
+        let v = |name| series.value(name).unwrap_or(0.0);
+        let mut refusals = [0.0; Layer::ALL.len() + 1];
+        for (slot, n) in refusals.iter_mut().zip(series.refusals()) {
+            *slot = n;
         }
-        r
+        if let Some(queue) = refusals.last_mut() {
+            *queue = v(em::WRITER_QUEUE_FULL_TOTAL);
+        }
+        Reading {
+            at: Some(at),
+            events_in: v(sm::EVENTS_RECEIVED_TOTAL),
+            events_accepted: v(sm::EVENTS_ACCEPTED_TOTAL),
+            events_out: v(sm::LIVE_DELIVERIES_TOTAL) + v(em::QUERY_EVENTS_TOTAL),
+            queries: v(em::QUERY_ADMITTED_TOTAL),
+            refusals,
+            connections: v(sm::CONNECTIONS_OPEN),
+            subscriptions: v(sm::SUBSCRIPTIONS_OPEN),
+            store: Store {
+                events: v(em::STORE_EVENTS),
+                used_bytes: v(em::STORE_USED_BYTES),
+                file_bytes: v(em::STORE_FILE_BYTES),
+                retention_target_bytes: v(em::RETENTION_TARGET_BYTES),
+                disk_free_bytes: v(em::STORE_DISK_FREE_BYTES),
+                disk_total_bytes: v(em::STORE_DISK_TOTAL_BYTES),
+                disk_min_free_bytes: v(em::STORE_DISK_MIN_FREE_BYTES),
+            },
+        }
     }
-}
-
-/// The value of `key` in a label set `a="x",b="y"`.
-fn label<'a>(set: &'a str, key: &str) -> Option<&'a str> {
-    set.split("\",").find_map(|pair| {
-        let (k, v) = pair.split_once('=')?;
-        (k.trim() == key).then(|| v.trim_matches('"'))
-    })
 }
 
 fn layer_names() -> impl Iterator<Item = &'static str> {
@@ -472,115 +450,4 @@ fn points(values: &[f64], max: f64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const TEXT: &str = r#"# HELP sluice_events_received_total EVENT messages received
-# TYPE sluice_events_received_total counter
-sluice_events_received_total{kind_class="regular"} 10
-sluice_events_received_total{kind_class="ephemeral"} 2
-sluice_live_deliveries_total 5
-sluice_query_events_total 7
-sluice_query_admitted_total 3
-sluice_connections_open 4
-sluice_throttle_refusals_total{direction="write",layer="ip_bucket",reason="rate"} 6
-sluice_throttle_refusals_total{direction="read",layer="ip_bucket",reason="rate"} 1
-sluice_throttle_refusals_total{direction="write",layer="controller",reason="emergency"} 2
-sluice_writer_queue_full_total 1
-sluice_store_used_bytes 1048576
-sluice_retention_target_bytes 2097152
-sluice_store_disk_total_bytes 1e9
-sluice_other_total{ip="203.0.113.9"} 99
-"#;
-
-    #[test]
-    fn a_reading_sums_the_series_it_uses_by_layer() {
-        let r = Reading::parse(TEXT, Instant::now());
-        assert_eq!(r.events_in, 12.0);
-        assert_eq!(r.events_out, 12.0);
-        assert_eq!(r.queries, 3.0);
-        assert_eq!(r.connections, 4.0);
-        let ip = Layer::ALL
-            .iter()
-            .position(|l| *l == Layer::IpBucket)
-            .unwrap();
-        let ctl = Layer::ALL
-            .iter()
-            .position(|l| *l == Layer::Controller)
-            .unwrap();
-        assert_eq!(r.refusals[ip], 7.0);
-        assert_eq!(r.refusals[ctl], 2.0);
-        assert_eq!(r.refusals[Layer::ALL.len()], 1.0);
-        assert_eq!(r.store.retention_target_bytes, 2097152.0);
-        assert_eq!(r.store.disk_total_bytes, 1e9);
-    }
-
-    #[test]
-    fn rates_come_from_two_readings_and_the_ring_is_bounded() {
-        let board = Board::default();
-        let t0 = Instant::now();
-        let extra = |t| Extra {
-            unix_now: t,
-            mode: "enforce",
-            target_memory_bytes: 1 << 30,
-        };
-        board.record(Reading::parse(TEXT, t0), None, extra(0));
-        assert!(board.document().now.is_none(), "one reading has no rate");
-        let later = TEXT.replace("regular\"} 10", "regular\"} 30");
-        board.record(
-            Reading::parse(&later, t0 + Duration::from_secs(2)),
-            None,
-            extra(2),
-        );
-        let doc = board.document();
-        let now = doc.now.unwrap();
-        assert_eq!(now.sample.events_in, 10.0);
-        assert_eq!(now.sample.events_out, 0.0);
-        assert_eq!(now.refusals_by_layer["ip_bucket"].total, 7.0);
-        assert_eq!(now.refusals_by_layer[WRITER_QUEUE].per_s, 0.0);
-        assert_eq!(doc.history.len(), 1);
-        for i in 0..(HISTORY as u64 + 10) {
-            board.record(
-                Reading::parse(TEXT, t0 + Duration::from_secs(3 + i)),
-                None,
-                extra(3 + i),
-            );
-        }
-        let doc = board.document();
-        assert_eq!(doc.history.len(), HISTORY);
-        assert_eq!(doc.history.last().unwrap().t, HISTORY as u64 + 12);
-        let json = serde_json::to_string(&doc).unwrap();
-        assert!(!json.contains("203.0.113.9"), "{json}");
-    }
-
-    #[test]
-    fn the_page_holds_the_numbers_and_every_slot_is_filled() {
-        let board = Board::default();
-        let t0 = Instant::now();
-        let extra = Extra {
-            unix_now: 1,
-            mode: "enforce",
-            target_memory_bytes: 1 << 30,
-        };
-        board.record(Reading::parse("", t0), None, extra);
-        board.record(
-            Reading::parse(TEXT, t0 + Duration::from_secs(1)),
-            None,
-            extra,
-        );
-        let p = page(&board.document(), "<relay>");
-        assert!(!p.contains("{{"), "{p}");
-        assert!(p.contains("&lt;relay&gt;"));
-        assert!(
-            p.contains(r#"data-field="events_in" data-format="rate">12<"#),
-            "{p}"
-        );
-        assert!(p.contains("ip bucket"));
-    }
-
-    #[test]
-    fn points_put_the_newest_sample_at_the_right_edge() {
-        assert_eq!(points(&[0.0, 2.0], 2.0), "598.0,150.0 600.0,0.0");
-        assert_eq!(points(&[], 1.0), "");
-    }
-}
+mod tests;

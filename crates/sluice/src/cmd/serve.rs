@@ -19,7 +19,7 @@ use crate::telemetry;
 
 pub fn run(cfg: Config, config_file: Option<PathBuf>) -> anyhow::Result<()> {
     telemetry::init_logging(&cfg.log);
-    let metrics = telemetry::init_metrics()?;
+    let (metrics, status) = telemetry::init_metrics_with_status()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("sluice-rt")
@@ -52,7 +52,14 @@ pub fn run(cfg: Config, config_file: Option<PathBuf>) -> anyhow::Result<()> {
     if !engine.trust().wait_ready(Duration::from_secs(120)) {
         tracing::warn!("web of trust still being read from the store after 120 s; serving anyway");
     }
-    let result = runtime.block_on(serve(cfg, config_file, listeners, engine.clone(), metrics));
+    let result = runtime.block_on(serve(
+        cfg,
+        config_file,
+        listeners,
+        engine.clone(),
+        metrics,
+        status,
+    ));
     // Sessions are gone: stop the monitor, let the writer commit what is
     // queued, then close.
     engine.shutdown();
@@ -128,6 +135,7 @@ async fn serve(
     listeners: Listeners,
     engine: Arc<Engine>,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
+    status: Arc<sluice_server::pages::status::Series>,
 ) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let upkeep = metrics.clone();
@@ -153,7 +161,7 @@ async fn serve(
         },
         sluice_server::Renderers {
             on_relay_port: cfg.metrics.on_relay_port.then(|| render.clone()),
-            status: Some(render.clone()),
+            status: Some(status),
         },
         // Validated at load.
         sluice_server::address::TrustedProxies::parse(&cfg.metrics.allow_from).unwrap_or_default(),
@@ -243,9 +251,9 @@ fn auth_with_cluster_reader(cfg: &Config) -> sluice_server::AuthConfig {
 
 /// SIGHUP re-reads the configuration (file and environment) and applies
 /// `[throttle]`, `[retention]`, `[trust]`, `[pow]`, `[policy]` (but its
-/// plugin), `[limits]` and `[relay]` as one snapshot: the whole config is validated first, and the
-/// one part that can still refuse (the throttle's buckets and scheduler,
-/// all or nothing itself) goes first, so a refused reload changes nothing.
+/// plugin), `[limits]` and `[relay]` as one snapshot, all or nothing (see
+/// [`apply`]): a refused reload changes nothing, is counted `refused` and
+/// logged with its reason.
 /// Other sections need a restart (docs/configuration.md#reloading).
 async fn reload_on_sighup(config_file: Option<PathBuf>, state: Arc<AppState>) {
     use tokio::signal::unix::{SignalKind, signal};
@@ -272,17 +280,25 @@ async fn reload_on_sighup(config_file: Option<PathBuf>, state: Arc<AppState>) {
     }
 }
 
-/// Applies a validated config's reloadable sections, all or nothing.
+/// Applies a validated config's reloadable sections, all or nothing:
+/// first every part that can refuse is prepared without changing anything
+/// (the throttle's buckets and scheduler checked as they check a config,
+/// the retention plan built, the new web of trust's thread started but
+/// told nothing), then each is swapped in, and no swap can fail. An error
+/// before the first swap drops what was prepared (the waiting thread ends).
 fn apply(cfg: Config, state: &AppState) -> anyhow::Result<()> {
     let engine = &state.engine;
     let plan = cfg.retention_plan();
-    engine
-        .reload_throttle(cfg.throttle)
+    let throttle = engine
+        .prepare_throttle(cfg.throttle)
         .map_err(anyhow::Error::msg)?;
+    let trust = engine
+        .prepare_trust(cfg.trust, cfg.pow, &throttle.config().tiers)
+        .map_err(|e| anyhow::anyhow!("[trust]: {e}"))?;
+    // Nothing below can fail.
+    engine.commit_throttle(throttle);
     engine.set_retention(plan);
-    engine
-        .set_trust(cfg.trust, cfg.pow)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    engine.commit_trust(trust);
     if engine.policy().reload(cfg.policy) {
         tracing::warn!(
             "SIGHUP: [policy.plugin] changed; the running plugin keeps its settings until a restart"

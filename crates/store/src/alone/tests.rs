@@ -27,7 +27,7 @@ fn reserve(dir: &Path, min_ahead: u64) -> Reserve {
 }
 
 fn state(r: &Reserve) -> (u64, u64, u64, u64) {
-    let st = r.state.lock().unwrap();
+    let st = r.state.lock();
     (st.allocated, st.last_end, st.max_growth, st.trim_to)
 }
 
