@@ -173,6 +173,75 @@ fn only_the_writer_thread_writes() {
     }
 }
 
+/// One kind of lock: product code takes `parking_lot`'s locks, which do
+/// not poison, so no code handles poisoning (no `PoisonError`, no lock
+/// helper around one) and no std lock is named, however it is imported.
+#[test]
+fn locks_are_parking_lot() {
+    let hits: Vec<String> = source_scan::product_files()
+        .into_iter()
+        .flat_map(|(path, text)| std_locks(&path, &text))
+        .collect();
+    assert!(
+        hits.is_empty(),
+        "std locks in product code:\n{}",
+        hits.join("\n")
+    );
+    assert_eq!(
+        std_locks(
+            "a.rs",
+            "use std::sync::{Arc,\n Mutex};\nfn f() { let _ = PoisonError::into_inner; }"
+        )
+        .len(),
+        2
+    );
+    assert_eq!(
+        std_locks("a.rs", "type L = std::sync::RwLock<u8>;").len(),
+        1
+    );
+    assert!(
+        std_locks(
+            "a.rs",
+            "use std::sync::Arc; use parking_lot::Mutex; // std::sync::Mutex"
+        )
+        .is_empty()
+    );
+}
+
+/// The places in one file's product code that name a std lock or its poison.
+fn std_locks(path: &str, text: &str) -> Vec<String> {
+    use source_scan::Tok;
+    const LOCKS: [&str; 4] = ["Mutex", "RwLock", "Condvar", "PoisonError"];
+    let t = source_scan::product_tokens(text);
+    let id = |i: usize, name: &str| t.get(i).is_some_and(|x| x.tok == Tok::Ident(name.into()));
+    let punct = |i: usize, c: char| t.get(i).is_some_and(|x| x.tok == Tok::Punct(c));
+    let sep = |i: usize| punct(i, ':') && punct(i + 1, ':');
+    let mut hits = Vec::new();
+    for i in 0..t.len() {
+        if id(i, "PoisonError") {
+            hits.push(format!("{path}:{}: PoisonError", t[i].line));
+        }
+        if !(id(i, "std") && sep(i + 1) && id(i + 3, "sync") && sep(i + 4)) {
+            continue;
+        }
+        let mut j = i + 6;
+        let group = punct(j, '{');
+        loop {
+            if let Some(Tok::Ident(name)) = t.get(j).map(|x| &x.tok)
+                && LOCKS.contains(&name.as_str())
+                && name != "PoisonError"
+            {
+                hits.push(format!("{path}:{}: std::sync::{name}", t[j].line));
+            }
+            if !group || punct(j, '}') || j >= t.len() {
+                break;
+            }
+            j += 1;
+        }
+    }
+    hits
+}
+
 /// Every channel is bounded: no unbounded constructor anywhere in the
 /// product, however it is named: `unbounded`/`unbounded_channel` (tokio,
 /// flume, crossbeam), the unbounded halves' types, any `channel` called

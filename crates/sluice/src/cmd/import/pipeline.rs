@@ -4,9 +4,11 @@
 //! writer; a progress thread draws the bar. The channels and bounds between
 //! them are drawn in the parent module's doc.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use sluice_engine::Engine;
@@ -259,7 +261,7 @@ fn work(plan: &Plan, store: &Store, chunks: &Mutex<Receiver<Chunk>>, results: &S
     let mut keys = PubkeyCache::new(PUBKEY_CACHE_KEYS);
     loop {
         let chunk = {
-            let Ok(rx) = chunks.lock() else { return };
+            let rx = chunks.lock();
             match rx.recv() {
                 Ok(c) => c,
                 Err(_) => return,
