@@ -22,7 +22,7 @@
 //! Where things are: `write.rs` the write path (one batch, one
 //! transaction), with `pending.rs` (a batch's index entries, inserted at
 //! its end in key order) and `remove.rs` (the one delete path every
-//! removal takes); `query/` the read path (`plan.rs` the planner,
+//! removal takes); `query/` the read path (`planner.rs` the planner,
 //! `walk.rs` one filter's resumable walk, `cursor.rs` the REQ and COUNT
 //! cursors and their steps); `serials.rs` events by serial, for the search
 //! index; `retention.rs`; `purge.rs` the operator's purges;

@@ -10,8 +10,8 @@ use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::args::ReadfloodArgs;
-use super::plan::{Plan, metrics_url};
 use super::report::{AfterFlood, Probe};
+use super::setup::{Plan, metrics_url};
 use crate::metrics;
 use crate::wire::{self, Incoming, RelayUrl};
 

@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use super::abuse::{self, AbuseReport};
 use super::args::ReadfloodArgs;
 use super::clock::{instant_at_unix_ms, unix_ms_now};
-use super::plan::Plan;
+use super::setup::Plan;
 use crate::report::process_cpu_secs;
 
 /// The child process's part: run the abusers and write their report.

@@ -30,11 +30,11 @@ mod after_flood;
 mod args;
 mod child;
 mod clock;
-mod plan;
 mod polite;
 mod print;
 mod report;
 mod schedule;
+mod setup;
 mod tally;
 #[cfg(test)]
 mod tests;
@@ -50,12 +50,12 @@ pub use args::{ReadfloodArgs, Role};
 use child::Abusers;
 pub use child::run_abusers_role;
 pub(crate) use clock::{instant_at_unix_ms, unix_ms_now};
-use plan::{Plan, metrics_url};
 use polite::{PoliteClient, PoliteSinks};
 pub use report::{
     AbusiveSide, AfterFlood, PhaseReport, Probe, ReadfloodReport, Settings, Timeline,
 };
 use schedule::{polite_config, sign_polite};
+use setup::{Plan, metrics_url};
 pub use tally::{ReadReport, ReadSecond};
 
 use crate::report::{RunInfo, unix_now};

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use sluice_proto::event::public_key_of;
 
 use super::args::ReadfloodArgs;
-use super::plan::Plan;
 use super::polite::{PoliteConfig, due_count};
+use super::setup::Plan;
 use crate::generate::{Spec, sign_parallel, text_of_len};
 use crate::report::unix_now;
 use crate::rng::Rng;

@@ -8,8 +8,8 @@ use clap::Parser;
 
 use super::args::{ReadfloodArgs, Role};
 use super::child::child_args;
-use super::plan::Plan;
 use super::schedule::{event_schedule, req_schedule};
+use super::setup::Plan;
 
 #[derive(Parser)]
 struct Cli {

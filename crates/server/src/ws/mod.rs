@@ -16,11 +16,11 @@
 mod frame;
 mod handshake;
 mod read;
-mod write;
+mod send;
 
 pub(crate) use handshake::{Upgrade, take_socket, wants_upgrade};
 pub(crate) use read::WsRead;
-pub(crate) use write::WsWrite;
+pub(crate) use send::WsWrite;
 
 /// Close codes the relay sends (RFC 6455 section 7.4.1).
 pub(crate) mod close_code {

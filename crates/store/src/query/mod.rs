@@ -19,7 +19,7 @@
 //! found. [`Store::query`](crate::Store::query) and
 //! [`Store::count`](crate::Store::count) run a cursor to the end.
 //!
-//! - `plan.rs`: the planner (which index answers a filter, and over which
+//! - `planner.rs`: the planner (which index answers a filter, and over which
 //!   prefixes) and the [`PlanShape`] cost estimates read before a query runs.
 //! - `walk.rs`: one filter's resumable walk over its plan (id lookups, or a
 //!   newest-first merge of index ranges), the scan budget, and the full
@@ -30,9 +30,9 @@
 //!   [`Store::count_step`](crate::Store::count_step)) that run them.
 
 mod cursor;
-mod plan;
+mod planner;
 mod walk;
 
 pub use cursor::{CountCursor, QueryCursor, QueryOptions, QueryOutput, StepLimits, StepOutput};
-pub use plan::{PlanShape, plan_shape};
+pub use planner::{PlanShape, plan_shape};
 pub(crate) use walk::header_matches;

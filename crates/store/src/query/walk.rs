@@ -13,7 +13,7 @@ use sluice_proto::{Event, Filter, Readers};
 
 use crate::StoreError;
 use crate::codec::{Be64, Header, IndexKeyCodec, Prefix, StoredEvent, index_key};
-use crate::query::plan::{Plan, needs_tag_check, plan};
+use crate::query::planner::{Plan, needs_tag_check, plan};
 use crate::tables::{Index, IndexTable, Tables};
 
 /// One matching event, owned: it outlives the step's transaction.
