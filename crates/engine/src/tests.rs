@@ -28,7 +28,8 @@ fn start() -> (tempfile::TempDir, Arc<Engine>) {
 }
 
 /// Waits (bounded) until `done` holds.
-fn wait_until(what: &str, done: impl Fn() -> bool) {
+/// Waits (boundedly) until `done` holds; the engine's unit tests share it.
+pub(crate) fn wait_until(what: &str, done: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !done() {
         assert!(Instant::now() < deadline, "timed out waiting until {what}");

@@ -463,8 +463,6 @@ fn read_missing(store: &Store, graph: &mut TrustGraph, max_follows: usize) {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, Instant};
-
     use sluice_proto::Event;
     use sluice_store::{Store, StoreOptions};
     use sluice_throttle::trust::WriteStanding;
@@ -472,6 +470,7 @@ mod tests {
 
     use crate::Engine;
     use crate::config::EngineConfig;
+    use crate::tests::wait_until;
 
     fn pubkey(sk: u8) -> [u8; 32] {
         Event::sign(&[sk; 32], 1, 1, vec![], "").pubkey
@@ -488,14 +487,6 @@ mod tests {
         match engine.trust().standing(&pubkey(sk), 1) {
             WriteStanding::Trusted { distance, .. } => Some(distance),
             WriteStanding::Outsider(_) => None,
-        }
-    }
-
-    fn wait_until(what: &str, done: impl Fn() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !done() {
-            assert!(Instant::now() < deadline, "timed out waiting until {what}");
-            std::thread::sleep(Duration::from_millis(5));
         }
     }
 

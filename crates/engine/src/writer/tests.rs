@@ -288,14 +288,7 @@ fn bounded<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> (T, Rec
     }
 }
 
-/// Waits (boundedly) until `done` holds.
-fn wait_until(what: &str, done: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
+use crate::tests::wait_until;
 
 #[test]
 fn a_batch_takes_what_is_queued_up_to_max_batch_events() {
