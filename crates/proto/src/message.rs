@@ -271,6 +271,17 @@ impl RelayMessage {
         s
     }
 
+    /// What comes before the event in [`RelayMessage::event`]
+    /// (`["EVENT", sub_id,`); the message is this, the event, then `]`.
+    pub fn event_prefix(sub_id: &str) -> String {
+        let sid = json_str(sub_id);
+        let mut s = String::with_capacity(10 + sid.len());
+        s.push_str("[\"EVENT\",");
+        s.push_str(&sid);
+        s.push(',');
+        s
+    }
+
     /// `["OK", id, accepted, message]`; `id` is the event id as text.
     pub fn ok(id: &str, accepted: bool, message: &str) -> String {
         format!(

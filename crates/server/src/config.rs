@@ -63,6 +63,38 @@ pub struct ServerConfig {
     /// `/status` and `/status.json` answer everyone; otherwise only what
     /// may read `/metrics` (`metrics.allow_from`, direct connections).
     pub public_status: bool,
+    /// permessage-deflate (RFC 7692), agreed when a client offers it:
+    /// `"off"`, `"stateless"` (each message compressed on its own, nothing
+    /// kept per connection) or `"sliding"` (each connection keeps a window
+    /// of what it was sent, `compression_window_bytes`).
+    pub compression: Compression,
+    /// zlib compression level, 1 (fastest) to 9 (smallest).
+    pub compression_level: u8,
+    /// Messages shorter than this are sent uncompressed.
+    pub compression_min_bytes: usize,
+    /// `sliding`: the bytes of past messages a connection keeps for later
+    /// ones to refer to (512 to 32768), made at its first compressed
+    /// message.
+    pub compression_window_bytes: usize,
+    /// `sliding`: all connections' windows together; past it a connection
+    /// gets no window and its messages are compressed on their own.
+    pub compression_windows_mb: usize,
+}
+
+/// `server.compression`: what the relay agrees to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// permessage-deflate is never agreed.
+    Off,
+    /// No context takeover: every message compressed on its own, with the
+    /// worker thread's compressor; nothing per connection. A live event's
+    /// body is compressed once and shared by its subscribers.
+    Stateless,
+    /// Context takeover: each connection keeps the last
+    /// `server.compression_window_bytes` it sent compressed, and later
+    /// messages refer to them.
+    Sliding,
 }
 
 impl Default for ServerConfig {
@@ -86,6 +118,11 @@ impl Default for ServerConfig {
             idle_timeout_ms: 300_000,
             landing_page: crate::pages::BUILTIN.into(),
             public_status: false,
+            compression: Compression::Sliding,
+            compression_level: 6,
+            compression_min_bytes: 128,
+            compression_window_bytes: 4096,
+            compression_windows_mb: 64,
         }
     }
 }
@@ -190,6 +227,12 @@ impl ServerConfig {
             if v == 0 {
                 return Err(format!("{key} must be at least 1"));
             }
+        }
+        if !(1..=9).contains(&self.compression_level) {
+            return Err("server.compression_level must be in 1..=9".into());
+        }
+        if !(512..=32_768).contains(&self.compression_window_bytes) {
+            return Err("server.compression_window_bytes must be in 512..=32768".into());
         }
         if !(512..=16 << 20).contains(&self.read_buffer_bytes) {
             return Err("server.read_buffer_bytes must be in 512..=16777216".into());

@@ -69,6 +69,8 @@ pub struct AppState {
     connections: Arc<Semaphore>,
     /// TCP connections not (yet) sessions, counted from accept.
     http_slots: Arc<accept::HttpSlots>,
+    /// The connections' compression windows, bounded together.
+    deflate_windows: Arc<ws::WindowBudget>,
 }
 
 /// The config sections the front end owns.
@@ -130,6 +132,7 @@ impl AppState {
         Arc::new(AppState {
             front: ArcSwap::from_pointee(Reloadable::new(limits, relay)),
             connections: Arc::new(Semaphore::new(server.max_connections)),
+            deflate_windows: ws::WindowBudget::new(server.compression_windows_mb << 20),
             http_slots: accept::HttpSlots::new(accept::SlotLimits {
                 max: server.max_http_connections,
                 max_per_ip: server.max_http_connections_per_ip,
@@ -223,10 +226,11 @@ async fn root(
     let headers = std::mem::take(req.headers_mut());
     if ws::wants_upgrade(&headers) {
         let on_upgrade = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>();
-        let upgrade = match ws::Upgrade::check(req.method(), &headers, on_upgrade) {
-            Ok(u) => u,
-            Err(refused) => return refused.into_response(),
-        };
+        let upgrade =
+            match ws::Upgrade::check(req.method(), &headers, on_upgrade, st.server.compression) {
+                Ok(u) => u,
+                Err(refused) => return refused.into_response(),
+            };
         // The list was validated at load (and at each reload); one that
         // does not parse trusts no proxy.
         let proxies = st
@@ -265,9 +269,10 @@ async fn root(
             .map(str::to_owned);
         // The session keeps the sections current at its upgrade.
         let front = st.front();
-        let (answer, on_upgrade) = upgrade.respond();
+        let (answer, on_upgrade, deflate) = upgrade.respond();
         let opening = session::Opening {
             on_upgrade,
+            deflate,
             st: st.clone(),
             front,
             host,

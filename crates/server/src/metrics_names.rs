@@ -14,7 +14,9 @@ pub const NOTICES_SENT_TOTAL: &str = "sluice_notices_sent_total";
 pub const SUBSCRIPTIONS_OPEN: &str = "sluice_subscriptions_open";
 pub const LIVE_DELIVERIES_TOTAL: &str = "sluice_live_deliveries_total";
 pub const SLOW_CONSUMER_DISCONNECTS_TOTAL: &str = "sluice_slow_consumer_disconnects_total";
-pub const EVENTS_REFUSED_IN_FLIGHT_TOTAL: &str = "sluice_events_refused_in_flight_total";
+/// Times a connection stopped reading its socket: `server.max_pending_writes`
+/// of its EVENTs awaited their OK (TCP then holds the client back).
+pub const READS_PAUSED_TOTAL: &str = "sluice_socket_reads_paused_total";
 /// TCP connections that are not WebSocket sessions (plain HTTP, handshakes).
 pub const HTTP_CONNECTIONS_OPEN: &str = "sluice_http_connections_open";
 pub const HTTP_CONNECTIONS_CLOSED_TOTAL: &str = "sluice_http_connections_closed_total";
@@ -46,3 +48,14 @@ pub const NEGENTROPY_MESSAGES_TOTAL: &str = "sluice_negentropy_messages_total";
 pub const NEGENTROPY_ITEMS_TOTAL: &str = "sluice_negentropy_items_total";
 /// NEG-ERR answers, by reason.
 pub const NEGENTROPY_ERRORS_TOTAL: &str = "sluice_negentropy_errors_total";
+/// Connections that agreed permessage-deflate, by mode.
+pub const WS_COMPRESSION_AGREED_TOTAL: &str = "sluice_ws_compression_agreed_total";
+/// Bytes of the messages the relay sent compressed, before (`plain`) and
+/// after (`compressed`).
+pub const DEFLATE_BYTES_TOTAL: &str = "sluice_ws_deflate_bytes_total";
+/// Bytes held by the connections' compression windows.
+pub const WINDOW_BYTES: &str = "sluice_ws_deflate_window_bytes";
+/// Connections that got no window (the windows' bound was reached).
+pub const WINDOWS_REFUSED_TOTAL: &str = "sluice_ws_deflate_windows_refused_total";
+/// Compressed client messages that would inflate past the bound (closed 1009).
+pub const INFLATE_TOO_LARGE_TOTAL: &str = "sluice_ws_inflate_too_large_total";

@@ -296,6 +296,18 @@ fn negentropy_answers_are_framed_as_nip77_says() {
 }
 
 #[test]
+fn an_event_message_is_its_prefix_the_event_and_a_bracket() {
+    for sub in ["s", "a\"b", "ü\\x"] {
+        let raw = r#"{"id":"x"}"#;
+        assert_eq!(
+            RelayMessage::event(sub, raw),
+            format!("{}{raw}]", RelayMessage::event_prefix(sub))
+        );
+    }
+    assert_eq!(RelayMessage::event_prefix("s"), r#"["EVENT","s","#);
+}
+
+#[test]
 fn relay_messages_are_valid_json() {
     for s in [
         RelayMessage::event("a\"b", "{}"),

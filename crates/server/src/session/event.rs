@@ -6,8 +6,7 @@
 //! The order is fixed, cheapest refusal first: admission's checks before
 //! the signature (the event's limits, the policy, the web of trust's
 //! `deny`, the proof of work an outsider must carry, the outsiders' shared
-//! budget), then this connection's EVENTs in flight
-//! (`server.max_pending_writes`), its buckets and the write controller
+//! budget), then this connection's buckets and the write controller
 //! (before the signature: a flood costs a bucket lookup, not curve
 //! arithmetic), then admission's signature, NIP-70, NIP-62 and the author's
 //! bucket (only after the signature: an unsigned claim must not spend
@@ -143,14 +142,10 @@ impl Session {
     }
 
     /// The checks before the signature (admission's, then this client's
-    /// EVENTs in flight, buckets and write verdict). `Ok(Some(d))`: wait
+    /// buckets and write verdict). `Ok(Some(d))`: wait
     /// `d`, then go on.
     fn admit(&mut self, ev: &Event) -> Result<Option<Duration>, Refusal> {
         ingest::before_signature(&self.st, &self.front.event_limits, ev, &self.sender())?;
-        let max = self.st.server.max_pending_writes;
-        if self.writes.len() >= max {
-            return Err(Refusal::InFlight { max });
-        }
         match self
             .st
             .engine

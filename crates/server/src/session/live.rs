@@ -43,8 +43,8 @@ impl Session {
                 Some(held) => held.push(ev.clone()),
                 None if ev.serial.is_some_and(|n| n < sub.snapshot_serial) => {}
                 None => {
-                    out.send(RelayMessage::event(&sub_id, ev.event.raw()))
-                        .await?;
+                    let prefix = RelayMessage::event_prefix(&sub_id);
+                    out.send_event(&prefix, ev.event.raw(), ev.event.id).await?;
                     metrics::counter!(m::LIVE_DELIVERIES_TOTAL).increment(1);
                 }
             }

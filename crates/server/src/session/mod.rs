@@ -112,6 +112,8 @@ struct Session {
 /// holds it.
 pub(crate) struct Opening {
     pub(crate) on_upgrade: hyper::upgrade::OnUpgrade,
+    /// permessage-deflate, when agreed at the upgrade.
+    pub(crate) deflate: Option<crate::ws::Agreed>,
     pub(crate) st: Arc<AppState>,
     /// `[limits]` and `[relay]` as they are at the upgrade.
     pub(crate) front: Arc<crate::Reloadable>,
@@ -132,6 +134,7 @@ pub(crate) fn run(
     use futures_util::future::Either;
     let Opening {
         on_upgrade,
+        deflate,
         st,
         front,
         host,
@@ -142,7 +145,7 @@ pub(crate) fn run(
         let Some((tcp, already)) = socket else {
             return Either::Left(std::future::ready(()));
         };
-        let mut conn = Conn::new(tcp, &already, st, front, ip, host, permits);
+        let mut conn = Conn::new(tcp, &already, (st, front), deflate, ip, host, permits);
         Either::Right(async move {
             let reason = conn.serve().await;
             let ip = conn.s.ip;
@@ -172,8 +175,8 @@ impl Conn {
     fn new(
         tcp: tokio::net::TcpStream,
         already: &[u8],
-        st: Arc<AppState>,
-        front: Arc<crate::Reloadable>,
+        (st, front): (Arc<AppState>, Arc<crate::Reloadable>),
+        deflate: Option<crate::ws::Agreed>,
         ip: IpAddr,
         host: Option<String>,
         permits: (OwnedSemaphorePermit, ConnectionGuard),
@@ -186,12 +189,34 @@ impl Conn {
         // over the limit is answered by the session (with its id when it is an
         // EVENT) rather than cut off by the WebSocket layer.
         let hard_max = front.limits.max_message_bytes.saturating_mul(2);
-        let stream = WsRead::new(read_half, already, hard_max, st.server.read_buffer_bytes);
+        let stream = WsRead::new(
+            read_half,
+            already,
+            hard_max,
+            st.server.read_buffer_bytes,
+            deflate.is_some(),
+        );
+        let deflater = deflate.map(|agreed| {
+            let mode = if agreed.server_no_context {
+                "stateless"
+            } else {
+                "sliding"
+            };
+            metrics::counter!(m::WS_COMPRESSION_AGREED_TOTAL, "mode" => mode).increment(1);
+            let server = &st.server;
+            let settings = crate::ws::DeflateSettings {
+                level: server.compression_level,
+                min_bytes: u32::try_from(server.compression_min_bytes).unwrap_or(u32::MAX),
+                window_bytes: u32::try_from(server.compression_window_bytes).unwrap_or(u32::MAX),
+            };
+            crate::ws::Deflater::new(agreed, settings, st.deflate_windows.clone())
+        });
         let out = Out::new(
             WsWrite::new(
                 write_half,
                 st.server.write_buffer_bytes,
                 st.server.max_write_buffer_bytes,
+                deflater,
             ),
             Duration::from_millis(st.server.send_timeout_ms),
         );
@@ -217,6 +242,8 @@ impl Conn {
         // with a subscription holds none).
         let mut last_frame = tokio::time::Instant::now();
         let mut idle: Option<Pin<Box<Sleep>>> = None;
+        // Whether the socket is left unread (counted once per pause).
+        let mut paused = false;
         // The handlers but live delivery (the fan-out's hot path) are boxed:
         // the task of every connection, idle or not, would otherwise be sized
         // for the largest of them.
@@ -240,10 +267,17 @@ impl Conn {
             if self.s.live.stopping() {
                 break Box::pin(self.s.finish_for_shutdown(&mut self.out, &mut self.stream)).await;
             }
+            // Writes shaped, not refused: with max_pending_writes EVENTs awaiting their OK no
+            // client frame is read until one is answered; TCP holds the client back meanwhile.
+            let reading = self.s.held.is_none() && !self.s.writes_full();
+            if !reading && !paused && self.s.held.is_none() {
+                metrics::counter!(m::READS_PAUSED_TOTAL).increment(1);
+            }
+            paused = !reading;
             let step = tokio::select! {
                 biased;
-                // At most max_pending_writes: past it this connection's EVENTs are refused with
-                // rate-limited (the publisher loses); the writer's queue is engine.writer_queue_events.
+                // At most max_pending_writes: at it this connection's socket is not read (the
+                // publisher waits); the writer's queue is engine.writer_queue_events.
                 Some(done) = self.s.writes.next(), if !self.s.writes.is_empty() => Box::pin(self.s.on_write_done(&mut self.out, done)).await,
                 // At most chunks_per_connection unsent: a client that does not read parks its own
                 // queries, nobody else's.
@@ -261,7 +295,7 @@ impl Conn {
                 () = event::held_until(&mut self.s.held), if self.s.held.is_some() => Box::pin(self.s.resume_held(&mut self.out)).await,
                 // One message at a time, at most limits.max_message_bytes; a client that sends faster
                 // than it is answered is held back by its own socket buffers.
-                msg = self.stream.next(), if self.s.held.is_none() => {
+                msg = self.stream.next(), if reading => {
                     if self.s.st.server.idle_timeout_ms > 0 {
                         last_frame = tokio::time::Instant::now();
                     }
@@ -329,6 +363,12 @@ impl Session {
             Some(p) => **p,
             None => Principal::anonymous(self.ip),
         }
+    }
+
+    /// `server.max_pending_writes` EVENTs await their OK: no client frame
+    /// is read until one is answered.
+    fn writes_full(&self) -> bool {
+        self.writes.len() >= self.st.server.max_pending_writes
     }
 
     /// Nothing this connection asked for is open: no subscription, no

@@ -75,6 +75,18 @@ impl Out {
         }
     }
 
+    /// Sends `prefix`, then the event's JSON `raw` and `]`, as one message
+    /// without joining them (`crate::ws::WsWrite::try_send_event`: a live
+    /// event's JSON is compressed once for all its subscribers when each
+    /// message is compressed on its own).
+    pub(super) async fn send_event(&mut self, prefix: &str, raw: &str, id: [u8; 32]) -> Step {
+        match self.ws.try_send_event(prefix, raw, "]", id) {
+            Ok(true) => Ok(()),
+            Ok(false) => Box::pin(self.flush()).await,
+            Err(_) => Err(CloseReason::IoError),
+        }
+    }
+
     /// Holds a message until the next flush or send (a query chunk's
     /// events leave in one write; `crate::ws::WsWrite::feed`).
     pub(super) async fn feed(&mut self, text: String) -> Step {

@@ -39,10 +39,6 @@ pub(super) enum Refusal {
     /// bad signature: the parser's or checker's own words.
     Invalid(String),
     UnknownType(String),
-    /// `server.max_pending_writes` EVENTs of this connection await their OK.
-    InFlight {
-        max: usize,
-    },
     /// A throttle layer (bucket, controller, read budget, query scheduler).
     Throttled(sluice_throttle::RateLimited),
     /// The writer's queue is full.
@@ -145,11 +141,9 @@ impl Refusal {
             R::Policy(d) => d.reason,
             R::Plugin(msg) => plugin_prefix(msg).0,
             R::UnknownType(_) => Reason::Unsupported,
-            R::InFlight { .. }
-            | R::Throttled(_)
-            | R::WriterBusy
-            | R::TooManySubscriptions { .. }
-            | R::LiveOverflow => Reason::RateLimited,
+            R::Throttled(_) | R::WriterBusy | R::TooManySubscriptions { .. } | R::LiveOverflow => {
+                Reason::RateLimited
+            }
             R::Superseded => Reason::Duplicate,
             R::DeletedByAuthor | R::OutsideRetention | R::Vanished | R::VanishElsewhere => {
                 Reason::Blocked
@@ -174,10 +168,6 @@ impl Refusal {
             R::Binary => "binary messages are not supported".into(),
             R::Invalid(text) => text.clone().into(),
             R::UnknownType(t) => format!("message type {t:?} is not supported").into(),
-            R::InFlight { max } => format!(
-                "too many events in flight on this connection (max {max}); wait for their OKs"
-            )
-            .into(),
             R::Throttled(r) => r.detail().into(),
             R::WriterBusy => "relay is busy, retry in a few seconds".into(),
             R::ShuttingDown => "relay is shutting down".into(),
@@ -237,9 +227,6 @@ impl Refusal {
     /// `["OK", id, false, ...]`, counted in `sluice_events_refused_total`.
     pub(super) fn ok(&self, event_id: &str) -> String {
         metrics::counter!(m::EVENTS_REFUSED_TOTAL, "reason" => self.reason().as_str()).increment(1);
-        if let Refusal::InFlight { .. } = self {
-            metrics::counter!(m::EVENTS_REFUSED_IN_FLIGHT_TOTAL).increment(1);
-        }
         RelayMessage::ok(event_id, false, &self.message())
     }
 

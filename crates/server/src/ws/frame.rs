@@ -10,6 +10,8 @@ pub(crate) const BINARY: u8 = 0x2;
 pub(crate) const CLOSE: u8 = 0x8;
 pub(crate) const PING: u8 = 0x9;
 pub(crate) const PONG: u8 = 0xA;
+/// The first reserved bit: a compressed message (RFC 7692 section 6).
+pub(crate) const RSV1: u8 = 0x40;
 
 /// The longest header: 2 bytes, an 8-byte length, a 4-byte mask.
 pub(crate) const MAX_HEADER: usize = 14;
@@ -18,6 +20,8 @@ pub(crate) const MAX_HEADER: usize = 14;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Header {
     pub fin: bool,
+    /// RSV1: the first frame of a compressed message.
+    pub compressed: bool,
     pub opcode: u8,
     pub mask: [u8; 4],
     /// Bytes of the header itself.
@@ -44,17 +48,32 @@ pub(crate) enum FrameFault {
 /// Reads a client frame's header from the start of `buf`: `Ok(None)` when
 /// more bytes are needed to know it. A frame whose payload exceeds
 /// `max_payload` is refused from its header, before its payload is read.
-pub(crate) fn parse_header(buf: &[u8], max_payload: usize) -> Result<Option<Header>, FrameFault> {
+/// `deflate`: permessage-deflate was agreed (RSV1 may mark a data
+/// message's first frame).
+pub(crate) fn parse_header(
+    buf: &[u8],
+    max_payload: usize,
+    deflate: bool,
+) -> Result<Option<Header>, FrameFault> {
     let [b0, b1, ..] = *buf else {
         return Ok(None);
     };
-    if b0 & 0x70 != 0 {
+    if b0 & 0x30 != 0 {
         return Err(FrameFault::Protocol(
-            "reserved bits set (no extension was agreed)",
+            "RSV2 or RSV3 set (no extension uses them)",
         ));
+    }
+    let compressed = b0 & RSV1 != 0;
+    if compressed && !deflate {
+        return Err(FrameFault::Protocol("RSV1 set (no extension was agreed)"));
     }
     let fin = b0 & 0x80 != 0;
     let opcode = b0 & 0x0F;
+    if compressed && !matches!(opcode, TEXT | BINARY) {
+        return Err(FrameFault::Protocol(
+            "RSV1 set on a control frame or a continuation",
+        ));
+    }
     match opcode {
         CONTINUATION | TEXT | BINARY => {}
         CLOSE | PING | PONG => {
@@ -101,6 +120,7 @@ pub(crate) fn parse_header(buf: &[u8], max_payload: usize) -> Result<Option<Head
     };
     Ok(Some(Header {
         fin,
+        compressed,
         opcode,
         mask: [m[0], m[1], m[2], m[3]],
         header_len: mask_at + 4,
@@ -124,7 +144,8 @@ pub(crate) fn unmask(payload: &mut [u8], mask: [u8; 4]) {
 }
 
 /// The header of an unmasked, final frame of `len` payload bytes; returns
-/// the buffer and how many of its bytes are the header.
+/// the buffer and how many of its bytes are the header. `opcode` may carry
+/// [`RSV1`] (a compressed message).
 pub(crate) fn server_header(opcode: u8, len: usize) -> ([u8; 10], usize) {
     let mut h = [0u8; 10];
     h[0] = 0x80 | opcode;

@@ -9,6 +9,8 @@ use hyper_util::rt::TokioIo;
 use sha1::{Digest, Sha1};
 use tokio::net::TcpStream;
 
+use super::extension::{self, Agreed, Compression};
+
 /// The GUID of RFC 6455 section 1.3.
 const GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
@@ -16,6 +18,9 @@ const GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 pub(crate) struct Upgrade {
     accept: HeaderValue,
     on_upgrade: OnUpgrade,
+    /// permessage-deflate, when an offer was accepted, and the answer's
+    /// `Sec-WebSocket-Extensions`.
+    deflate: Option<(Agreed, HeaderValue)>,
 }
 
 /// Why an upgrade request is refused; [`Refused::into_response`] is the
@@ -59,11 +64,13 @@ pub(crate) fn wants_upgrade(headers: &HeaderMap) -> bool {
 }
 
 impl Upgrade {
-    /// Checks an upgrade request; the error is the HTTP answer.
+    /// Checks an upgrade request and agrees permessage-deflate if it is
+    /// offered and `compression` allows it; the error is the HTTP answer.
     pub(crate) fn check(
         method: &Method,
         headers: &HeaderMap,
         on_upgrade: Option<OnUpgrade>,
+        compression: Compression,
     ) -> Result<Upgrade, Refused> {
         let bad = Refused::BadRequest;
         if method != Method::GET {
@@ -90,20 +97,32 @@ impl Upgrade {
         let Some(on_upgrade) = on_upgrade else {
             return Err(Refused::CannotUpgrade);
         };
+        let offers = headers
+            .get_all(header::SEC_WEBSOCKET_EXTENSIONS)
+            .iter()
+            .map(HeaderValue::as_bytes);
+        let deflate = extension::negotiate(compression, offers)
+            .and_then(|(agreed, answer)| Some((agreed, HeaderValue::from_str(&answer).ok()?)));
         Ok(Upgrade {
             accept: accept_key(key.as_bytes()),
             on_upgrade,
+            deflate,
         })
     }
 
-    /// The 101 answer, and the upgrade to await once it is returned.
-    pub(crate) fn respond(self) -> (Response, OnUpgrade) {
+    /// The 101 answer, the upgrade to await once it is returned, and what
+    /// was agreed of permessage-deflate.
+    pub(crate) fn respond(self) -> (Response, OnUpgrade, Option<Agreed>) {
         let mut r = StatusCode::SWITCHING_PROTOCOLS.into_response();
         let h = r.headers_mut();
         h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         h.insert(header::SEC_WEBSOCKET_ACCEPT, self.accept);
-        (r, self.on_upgrade)
+        let agreed = self.deflate.map(|(agreed, answer)| {
+            h.insert(header::SEC_WEBSOCKET_EXTENSIONS, answer);
+            agreed
+        });
+        (r, self.on_upgrade, agreed)
     }
 }
 
@@ -179,16 +198,20 @@ mod tests {
         let h = request();
         assert!(wants_upgrade(&h));
         // Good headers pass every check up to the upgrade itself.
-        let r = Upgrade::check(&Method::GET, &h, None).err().unwrap();
+        let r = Upgrade::check(&Method::GET, &h, None, Compression::Sliding)
+            .err()
+            .unwrap();
         assert_eq!(r, Refused::CannotUpgrade);
         assert_eq!(r.into_response().status(), StatusCode::UPGRADE_REQUIRED);
         assert!(matches!(
-            Upgrade::check(&Method::POST, &h, None).err().unwrap(),
+            Upgrade::check(&Method::POST, &h, None, Compression::Sliding)
+                .err()
+                .unwrap(),
             Refused::BadRequest(_)
         ));
         let mut v = request();
         v.insert(header::SEC_WEBSOCKET_VERSION, HeaderValue::from_static("8"));
-        let r = Upgrade::check(&Method::GET, &v, None)
+        let r = Upgrade::check(&Method::GET, &v, None, Compression::Sliding)
             .err()
             .unwrap()
             .into_response();
@@ -200,7 +223,9 @@ mod tests {
         ] {
             let mut b = request();
             b.insert(name, HeaderValue::from_static(value));
-            let r = Upgrade::check(&Method::GET, &b, None).err().unwrap();
+            let r = Upgrade::check(&Method::GET, &b, None, Compression::Sliding)
+                .err()
+                .unwrap();
             assert!(matches!(r, Refused::BadRequest(_)), "{r:?}");
         }
         let mut plain = request();

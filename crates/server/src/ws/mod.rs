@@ -3,21 +3,30 @@
 //!
 //! - `handshake`: the upgrade request's checks and the 101 answer; the
 //!   TCP socket is taken back from hyper after it ([`take_socket`]).
+//! - `extension`: permessage-deflate's negotiation (RFC 7692), pure.
+//! - `deflate`: compressing a connection's messages and inflating a
+//!   client's, with the worker thread's compressors; a connection keeps at
+//!   most its window (`sliding` mode), bounded in total.
 //! - `frame`: client frame headers, unmasking, server frame headers (pure).
 //! - `read`: [`WsRead`], messages parsed in the worker thread's read
 //!   buffer; a connection keeps only bytes of a frame not yet whole.
-//! - `write`: [`WsWrite`], frames written at once or held until a flush,
+//! - `send`: [`WsWrite`], frames written at once or held until a flush,
 //!   the held bytes freed once written.
 //!
-//! No extension (permessage-deflate) and no subprotocol is agreed. Frames
-//! and messages are bounded by one limit (twice `limits.max_message_bytes`,
-//! so that an oversized message gets its NIP-01 answer from the session).
+//! permessage-deflate is the only extension, and no subprotocol is agreed.
+//! Frames and messages (inflated, when compressed) are bounded by one
+//! limit (twice `limits.max_message_bytes`, so that an oversized message
+//! gets its NIP-01 answer from the session).
 
+mod deflate;
+mod extension;
 mod frame;
 mod handshake;
 mod read;
 mod send;
 
+pub(crate) use deflate::{DeflateSettings, Deflater, WindowBudget};
+pub(crate) use extension::Agreed;
 pub(crate) use handshake::{Upgrade, take_socket, wants_upgrade};
 pub(crate) use read::WsRead;
 pub(crate) use send::WsWrite;

@@ -30,6 +30,8 @@ thread_local! {
 /// A data message being assembled from fragments.
 struct Partial {
     text: bool,
+    /// Its first frame had RSV1: inflated once whole.
+    compressed: bool,
     bytes: Vec<u8>,
 }
 
@@ -57,11 +59,21 @@ pub(crate) struct WsRead<R = OwnedReadHalf> {
     read_size: u32,
     /// A Close was received or the stream failed: nothing more is read.
     done: bool,
+    /// permessage-deflate was agreed: messages may be compressed.
+    deflate: bool,
 }
 
 impl<R: AsyncRead + Unpin> WsRead<R> {
-    /// `already`: bytes the HTTP layer read past the upgrade request.
-    pub(crate) fn new(io: R, already: &[u8], max_message: usize, read_size: usize) -> WsRead<R> {
+    /// `already`: bytes the HTTP layer read past the upgrade request;
+    /// `deflate`: permessage-deflate was agreed (a compressed message is
+    /// bounded by `max_message` once inflated).
+    pub(crate) fn new(
+        io: R,
+        already: &[u8],
+        max_message: usize,
+        read_size: usize,
+        deflate: bool,
+    ) -> WsRead<R> {
         WsRead {
             io,
             pending: already.to_vec(),
@@ -70,6 +82,7 @@ impl<R: AsyncRead + Unpin> WsRead<R> {
             max_message: u32::try_from(max_message).unwrap_or(u32::MAX),
             read_size: u32::try_from(read_size.max(frame::MAX_HEADER)).unwrap_or(u32::MAX),
             done: false,
+            deflate,
         }
     }
 
@@ -97,6 +110,7 @@ impl<R: AsyncRead + Unpin> WsRead<R> {
                     &mut self.pending[self.start..],
                     &mut self.partial,
                     self.max_message as usize,
+                    self.deflate,
                 );
                 match parsed {
                     Err(e) => return Poll::Ready(Some(self.fail(e))),
@@ -205,6 +219,7 @@ impl<R: AsyncRead + Unpin> WsRead<R> {
                     &mut bytes[at..],
                     &mut self.partial,
                     self.max_message as usize,
+                    self.deflate,
                 ) {
                     Err(e) => return Poll::Ready(Err(Failed(e))),
                     Ok(Parsed::Used(used)) => at += used,
@@ -240,8 +255,9 @@ fn parse_frame(
     bytes: &mut [u8],
     partial: &mut Option<Box<Partial>>,
     max_message: usize,
+    deflate: bool,
 ) -> Result<Parsed, WsError> {
-    let header: Header = match frame::parse_header(bytes, max_message) {
+    let header: Header = match frame::parse_header(bytes, max_message, deflate) {
         Ok(Some(h)) => h,
         Ok(None) => return Ok(Parsed::Need(frame::MAX_HEADER.min(bytes.len() + 1).max(2))),
         Err(FrameFault::TooLarge) => return Err(WsError::TooLarge),
@@ -266,11 +282,16 @@ fn parse_frame(
             if !header.fin {
                 *partial = Some(Box::new(Partial {
                     text,
+                    compressed: header.compressed,
                     bytes: payload.to_vec(),
                 }));
                 return Ok(Parsed::Used(total));
             }
-            data_message(text, payload)?
+            if header.compressed {
+                owned_message(text, super::deflate::inflate(payload, max_message)?)?
+            } else {
+                data_message(text, payload)?
+            }
         }
         _ => {
             // A continuation (the header check admits no other opcode).
@@ -287,14 +308,25 @@ fn parse_frame(
             let Some(p) = partial.take() else {
                 return Err(WsError::Protocol("a continuation with no message begun"));
             };
-            if p.text {
-                Message::Text(String::from_utf8(p.bytes).map_err(|_| WsError::BadUtf8)?)
+            let bytes = if p.compressed {
+                super::deflate::inflate(&p.bytes, max_message)?
             } else {
-                Message::Binary(p.bytes.len())
-            }
+                p.bytes
+            };
+            owned_message(p.text, bytes)?
         }
     };
     Ok(Parsed::Message(msg, total))
+}
+
+fn owned_message(text: bool, bytes: Vec<u8>) -> Result<Message, WsError> {
+    if text {
+        Ok(Message::Text(
+            String::from_utf8(bytes).map_err(|_| WsError::BadUtf8)?,
+        ))
+    } else {
+        Ok(Message::Binary(bytes.len()))
+    }
 }
 
 fn data_message(text: bool, payload: &[u8]) -> Result<Message, WsError> {

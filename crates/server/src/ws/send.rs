@@ -12,16 +12,31 @@
 //!   held bytes are written first.
 //! - The held bytes are freed once written.
 //!
+//! - With permessage-deflate agreed, a text message of at least
+//!   `server.compression_min_bytes` is compressed ([`Deflater`]) into the
+//!   worker thread's scratch buffer, then sent the same way; a message
+//!   given in parts ([`WsWrite::try_send_event`]) is never joined first.
+//!
 //! Every operation may wait for the socket; the session bounds each by
 //! `server.send_timeout_ms` (a client that does not read is a slow
 //! consumer).
 
+use std::cell::RefCell;
 use std::io::{self, IoSlice};
 
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 
+use super::deflate::Deflater;
 use super::frame;
+
+thread_local! {
+    /// The worker thread's buffer for a compressed message on its way out.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A scratch buffer grown past this is freed after its message.
+const SCRATCH_KEPT: usize = 1 << 20;
 
 /// A socket the writer can also try without waiting.
 pub(crate) trait TryWrite: AsyncWrite + Unpin {
@@ -44,16 +59,24 @@ pub(crate) struct WsWrite<W = OwnedWriteHalf> {
     hold_bytes: u32,
     /// ... or when the new frame would take what is held past this.
     max_held: u32,
+    /// permessage-deflate, when agreed.
+    deflate: Option<Box<Deflater>>,
 }
 
 impl<W: TryWrite> WsWrite<W> {
-    pub(crate) fn new(io: W, hold_bytes: usize, max_held: usize) -> WsWrite<W> {
+    pub(crate) fn new(
+        io: W,
+        hold_bytes: usize,
+        max_held: usize,
+        deflate: Option<Deflater>,
+    ) -> WsWrite<W> {
         WsWrite {
             io,
             held: Vec::new(),
             sent: 0,
             hold_bytes: u32::try_from(hold_bytes).unwrap_or(u32::MAX),
             max_held: u32::try_from(max_held).unwrap_or(u32::MAX),
+            deflate: deflate.map(Box::new),
         }
     }
 
@@ -66,7 +89,10 @@ impl<W: TryWrite> WsWrite<W> {
     /// Writes a text message now (with whatever was held before it).
     #[cfg(test)]
     pub(crate) async fn send(&mut self, text: &str) -> io::Result<()> {
-        self.send_frame(frame::TEXT, text.as_bytes()).await
+        if self.try_send(text)? {
+            return Ok(());
+        }
+        self.flush().await
     }
 
     /// Holds a text message until the next flush (see the module docs).
@@ -75,7 +101,10 @@ impl<W: TryWrite> WsWrite<W> {
             self.flush().await?;
         }
         if self.hold_bytes == 0 {
-            return self.send_frame(frame::TEXT, text.as_bytes()).await;
+            if self.try_send(text)? {
+                return Ok(());
+            }
+            return self.flush().await;
         }
         self.hold_text(text);
         Ok(())
@@ -92,7 +121,7 @@ impl<W: TryWrite> WsWrite<W> {
     /// Holds a text message without writing anything (see
     /// [`WsWrite::feed`], which bounds what is held).
     pub(crate) fn hold_text(&mut self, text: &str) {
-        self.hold(frame::TEXT, text.as_bytes());
+        self.hold_message(&[text.as_bytes()], None);
     }
 
     /// Whether `feed` holds frames at all (`server.write_buffer_bytes` > 0).
@@ -137,7 +166,7 @@ impl<W: TryWrite> WsWrite<W> {
     }
 
     async fn send_frame(&mut self, opcode: u8, payload: &[u8]) -> io::Result<()> {
-        if self.try_send_frame(opcode, payload)? {
+        if self.try_send_frame(opcode, &[payload])? {
             return Ok(());
         }
         self.flush().await
@@ -147,21 +176,85 @@ impl<W: TryWrite> WsWrite<W> {
     /// else what it did not take is held, and the caller must
     /// [`WsWrite::flush`] before the message counts as sent.
     pub(crate) fn try_send(&mut self, text: &str) -> io::Result<bool> {
-        self.try_send_frame(frame::TEXT, text.as_bytes())
+        self.try_send_message(&[text.as_bytes()], None)
     }
 
-    fn try_send_frame(&mut self, opcode: u8, payload: &[u8]) -> io::Result<bool> {
+    /// [`WsWrite::try_send`] of the text `prefix + body + suffix`, never
+    /// joined: `body` is shared by many messages (a live event's JSON),
+    /// and `key` names it (the event's id), so that compressing each
+    /// message on its own compresses `body` once.
+    pub(crate) fn try_send_event(
+        &mut self,
+        prefix: &str,
+        body: &str,
+        suffix: &str,
+        key: [u8; 32],
+    ) -> io::Result<bool> {
+        let parts = [prefix.as_bytes(), body.as_bytes(), suffix.as_bytes()];
+        self.try_send_message(&parts, Some(key))
+    }
+
+    /// A text message made of `parts`, compressed when agreed and long
+    /// enough.
+    fn try_send_message(&mut self, parts: &[&[u8]], key: Option<[u8; 32]>) -> io::Result<bool> {
+        if !self.compresses(parts) {
+            return self.try_send_frame(frame::TEXT, parts);
+        }
+        SCRATCH.with_borrow_mut(|z| {
+            self.compress(parts, key, z);
+            let sent = self.try_send_frame(frame::TEXT | frame::RSV1, &[&z[..]]);
+            release(z);
+            sent
+        })
+    }
+
+    fn hold_message(&mut self, parts: &[&[u8]], key: Option<[u8; 32]>) {
+        if !self.compresses(parts) {
+            return self.hold(frame::TEXT, parts);
+        }
+        SCRATCH.with_borrow_mut(|z| {
+            self.compress(parts, key, z);
+            self.hold(frame::TEXT | frame::RSV1, &[&z[..]]);
+            release(z);
+        });
+    }
+
+    fn compresses(&self, parts: &[&[u8]]) -> bool {
+        self.deflate
+            .as_ref()
+            .is_some_and(|d| d.wants(parts.iter().map(|p| p.len()).sum()))
+    }
+
+    /// The compressed payload of `parts` into `out` (cleared first).
+    fn compress(&mut self, parts: &[&[u8]], key: Option<[u8; 32]>, out: &mut Vec<u8>) {
+        out.clear();
+        let Some(d) = self.deflate.as_deref_mut() else {
+            return;
+        };
+        match (key, parts) {
+            (Some(key), [prefix, body, suffix]) if d.splices() => {
+                d.spliced(prefix, body, key, suffix, out)
+            }
+            _ => d.compress(parts, out),
+        }
+    }
+
+    fn try_send_frame(&mut self, opcode: u8, parts: &[&[u8]]) -> io::Result<bool> {
         if !self.held.is_empty() {
-            self.hold(opcode, payload);
+            self.hold(opcode, parts);
             return Ok(false);
         }
-        let (h, n) = frame::server_header(opcode, payload.len());
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let (h, n) = frame::server_header(opcode, len);
         let header = &h[..n];
-        let total = n + payload.len();
-        let taken = match self
-            .io
-            .try_write_vectored(&[IoSlice::new(header), IoSlice::new(payload)])
-        {
+        let total = n + len;
+        let mut slices = [IoSlice::new(&[]); 4];
+        slices[0] = IoSlice::new(header);
+        for (slot, part) in slices[1..].iter_mut().zip(parts) {
+            *slot = IoSlice::new(part);
+        }
+        let used = 1 + parts.len().min(3);
+        let taken = match self.io.try_write_vectored(&slices[..used]) {
             Ok(k) => k,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
             Err(e) => return Err(e),
@@ -171,22 +264,35 @@ impl<W: TryWrite> WsWrite<W> {
         }
         // Keep what the socket did not take.
         let mut rest = Vec::with_capacity(total - taken);
-        if taken < n {
-            rest.extend_from_slice(&header[taken..]);
-            rest.extend_from_slice(payload);
-        } else {
-            rest.extend_from_slice(&payload[taken - n..]);
+        let mut skip = taken;
+        for piece in std::iter::once(header).chain(parts.iter().copied()) {
+            if skip >= piece.len() {
+                skip -= piece.len();
+                continue;
+            }
+            rest.extend_from_slice(&piece[skip..]);
+            skip = 0;
         }
         self.held = rest;
         self.sent = 0;
         Ok(false)
     }
 
-    fn hold(&mut self, opcode: u8, payload: &[u8]) {
-        let (h, n) = frame::server_header(opcode, payload.len());
-        self.held.reserve(n + payload.len());
+    fn hold(&mut self, opcode: u8, parts: &[&[u8]]) {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let (h, n) = frame::server_header(opcode, len);
+        self.held.reserve(n + len);
         self.held.extend_from_slice(&h[..n]);
-        self.held.extend_from_slice(payload);
+        for part in parts {
+            self.held.extend_from_slice(part);
+        }
+    }
+}
+
+/// Frees a scratch buffer a large message grew.
+fn release(z: &mut Vec<u8>) {
+    if z.capacity() > SCRATCH_KEPT {
+        *z = Vec::new();
     }
 }
 

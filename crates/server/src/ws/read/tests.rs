@@ -14,7 +14,7 @@ fn pair(
     read_size: usize,
 ) -> (WsRead<tokio::io::DuplexStream>, tokio::io::DuplexStream) {
     let (a, b) = tokio::io::duplex(1 << 20);
-    (WsRead::new(a, &[], max, read_size), b)
+    (WsRead::new(a, &[], max, read_size, false), b)
 }
 
 #[tokio::test]
@@ -153,7 +153,7 @@ async fn bad_input_is_an_error_and_ends_the_stream() {
 async fn bytes_read_with_the_upgrade_come_first() {
     let (a, mut c) = tokio::io::duplex(1 << 16);
     let first = text("one");
-    let mut r = WsRead::new(a, &first[..4], 1 << 16, 4096);
+    let mut r = WsRead::new(a, &first[..4], 1 << 16, 4096, false);
     c.write_all(&first[4..]).await.unwrap();
     c.write_all(&text("two")).await.unwrap();
     assert_eq!(
@@ -164,4 +164,61 @@ async fn bytes_read_with_the_upgrade_come_first() {
         r.next().await.unwrap().unwrap(),
         Message::Text("two".into())
     );
+}
+
+/// A client's compressed message (no context takeover), in `pieces` frames.
+fn compressed(text: &str, pieces: usize) -> Vec<u8> {
+    let mut c = flate2::Compress::new(flate2::Compression::default(), false);
+    let mut z = Vec::with_capacity(text.len() + 64);
+    c.compress_vec(text.as_bytes(), &mut z, flate2::FlushCompress::Sync)
+        .unwrap();
+    z.truncate(z.len() - 4);
+    let size = z.len().div_ceil(pieces);
+    let chunks: Vec<&[u8]> = z.chunks(size).collect();
+    let mut wire = Vec::new();
+    for (i, chunk) in chunks.iter().enumerate() {
+        let op = if i == 0 {
+            frame::TEXT
+        } else {
+            frame::CONTINUATION
+        };
+        let mut f = client_frame(i + 1 == chunks.len(), op, chunk, MASK);
+        if i == 0 {
+            f[0] |= frame::RSV1;
+        }
+        wire.extend_from_slice(&f);
+    }
+    wire
+}
+
+#[tokio::test]
+async fn compressed_messages_inflate_whole_or_fragmented_beside_plain_ones() {
+    let (a, mut c) = tokio::io::duplex(1 << 20);
+    let mut r = WsRead::new(a, &[], 1 << 16, 4096, true);
+    let req = format!(r#"["REQ","s",{{"authors":["{}"]}}]"#, "ab".repeat(32));
+    let mut wire = compressed(&req, 1);
+    wire.extend_from_slice(&text("plain"));
+    wire.extend_from_slice(&compressed(&req, 3));
+    c.write_all(&wire).await.unwrap();
+    for want in [req.as_str(), "plain", req.as_str()] {
+        assert_eq!(r.next().await.unwrap().unwrap(), Message::Text(want.into()));
+    }
+    drop(c);
+    assert!(r.next().await.is_none());
+    assert_eq!(r.held(), 0);
+}
+
+#[tokio::test]
+async fn a_message_inflating_past_the_bound_is_too_large() {
+    let (a, mut c) = tokio::io::duplex(1 << 20);
+    let mut r = WsRead::new(a, &[], 4096, 4096, true);
+    c.write_all(&compressed(&"x".repeat(100_000), 1))
+        .await
+        .unwrap();
+    assert!(matches!(r.next().await, Some(Err(WsError::TooLarge))));
+    // Without the extension agreed, RSV1 is a protocol error.
+    let (a, mut c) = tokio::io::duplex(1 << 20);
+    let mut r = WsRead::new(a, &[], 4096, 4096, false);
+    c.write_all(&compressed("hello", 1)).await.unwrap();
+    assert!(matches!(r.next().await, Some(Err(WsError::Protocol(_)))));
 }

@@ -14,6 +14,7 @@ fn writer(room: usize, hold: usize, max_held: usize) -> WsWrite<Socket> {
         },
         hold,
         max_held,
+        None,
     )
 }
 
@@ -176,4 +177,101 @@ async fn close_reasons_are_cut_at_a_character_boundary() {
     let f = frames(&w.io.data);
     assert!(f[0].1.len() <= 125);
     std::str::from_utf8(&f[0].1[2..]).unwrap();
+}
+
+fn deflating(room: usize, stateless: bool) -> WsWrite<Socket> {
+    let agreed = super::super::Agreed {
+        server_no_context: stateless,
+        server_window_bits: 15,
+    };
+    let settings = super::super::DeflateSettings {
+        level: 6,
+        min_bytes: 16,
+        window_bytes: 4096,
+    };
+    let budget = super::super::WindowBudget::new(1 << 20);
+    WsWrite::new(
+        Socket {
+            room,
+            ..Socket::default()
+        },
+        HOLD,
+        4 << 20,
+        Some(Deflater::new(agreed, settings, budget)),
+    )
+}
+
+/// Each frame's first byte and payload, inflated when RSV1 is set (one
+/// inflater across messages: context takeover).
+fn inflated(data: &[u8]) -> Vec<(u8, String)> {
+    let mut d = flate2::Decompress::new(false);
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < data.len() {
+        let b0 = data[at];
+        let (len, h) = match data[at + 1] {
+            126 => (u16::from_be_bytes([data[at + 2], data[at + 3]]) as usize, 4),
+            n => (n as usize, 2),
+        };
+        let mut payload = data[at + h..at + h + len].to_vec();
+        at += h + len;
+        if b0 & frame::RSV1 != 0 {
+            payload.extend_from_slice(&[0, 0, 0xff, 0xff]);
+            let mut text = Vec::with_capacity(1 << 16);
+            d.decompress_vec(&payload, &mut text, flate2::FlushDecompress::Sync)
+                .unwrap();
+            payload = text;
+        }
+        out.push((b0, String::from_utf8(payload).unwrap()));
+    }
+    out
+}
+
+#[tokio::test]
+async fn with_deflate_long_messages_go_compressed_and_short_ones_plain() {
+    for stateless in [false, true] {
+        for room in [usize::MAX, 3] {
+            let mut w = deflating(room, stateless);
+            let long = format!(r#"["NOTICE","{}"]"#, "abc".repeat(300));
+            w.send("short").await.unwrap();
+            w.send(&long).await.unwrap();
+            w.send(&long).await.unwrap();
+            let body = format!(r#"{{"content":"{}"}}"#, "xyz".repeat(100));
+            for sub in ["a", "b"] {
+                let prefix = format!(r#"["EVENT","{sub}","#);
+                if !w.try_send_event(&prefix, &body, "]", [1; 32]).unwrap() {
+                    w.flush().await.unwrap();
+                }
+            }
+            let f = inflated(&w.io.data);
+            let plain: Vec<&str> = f.iter().map(|(_, t)| t.as_str()).collect();
+            assert_eq!(
+                plain,
+                [
+                    "short",
+                    long.as_str(),
+                    long.as_str(),
+                    &format!(r#"["EVENT","a",{body}]"#),
+                    &format!(r#"["EVENT","b",{body}]"#),
+                ],
+                "stateless {stateless} room {room}"
+            );
+            let rsv1: Vec<bool> = f.iter().map(|(b0, _)| b0 & frame::RSV1 != 0).collect();
+            assert_eq!(rsv1, [false, true, true, true, true]);
+            assert!(w.io.data.len() < 2 * long.len());
+            assert_eq!(w.held_capacity(), 0);
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_event_in_parts_is_one_frame_even_on_a_slow_socket() {
+    let mut w = writer(5, HOLD, 4 << 20);
+    assert!(
+        !w.try_send_event(r#"["EVENT","s","#, r#"{"k":1}"#, "]", [0; 32])
+            .unwrap()
+    );
+    w.flush().await.unwrap();
+    let f = frames(&w.io.data);
+    assert_eq!(f, [(frame::TEXT, br#"["EVENT","s",{"k":1}]"#.to_vec())]);
 }
