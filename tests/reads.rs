@@ -286,6 +286,7 @@ enum Idle {
 /// fails until each gauge of the doc is in this list or in [`NOT_PER_CLIENT`].
 const PER_CLIENT_GAUGES: &[(&str, Idle)] = &[
     ("sluice_connections_open", Idle::Is(0.0)),
+    ("sluice_ws_deflate_window_bytes", Idle::Is(0.0)),
     ("sluice_connections_authenticated", Idle::Is(0.0)),
     ("sluice_plugin_in_flight", Idle::Is(0.0)),
     ("sluice_negentropy_sessions_open", Idle::Is(0.0)),
@@ -475,6 +476,7 @@ const NOT_PER_CLIENT: &[&str] = &[
 /// The gauges the query-slot test waits on.
 const QUERY_GAUGES: &[(&str, Idle)] = &[
     ("sluice_connections_open", Idle::Is(0.0)),
+    ("sluice_ws_deflate_window_bytes", Idle::Is(0.0)),
     ("sluice_subscriptions_open", Idle::Is(0.0)),
     ("sluice_live_subscriptions", Idle::Is(0.0)),
     ("sluice_query_window_in_flight", Idle::Is(0.0)),

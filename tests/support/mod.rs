@@ -421,6 +421,11 @@ impl Client {
             .expect("send");
     }
 
+    /// Sends; false once the connection is gone.
+    pub async fn send_text_checked(&mut self, text: &str) -> bool {
+        self.ws.send(Message::Text(text.into())).await.is_ok()
+    }
+
     pub async fn send(&mut self, v: Value) {
         self.send_text(&v.to_string()).await;
     }

@@ -10,6 +10,8 @@
 mod accept;
 pub mod address;
 pub mod config;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod metrics_names;
 pub mod nip11;
 pub mod nip86;

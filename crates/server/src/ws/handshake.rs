@@ -97,11 +97,7 @@ impl Upgrade {
         let Some(on_upgrade) = on_upgrade else {
             return Err(Refused::CannotUpgrade);
         };
-        let offers = headers
-            .get_all(header::SEC_WEBSOCKET_EXTENSIONS)
-            .iter()
-            .map(HeaderValue::as_bytes);
-        let deflate = extension::negotiate(compression, offers)
+        let deflate = negotiate(compression, headers)
             .and_then(|(agreed, answer)| Some((agreed, HeaderValue::from_str(&answer).ok()?)));
         Ok(Upgrade {
             accept: accept_key(key.as_bytes()),
@@ -124,6 +120,21 @@ impl Upgrade {
         });
         (r, self.on_upgrade, agreed)
     }
+}
+
+/// permessage-deflate agreed from the request's offers, if any.
+fn negotiate(compression: Compression, headers: &HeaderMap) -> Option<(Agreed, String)> {
+    let offers = headers
+        .get_all(header::SEC_WEBSOCKET_EXTENSIONS)
+        .iter()
+        .map(HeaderValue::as_bytes);
+    extension::negotiate(compression, offers)
+}
+
+/// The `Sec-WebSocket-Extensions` answer to a request's offers (for the
+/// fuzz targets).
+pub(crate) fn extension_answer(compression: Compression, headers: &HeaderMap) -> Option<String> {
+    negotiate(compression, headers).map(|(_, answer)| answer)
 }
 
 /// `Sec-WebSocket-Accept` for a key.

@@ -27,7 +27,7 @@ mod send;
 
 pub(crate) use deflate::{DeflateSettings, Deflater, WindowBudget};
 pub(crate) use extension::Agreed;
-pub(crate) use handshake::{Upgrade, take_socket, wants_upgrade};
+pub(crate) use handshake::{Upgrade, extension_answer, take_socket, wants_upgrade};
 pub(crate) use read::WsRead;
 pub(crate) use send::WsWrite;
 
