@@ -1,7 +1,10 @@
 //! `connections`: opens N idle WebSocket connections (optionally each with
 //! one open subscription) and reports the relay's memory per connection,
 //! read from its /metrics (`process_resident_memory_bytes`) or, given
-//! `--pid`, from /proc/<pid>/status (RSS and anonymous RSS).
+//! `--pid`, from /proc/<pid>/status (RSS and anonymous RSS). With
+//! `--deflate` the connections are opened by the raw client (`wsraw`),
+//! which offers permessage-deflate, so the figure includes whatever the
+//! relay keeps per connection for compression.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -16,6 +19,8 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use crate::metrics::{self, ProcMemory};
 use crate::report::RunInfo;
 use crate::wire::{self, RelayUrl, Ws};
+use crate::wsraw::codec::Msg;
+use crate::wsraw::{self, WsRaw};
 
 /// Connections being opened at once.
 const CONNECT_PARALLELISM: usize = 64;
@@ -39,6 +44,9 @@ pub struct ConnectionsArgs {
     /// (127.1.x.y), for relays that limit connections per IP. 0: do not bind.
     #[arg(long, default_value_t = 0)]
     pub source_ips: usize,
+    /// Offer permessage-deflate on every connection (raw client).
+    #[arg(long)]
+    pub deflate: bool,
     /// Wait this long after opening before reading memory.
     #[arg(long, default_value_t = 2.0)]
     pub settle_secs: f64,
@@ -60,6 +68,15 @@ pub struct ConnectionsReport {
     pub opened: usize,
     pub failed: usize,
     pub subscribe: bool,
+    /// Whether the connections offered permessage-deflate.
+    #[serde(default)]
+    pub deflate: bool,
+    /// Connections on which the relay agreed to an extension.
+    #[serde(default)]
+    pub extension_agreed: usize,
+    /// The first agreed `Sec-WebSocket-Extensions` answer.
+    #[serde(default)]
+    pub extension: Option<String>,
     pub open_secs: f64,
     pub memory_source: String,
     pub before: MemoryReading,
@@ -132,6 +149,8 @@ pub async fn run(args: &ConnectionsArgs) -> anyhow::Result<ConnectionsReport> {
     let started = Instant::now();
     let (stop_tx, stop_rx) = watch::channel(false);
     let (handles, opened) = open_all(&relay, args, stop_rx).await;
+    let (opened, extension_agreed, extension) =
+        (opened.count, opened.extension_agreed, opened.extension);
     let open_secs = started.elapsed().as_secs_f64();
     tokio::time::sleep(settle).await;
     let with_connections = mem.read().await;
@@ -149,6 +168,9 @@ pub async fn run(args: &ConnectionsArgs) -> anyhow::Result<ConnectionsReport> {
         opened,
         failed: args.count - opened,
         subscribe: args.subscribe,
+        deflate: args.deflate,
+        extension_agreed,
+        extension,
         open_secs,
         memory_source: mem.label(),
         rss_bytes_per_connection: per(before.rss_bytes, with_connections.rss_bytes),
@@ -159,11 +181,18 @@ pub async fn run(args: &ConnectionsArgs) -> anyhow::Result<ConnectionsReport> {
     })
 }
 
+/// What opening the connections gave.
+struct Opened {
+    count: usize,
+    extension_agreed: usize,
+    extension: Option<String>,
+}
+
 async fn open_all(
     relay: &RelayUrl,
     args: &ConnectionsArgs,
     stop: watch::Receiver<bool>,
-) -> (Vec<tokio::task::JoinHandle<()>>, usize) {
+) -> (Vec<tokio::task::JoinHandle<()>>, Opened) {
     let gate = Arc::new(Semaphore::new(CONNECT_PARALLELISM));
     // Each connection reports once, so the channel never holds more than `count`.
     let (ready_tx, mut ready_rx) = mpsc::channel(args.count.max(1));
@@ -172,45 +201,110 @@ async fn open_all(
             let bind = (args.source_ips > 0).then(|| loopback_source(1, i % args.source_ips));
             let (relay, gate, ready, stop) =
                 (relay.clone(), gate.clone(), ready_tx.clone(), stop.clone());
-            let subscribe = args.subscribe;
+            let (subscribe, deflate) = (args.subscribe, args.deflate);
             tokio::spawn(async move {
-                let ws = {
+                let conn = {
                     let _permit = gate.acquire().await.expect("gate is never closed");
-                    open_one(&relay, bind, subscribe).await
+                    open_one(&relay, bind, subscribe, deflate).await
                 };
-                let _ = ready.send(ws.is_some()).await;
-                if let Some(ws) = ws {
-                    hold(ws, stop).await;
+                let _ = ready.send(conn.as_ref().map(Conn::extension)).await;
+                if let Some(conn) = conn {
+                    conn.hold(stop).await;
                 }
             })
         })
         .collect();
-    let mut opened = 0;
+    let mut opened = Opened {
+        count: 0,
+        extension_agreed: 0,
+        extension: None,
+    };
     for _ in 0..args.count {
-        opened += usize::from(ready_rx.recv().await == Some(true));
+        if let Some(Some(ext)) = ready_rx.recv().await {
+            opened.count += 1;
+            if let Some(ext) = ext {
+                opened.extension_agreed += 1;
+                opened.extension.get_or_insert(ext);
+            }
+        }
     }
     (handles, opened)
 }
 
-async fn open_one(relay: &RelayUrl, bind: Option<IpAddr>, subscribe: bool) -> Option<Ws> {
-    let mut ws = wire::connect(relay, bind).await.ok()?;
-    if subscribe {
-        // A filter that matches nothing stored: the subscription just stays open.
-        let filter = json!({"kinds": [1], "#t": ["sluice-bench-idle"], "limit": 0});
-        ws.send(wire::req("idle", &filter)).await.ok()?;
-    }
-    Some(ws)
+/// One idle connection: tungstenite's, or the raw client's when it offers
+/// permessage-deflate.
+enum Conn {
+    Plain(Box<Ws>),
+    Raw(Box<WsRaw>),
 }
 
-/// Keeps a connection open (answering pings) until told to stop.
-async fn hold(mut ws: Ws, mut stop: watch::Receiver<bool>) {
-    loop {
-        tokio::select! {
-            m = ws.next() => if !matches!(m, Some(Ok(_))) { return },
-            _ = stop.changed() => break,
+/// A filter that matches nothing stored: the subscription just stays open.
+fn idle_filter() -> serde_json::Value {
+    json!({"kinds": [1], "#t": ["sluice-bench-idle"], "limit": 0})
+}
+
+async fn open_one(
+    relay: &RelayUrl,
+    bind: Option<IpAddr>,
+    subscribe: bool,
+    deflate: bool,
+) -> Option<Conn> {
+    if deflate {
+        let opts = wsraw::Options {
+            offer_deflate: true,
+            keep_data: false,
+            bind,
+            ..wsraw::Options::default()
+        };
+        let mut ws = WsRaw::connect(relay, &opts).await.ok()?;
+        if subscribe {
+            let req = json!(["REQ", "idle", idle_filter()]).to_string();
+            ws.send_text(&req).await.ok()?;
+        }
+        return Some(Conn::Raw(Box::new(ws)));
+    }
+    let mut ws = wire::connect(relay, bind).await.ok()?;
+    if subscribe {
+        ws.send(wire::req("idle", &idle_filter())).await.ok()?;
+    }
+    Some(Conn::Plain(Box::new(ws)))
+}
+
+impl Conn {
+    /// The extension the relay agreed to, if any (`None` for a plain connection).
+    fn extension(&self) -> Option<String> {
+        match self {
+            Conn::Plain(_) => None,
+            Conn::Raw(ws) => ws.handshake().extensions.clone(),
         }
     }
-    let _ = ws.close(None).await;
+
+    /// Keeps the connection open (answering pings) until told to stop.
+    async fn hold(self, mut stop: watch::Receiver<bool>) {
+        match self {
+            Conn::Plain(mut ws) => {
+                loop {
+                    tokio::select! {
+                        m = ws.next() => if !matches!(m, Some(Ok(_))) { return },
+                        _ = stop.changed() => break,
+                    }
+                }
+                let _ = ws.close(None).await;
+            }
+            Conn::Raw(mut ws) => {
+                loop {
+                    tokio::select! {
+                        m = ws.recv() => match m {
+                            Ok(Some((Msg::Close(_), _)) | None) | Err(_) => return,
+                            Ok(Some(_)) => {}
+                        },
+                        _ = stop.changed() => break,
+                    }
+                }
+                ws.close(Duration::from_millis(500)).await;
+            }
+        }
+    }
 }
 
 impl ConnectionsReport {
@@ -228,6 +322,14 @@ impl ConnectionsReport {
                 ""
             }
         );
+        if self.deflate {
+            println!(
+                "  permessage-deflate offered; agreed on {} of {}: {}",
+                self.extension_agreed,
+                self.opened,
+                self.extension.as_deref().unwrap_or("none")
+            );
+        }
         println!("  {}", self.run.cpu_line());
         let mb = |v: Option<f64>| v.map_or("n/a".to_owned(), |v| format!("{:.1} MB", v / 1e6));
         println!("  memory from {}", self.memory_source);

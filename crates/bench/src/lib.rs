@@ -1,8 +1,9 @@
 //! sluice-bench: a load generator and benchmark driver for Nostr relays over
 //! real WebSockets. Each command lives in its own module; the shared pieces
-//! are the event generator (`generate`), the WebSocket client (`wire`), the
-//! publishing driver (`driver`), statistics (`stats`) and /metrics scraping
-//! (`metrics`). The binary in main.rs only parses arguments and dispatches.
+//! are the event generator (`generate`), the WebSocket client (`wire`), a
+//! raw client that negotiates permessage-deflate and counts bytes (`wsraw`),
+//! the publishing driver (`driver`), statistics (`stats`) and /metrics
+//! scraping (`metrics`). The binary in main.rs only parses arguments and dispatches.
 
 pub mod audience;
 pub mod connections;
@@ -23,3 +24,5 @@ pub mod stats;
 pub mod sybil;
 pub mod timeline;
 pub mod wire;
+pub mod wirebytes;
+pub mod wsraw;

@@ -8,6 +8,7 @@ use sluice_bench::generate::{self, GenConfig};
 use sluice_bench::report::{unix_now, write_json};
 use sluice_bench::{
     audience, connections, fanout, overload, plot, publish, query, readflood, soak, sybil,
+    wirebytes,
 };
 
 #[derive(Parser)]
@@ -36,6 +37,9 @@ enum Command {
     Audience(audience::AudienceArgs),
     /// Open N idle connections; the relay's memory per connection.
     Connections(connections::ConnectionsArgs),
+    /// Bytes on the wire per served event, stored and live, with a client
+    /// that offers permessage-deflate.
+    Wire(wirebytes::WireArgs),
     /// Polite clients beside abusive clients ramping through multiples of capacity.
     Overload(overload::OverloadArgs),
     /// Polite clients beside abusive readers holding costly REQs open.
@@ -101,6 +105,11 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Connections(a) => {
             let r = connections::run(&a).await?;
+            r.print();
+            write_json(a.json.as_deref(), &r)
+        }
+        Command::Wire(a) => {
+            let r = wirebytes::run(&a).await?;
             r.print();
             write_json(a.json.as_deref(), &r)
         }

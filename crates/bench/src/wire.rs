@@ -82,6 +82,16 @@ pub async fn connect(relay: &RelayUrl, bind: Option<IpAddr>) -> anyhow::Result<W
 }
 
 async fn connect_inner(relay: &RelayUrl, bind: Option<IpAddr>) -> anyhow::Result<Ws> {
+    let stream = tcp_connect(relay, bind).await?;
+    let (ws, _) = tokio_tungstenite::client_async(relay.url.as_str(), stream)
+        .await
+        .with_context(|| format!("WebSocket handshake with {}", relay.url))?;
+    Ok(ws)
+}
+
+/// A TCP connection to the relay (no delay), from `bind` when given: what
+/// `connect` and the raw client (`wsraw`) speak WebSocket over.
+pub async fn tcp_connect(relay: &RelayUrl, bind: Option<IpAddr>) -> anyhow::Result<TcpStream> {
     let addr = relay.socket_addr().await?;
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?
@@ -98,10 +108,7 @@ async fn connect_inner(relay: &RelayUrl, bind: Option<IpAddr>) -> anyhow::Result
         .await
         .with_context(|| format!("connecting to {addr}"))?;
     stream.set_nodelay(true)?;
-    let (ws, _) = tokio_tungstenite::client_async(relay.url.as_str(), stream)
-        .await
-        .with_context(|| format!("WebSocket handshake with {}", relay.url))?;
-    Ok(ws)
+    Ok(stream)
 }
 
 /// Most source addresses `loopback_spread` hands out: 127.0.0.2 to 127.0.0.254.

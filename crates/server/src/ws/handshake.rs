@@ -76,6 +76,9 @@ impl Upgrade {
         if method != Method::GET {
             return Err(bad("a WebSocket upgrade is a GET\n"));
         }
+        if !headers.contains_key(header::HOST) {
+            return Err(bad("Host is missing\n"));
+        }
         if !has_token(headers, header::CONNECTION, "upgrade") {
             return Err(bad("Connection: upgrade is missing\n"));
         }
@@ -188,6 +191,7 @@ mod tests {
 
     fn request() -> HeaderMap {
         let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("relay.example"));
         h.insert(header::UPGRADE, HeaderValue::from_static("WebSocket"));
         h.insert(
             header::CONNECTION,
@@ -228,6 +232,12 @@ mod tests {
             .into_response();
         assert_eq!(r.status(), StatusCode::UPGRADE_REQUIRED);
         assert_eq!(r.headers()[header::SEC_WEBSOCKET_VERSION], "13");
+        let mut no_host = request();
+        no_host.remove(header::HOST);
+        assert!(matches!(
+            Upgrade::check(&Method::GET, &no_host, None, Compression::Sliding),
+            Err(Refused::BadRequest(_))
+        ));
         for (name, value) in [
             (header::CONNECTION, "keep-alive"),
             (header::SEC_WEBSOCKET_KEY, "c2hvcnQ="),

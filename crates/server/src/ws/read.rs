@@ -345,7 +345,8 @@ fn close_frame(payload: &[u8]) -> Result<Option<CloseFrame>, WsError> {
         [_] => Err(WsError::Protocol("a close frame of one byte")),
         [a, b, reason @ ..] => {
             let code = u16::from_be_bytes([*a, *b]);
-            let valid = matches!(code, 1000..=1003 | 1007..=1011 | 3000..=4999);
+            // RFC 6455 section 7.4, and 1012-1014 of the IANA registry (11.7).
+            let valid = matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999);
             if !valid {
                 return Err(WsError::Protocol("an invalid close code"));
             }
