@@ -7,8 +7,9 @@
 #   crates/bench/scripts/connections.sh 10000
 #
 # Each relay gets a fresh store; Sluice runs with throttle.mode = "off" and
-# its connection caps raised. STRFRY unset: Sluice only. Needs a descriptor
-# limit above N for both processes (ulimit -n).
+# its connection caps raised. STRFRY unset: Sluice only. DEFLATE=1: every
+# connection offers permessage-deflate (and agrees it with both relays).
+# Needs a descriptor limit above N for both processes (ulimit -n).
 set -eu
 N=${1:-10000}
 SLUICE=${SLUICE:-target/release/sluice}
@@ -29,7 +30,8 @@ CONF
 measure() { # URL PID
   sleep 3
   "$BENCH" connections "$1" --count "$N" --subscribe --source-ips 250 --pid "$2" --settle-secs 3 \
-    | grep -E "opened|RSS"
+    ${DEFLATE:+--deflate} \
+    | grep -E "opened|RSS|agreed"
   kill "$2"; wait "$2" 2>/dev/null || true
 }
 echo "sluice:"

@@ -289,7 +289,7 @@ impl Conn {
                         _ = stop.changed() => break,
                     }
                 }
-                let _ = ws.close(None).await;
+                let _ = futures_util::SinkExt::close(&mut *ws).await;
             }
             Conn::Raw(mut ws) => {
                 loop {

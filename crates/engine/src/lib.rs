@@ -381,10 +381,7 @@ impl Engine {
     /// Delivers an ephemeral event another node received to live
     /// subscriptions here (not sent back to the tap).
     pub fn deliver_replica_ephemeral(&self, event: Arc<Event>) {
-        self.live.publish(&[Arc::new(LiveEvent {
-            serial: None,
-            event,
-        })]);
+        self.live.publish(&[Arc::new(LiveEvent::new(None, event))]);
         metrics::counter!(metrics_names::LIVE_PUBLISHED_TOTAL).increment(1);
     }
 
@@ -513,10 +510,7 @@ impl Engine {
         if self.mirrors.any() {
             self.mirrors.offer(&event, origin);
         }
-        self.live.publish(&[Arc::new(LiveEvent {
-            serial: None,
-            event,
-        })]);
+        self.live.publish(&[Arc::new(LiveEvent::new(None, event))]);
         metrics::counter!(metrics_names::LIVE_PUBLISHED_TOTAL).increment(1);
     }
 

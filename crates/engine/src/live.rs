@@ -46,6 +46,20 @@ pub struct LiveEvent {
     /// Store serial; `None` for ephemeral events, which are never stored.
     pub serial: Option<u64>,
     pub event: Arc<Event>,
+    /// The event as the front end encodes it once for every subscriber
+    /// (permessage-deflate's compressed JSON), made by the first
+    /// connection that needs it.
+    pub encoded: std::sync::OnceLock<Box<[u8]>>,
+}
+
+impl LiveEvent {
+    pub fn new(serial: Option<u64>, event: Arc<Event>) -> LiveEvent {
+        LiveEvent {
+            serial,
+            event,
+            encoded: std::sync::OnceLock::new(),
+        }
+    }
 }
 
 /// A subscription's handle, unique within its connection.

@@ -44,10 +44,10 @@ fn event(rng: &mut Rng, serial: u64) -> Arc<LiveEvent> {
         "sig": "00".repeat(64),
     })
     .to_string();
-    Arc::new(LiveEvent {
-        serial: Some(serial),
-        event: Arc::new(Event::parse(&raw).unwrap()),
-    })
+    Arc::new(LiveEvent::new(
+        Some(serial),
+        Arc::new(Event::parse(&raw).unwrap()),
+    ))
 }
 
 /// A filter on a few random fields (possibly none).

@@ -85,10 +85,9 @@ impl Writer {
                 .into_iter()
                 .zip(&outcomes)
                 .filter_map(|(event, o)| match o {
-                    WriteOutcome::Stored { serial, .. } => Some(Arc::new(LiveEvent {
-                        serial: Some(*serial),
-                        event: Arc::new(event),
-                    })),
+                    WriteOutcome::Stored { serial, .. } => {
+                        Some(Arc::new(LiveEvent::new(Some(*serial), Arc::new(event))))
+                    }
                     _ => None,
                 })
                 .collect()

@@ -90,10 +90,9 @@ impl Writer {
                     .iter()
                     .zip(&outcomes)
                     .filter_map(|(r, outcome)| match outcome {
-                        WriteOutcome::Stored { serial, .. } => Some(Arc::new(LiveEvent {
-                            serial: Some(*serial),
-                            event: r.event.clone(),
-                        })),
+                        WriteOutcome::Stored { serial, .. } => {
+                            Some(Arc::new(LiveEvent::new(Some(*serial), r.event.clone())))
+                        }
                         _ => None,
                     })
                     .collect();

@@ -44,7 +44,7 @@ impl Session {
                 None if ev.serial.is_some_and(|n| n < sub.snapshot_serial) => {}
                 None => {
                     let prefix = RelayMessage::event_prefix(&sub_id);
-                    out.send_event(&prefix, ev.event.raw(), ev.event.id).await?;
+                    out.send_event(&prefix, ev.event.raw(), &ev.encoded).await?;
                     metrics::counter!(m::LIVE_DELIVERIES_TOTAL).increment(1);
                 }
             }

@@ -79,8 +79,13 @@ impl Out {
     /// without joining them (`crate::ws::WsWrite::try_send_event`: a live
     /// event's JSON is compressed once for all its subscribers when each
     /// message is compressed on its own).
-    pub(super) async fn send_event(&mut self, prefix: &str, raw: &str, id: [u8; 32]) -> Step {
-        match self.ws.try_send_event(prefix, raw, "]", id) {
+    pub(super) async fn send_event(
+        &mut self,
+        prefix: &str,
+        raw: &str,
+        shared: &std::sync::OnceLock<Box<[u8]>>,
+    ) -> Step {
+        match self.ws.try_send_event(prefix, raw, "]", shared) {
             Ok(true) => Ok(()),
             Ok(false) => Box::pin(self.flush()).await,
             Err(_) => Err(CloseReason::IoError),

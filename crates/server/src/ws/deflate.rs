@@ -12,14 +12,14 @@
 //! its messages are compressed on their own, which the RFC allows (the
 //! relay may always refer to less than the client keeps). In `stateless`
 //! mode nothing is kept, and a message made of parts compresses its shared
-//! part once ([`Deflater::spliced`]).
+//! part once, into a slot the caller keeps with it ([`Deflater::spliced`]).
 //!
 //! The inflated size of a client message is bounded as it inflates: past
 //! the bound inflating stops, with at most the bound held.
 
 use std::cell::RefCell;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use flate2::{Compress, Decompress, FlushCompress, FlushDecompress, Status};
 
@@ -135,17 +135,8 @@ pub(crate) struct Deflater {
 thread_local! {
     /// The worker thread's compressors, by window bits (9..=15) and level.
     static COMPRESSORS: RefCell<Vec<(u8, u8, Box<Compress>)>> = const { RefCell::new(Vec::new()) };
-    /// The last bodies the thread compressed alone, by key (a live event's
-    /// id): each is shared by the event's subscribers on this thread.
-    static BODIES: RefCell<Vec<Body>> = const { RefCell::new(Vec::new()) };
     static INFLATER: RefCell<Option<Box<Decompress>>> = const { RefCell::new(None) };
 }
-
-/// A body compressed alone: its key, window bits, and DEFLATE blocks.
-type Body = ([u8; 32], u8, Vec<u8>);
-
-/// Bodies a thread keeps compressed (the events fanned out just now).
-const BODIES_KEPT: usize = 8;
 
 impl Deflater {
     pub(crate) fn new(
@@ -227,36 +218,35 @@ impl Deflater {
 
     /// Appends the compressed payload of `prefix + body + suffix` to `out`
     /// when each message is compressed on its own: `body` is compressed
-    /// once per thread for its `key` (a DEFLATE stream ending in a sync
-    /// flush stands alone, so blocks made apart can follow each other), and
-    /// the short parts around it go in stored blocks.
+    /// once into `shared` (kept by the caller with the body: a live event's
+    /// slot, filled by its first subscriber) when the window is the RFC's
+    /// default, since a DEFLATE stream ending in a sync flush stands alone
+    /// and blocks made apart can follow each other; the short parts around
+    /// it go in stored blocks.
     pub(crate) fn spliced(
         &mut self,
         prefix: &[u8],
         body: &[u8],
-        key: [u8; 32],
+        shared: &OnceLock<Box<[u8]>>,
         suffix: &[u8],
         out: &mut Vec<u8>,
     ) {
         stored_block(prefix, out);
         let level = self.settings.level;
         let bits = self.agreed.server_window_bits;
-        BODIES.with_borrow_mut(|bodies| {
-            let hit = bodies.iter().position(|(k, b, _)| *k == key && *b == bits);
-            let at = match hit {
-                Some(i) => i,
-                None => {
-                    let mut z = Vec::with_capacity(body.len() / 2 + 64);
-                    with_compressor(bits, level, |c| run(c, body, &mut z, FlushCompress::Sync));
-                    if bodies.len() >= BODIES_KEPT {
-                        bodies.remove(0);
-                    }
-                    bodies.push((key, bits, z));
-                    bodies.len() - 1
-                }
-            };
-            out.extend_from_slice(&bodies[at].2);
-        });
+        let alone = |out: &mut Vec<u8>| {
+            with_compressor(bits, level, |c| run(c, body, out, FlushCompress::Sync));
+        };
+        if bits == 15 {
+            let z = shared.get_or_init(|| {
+                let mut z = Vec::with_capacity(body.len() / 2 + 64);
+                alone(&mut z);
+                z.into_boxed_slice()
+            });
+            out.extend_from_slice(z);
+        } else {
+            alone(out);
+        }
         stored_block(suffix, out);
         // The empty stored block a message must end with, less its trailer.
         out.push(0x00);

@@ -23,6 +23,7 @@
 
 use std::cell::RefCell;
 use std::io::{self, IoSlice};
+use std::sync::OnceLock;
 
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
@@ -34,6 +35,9 @@ thread_local! {
     /// The worker thread's buffer for a compressed message on its way out.
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
+
+/// Where a message's shared part keeps its compressed form, if it has one.
+type Shared<'a> = Option<&'a OnceLock<Box<[u8]>>>;
 
 /// A scratch buffer grown past this is freed after its message.
 const SCRATCH_KEPT: usize = 1 << 20;
@@ -181,22 +185,22 @@ impl<W: TryWrite> WsWrite<W> {
 
     /// [`WsWrite::try_send`] of the text `prefix + body + suffix`, never
     /// joined: `body` is shared by many messages (a live event's JSON),
-    /// and `key` names it (the event's id), so that compressing each
-    /// message on its own compresses `body` once.
+    /// and `shared` is kept with it, so that compressing each message on
+    /// its own compresses `body` once.
     pub(crate) fn try_send_event(
         &mut self,
         prefix: &str,
         body: &str,
         suffix: &str,
-        key: [u8; 32],
+        shared: &OnceLock<Box<[u8]>>,
     ) -> io::Result<bool> {
         let parts = [prefix.as_bytes(), body.as_bytes(), suffix.as_bytes()];
-        self.try_send_message(&parts, Some(key))
+        self.try_send_message(&parts, Some(shared))
     }
 
     /// A text message made of `parts`, compressed when agreed and long
     /// enough.
-    fn try_send_message(&mut self, parts: &[&[u8]], key: Option<[u8; 32]>) -> io::Result<bool> {
+    fn try_send_message(&mut self, parts: &[&[u8]], key: Shared<'_>) -> io::Result<bool> {
         if !self.compresses(parts) {
             return self.try_send_frame(frame::TEXT, parts);
         }
@@ -208,7 +212,7 @@ impl<W: TryWrite> WsWrite<W> {
         })
     }
 
-    fn hold_message(&mut self, parts: &[&[u8]], key: Option<[u8; 32]>) {
+    fn hold_message(&mut self, parts: &[&[u8]], key: Shared<'_>) {
         if !self.compresses(parts) {
             return self.hold(frame::TEXT, parts);
         }
@@ -226,7 +230,7 @@ impl<W: TryWrite> WsWrite<W> {
     }
 
     /// The compressed payload of `parts` into `out` (cleared first).
-    fn compress(&mut self, parts: &[&[u8]], key: Option<[u8; 32]>, out: &mut Vec<u8>) {
+    fn compress(&mut self, parts: &[&[u8]], key: Shared<'_>, out: &mut Vec<u8>) {
         out.clear();
         let Some(d) = self.deflate.as_deref_mut() else {
             return;

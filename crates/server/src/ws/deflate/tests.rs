@@ -115,10 +115,11 @@ fn a_spliced_message_inflates_to_its_parts_and_its_body_is_compressed_once() {
     let mut b = Deflater::new(agreed(true, 15), settings(4096), WindowBudget::new(1 << 20));
     let body = &notes()[3][13..];
     let body = &body[..body.len() - 1];
-    let key = [7u8; 32];
+    let key = OnceLock::new();
     let (mut x, mut y) = (Vec::new(), Vec::new());
-    a.spliced(br#"["EVENT","a","#, body.as_bytes(), key, b"]", &mut x);
-    b.spliced(br#"["EVENT","bb","#, body.as_bytes(), key, b"]", &mut y);
+    a.spliced(br#"["EVENT","a","#, body.as_bytes(), &key, b"]", &mut x);
+    assert!(key.get().is_some(), "the body is kept compressed with it");
+    b.spliced(br#"["EVENT","bb","#, body.as_bytes(), &key, b"]", &mut y);
     for (payload, sub) in [(&x, "a"), (&y, "bb")] {
         // Each message on its own: a fresh inflater.
         let text = client_inflate(&mut Decompress::new(false), payload);
@@ -161,4 +162,16 @@ fn inflating_is_bounded_and_refuses_bad_data() {
     ));
     // An empty message (the trailer only) is the empty text.
     assert_eq!(inflate(&[0x00], 16).unwrap(), b"");
+}
+
+#[test]
+fn a_smaller_window_compresses_the_shared_body_for_itself() {
+    let mut small = Deflater::new(agreed(true, 10), settings(4096), WindowBudget::new(1 << 20));
+    let shared = OnceLock::new();
+    let body = notes()[5].repeat(3);
+    let mut x = Vec::new();
+    small.spliced(b"[", body.as_bytes(), &shared, b"]", &mut x);
+    assert!(shared.get().is_none(), "kept only for the default window");
+    let text = client_inflate(&mut Decompress::new_with_window_bits(false, 10), &x);
+    assert_eq!(text, format!("[{body}]").as_bytes());
 }

@@ -237,9 +237,10 @@ async fn with_deflate_long_messages_go_compressed_and_short_ones_plain() {
             w.send(&long).await.unwrap();
             w.send(&long).await.unwrap();
             let body = format!(r#"{{"content":"{}"}}"#, "xyz".repeat(100));
+            let shared = std::sync::OnceLock::new();
             for sub in ["a", "b"] {
                 let prefix = format!(r#"["EVENT","{sub}","#);
-                if !w.try_send_event(&prefix, &body, "]", [1; 32]).unwrap() {
+                if !w.try_send_event(&prefix, &body, "]", &shared).unwrap() {
                     w.flush().await.unwrap();
                 }
             }
@@ -268,7 +269,7 @@ async fn with_deflate_long_messages_go_compressed_and_short_ones_plain() {
 async fn an_event_in_parts_is_one_frame_even_on_a_slow_socket() {
     let mut w = writer(5, HOLD, 4 << 20);
     assert!(
-        !w.try_send_event(r#"["EVENT","s","#, r#"{"k":1}"#, "]", [0; 32])
+        !w.try_send_event(r#"["EVENT","s","#, r#"{"k":1}"#, "]", &Default::default())
             .unwrap()
     );
     w.flush().await.unwrap();
