@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Coverage-guided fuzzing of one protocol parser with AFL++ on stable Rust.
+# Coverage-guided fuzzing of one protocol parser, or of the WebSocket layer,
+# with AFL++ on stable Rust.
 #   fuzz/run.sh TARGET SECONDS [OUT_DIR]
-# TARGET: client_message | event | filter (see fuzz/src/lib.rs for what each checks).
+# TARGET: client_message | event | filter | ws_frames | ws_upgrade (see
+# fuzz/src/lib.rs for what each checks).
 # Installs cargo-afl (which builds AFL++) when missing, builds the targets
 # instrumented, runs TARGET for SECONDS from fuzz/corpus/TARGET, and exits 1 when
 # AFL++ saved a crash or a hang, printing where the inputs are. See docs/fuzzing.md.
 set -euo pipefail
-target=${1:?usage: fuzz/run.sh TARGET SECONDS [OUT_DIR]}
-secs=${2:?usage: fuzz/run.sh TARGET SECONDS [OUT_DIR]}
+usage="usage: fuzz/run.sh client_message|event|filter|ws_frames|ws_upgrade SECONDS [OUT_DIR]"
+target=${1:?$usage}
+secs=${2:?$usage}
 here="$(cd "$(dirname "$0")" && pwd)"
 out=${3:-"$here/out/$target"}
 cd "$here"

@@ -8,19 +8,37 @@ use futures_util::FutureExt;
 use crate::config::Compression;
 use crate::ws::{Message, Upgrade, WsRead, extension_answer};
 
-/// A message as the reader gave it, or its error, as text.
+/// A message as the reader gave it, or its error, as text: `text <the
+/// text>`, `binary <length>`, `ping <payload in hex>`, `close` (no body) or
+/// `close <code> <reason>`.
 pub type Read = Result<String, String>;
+
+/// The error [`read_messages`] ends with when the reader waited for more
+/// bytes on a byte slice, which it must never do.
+pub const WAITED: &str = "the reader waited on a byte slice";
 
 /// Every message the server-side reader gives for `bytes` (a client's
 /// stream after the upgrade), until it ends or fails. `deflate`:
 /// permessage-deflate agreed. The reader never waits on a byte slice, so
 /// each step completes at once.
 pub fn read_messages(bytes: &[u8], max_message: usize, deflate: bool) -> Vec<Read> {
-    let mut reader = WsRead::new(bytes, &[], max_message, 4096, deflate);
+    read_messages_with(bytes, max_message, deflate, 4096)
+}
+
+/// [`read_messages`] with the reader taking at most `read_size` bytes from
+/// the stream at once (at least a frame header's 14), so that frames are
+/// split across reads anywhere.
+pub fn read_messages_with(
+    bytes: &[u8],
+    max_message: usize,
+    deflate: bool,
+    read_size: usize,
+) -> Vec<Read> {
+    let mut reader = WsRead::new(bytes, &[], max_message, read_size, deflate);
     let mut out = Vec::new();
     loop {
         let Some(step) = reader.next().now_or_never() else {
-            out.push(Err("the reader waited on a byte slice".into()));
+            out.push(Err(WAITED.into()));
             return out;
         };
         match step {
@@ -38,8 +56,9 @@ fn describe(m: &Message) -> String {
     match m {
         Message::Text(t) => format!("text {t}"),
         Message::Binary(n) => format!("binary {n}"),
-        Message::Ping(p) => format!("ping {p:?}"),
-        Message::Close(c) => format!("close {c:?}"),
+        Message::Ping(p) => format!("ping {}", hex::encode(p)),
+        Message::Close(None) => "close".into(),
+        Message::Close(Some(c)) => format!("close {} {}", c.code, c.reason),
     }
 }
 

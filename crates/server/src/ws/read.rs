@@ -360,4 +360,6 @@ fn close_frame(payload: &[u8]) -> Result<Option<CloseFrame>, WsError> {
 }
 
 #[cfg(test)]
+mod differential;
+#[cfg(test)]
 mod tests;
