@@ -20,6 +20,7 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         ("store", &["sluice-proto"][..]),
         ("search", &["sluice-proto", "sluice-store"][..]),
         ("throttle", &[][..]),
+        ("ws", &[][..]),
         (
             "engine",
             &[
@@ -36,6 +37,7 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
                 "sluice-store",
                 "sluice-engine",
                 "sluice-throttle",
+                "sluice-ws",
             ][..],
         ),
         (

@@ -1,5 +1,5 @@
 //! RFC 6455 (WebSocket) conformance of the relay's own server layer
-//! (`crates/server/src/ws/`), case by case after the sections of the
+//! (`crates/ws/src/`), case by case after the sections of the
 //! Autobahn|Testsuite, and RFC 7692 (permessage-deflate) in
 //! [`compression`].
 //!

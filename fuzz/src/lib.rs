@@ -118,7 +118,7 @@ pub const WS_READ_SIZE: [usize; 4] = [14, 15, 64, 1000];
 /// split into reads; without deflate, a stream read with no error reads
 /// the same with deflate agreed (no frame had RSV1).
 pub fn ws_frames(data: &[u8]) {
-    use sluice_server::fuzzing::{read_messages, read_messages_with};
+    use sluice_ws::fuzzing::{read_messages, read_messages_with};
     let Some((&settings, stream)) = data.split_first() else {
         return;
     };
@@ -141,7 +141,7 @@ pub fn ws_frames(data: &[u8]) {
     }
 }
 
-/// What `sluice_server::fuzzing::read_messages` gave: the reader never
+/// What `sluice_ws::fuzzing::read_messages` gave: the reader never
 /// waited, at most one error and it is last, a Close is last, data messages
 /// are within `max`, control frames within 125 bytes (RFC 6455 section
 /// 5.5), a Close's code one an endpoint may send (section 7.4, and 1012-1014
@@ -151,7 +151,7 @@ pub fn check_reads(reads: &[Result<String, String>], max: usize) {
     for (i, read) in reads.iter().enumerate() {
         let m = match read {
             Err(e) => {
-                assert_ne!(e, sluice_server::fuzzing::WAITED, "the reader waited");
+                assert_ne!(e, sluice_ws::fuzzing::WAITED, "the reader waited");
                 assert_eq!(i, last, "an error that is not the last read: {reads:?}");
                 continue;
             }
@@ -187,9 +187,8 @@ pub fn check_reads(reads: &[Result<String, String>], max: usize) {
 }
 
 /// An HTTP request head (as a client sends it, up to its blank line): the
-/// upgrade's checks answer 400 or 426 as RFC 6455 section 4.2.1 says
-/// ([`expected_status`]; 101 needs a connection to take over, which the
-/// fuzz target has not). The `Sec-WebSocket-Extensions` answer (RFC 7692
+/// upgrade's checks answer 101, 400 or 426 as RFC 6455 section 4.2.1
+/// says ([`expected_status`]). The `Sec-WebSocket-Extensions` answer (RFC 7692
 /// section 7.1): none with compression off; with it on, one in both modes
 /// or neither, a valid header value naming permessage-deflate with
 /// `client_no_context_takeover`, `server_no_context_takeover` always in
@@ -197,7 +196,7 @@ pub fn check_reads(reads: &[Result<String, String>], max: usize) {
 /// offered back is accepted as itself.
 pub fn ws_upgrade(data: &[u8]) {
     use http::{HeaderMap, HeaderName, HeaderValue, Method};
-    use sluice_server::fuzzing::check_upgrade;
+    use sluice_ws::fuzzing::check_upgrade;
 
     let mut slots = [httparse::EMPTY_HEADER; 64];
     let mut req = httparse::Request::new(&mut slots);
@@ -271,11 +270,11 @@ pub fn ws_upgrade(data: &[u8]) {
     }
 }
 
-/// The status RFC 6455 section 4.2.1 gives a request with no connection to
-/// take over: 400 for a request that is not a GET with a `Host`,
-/// `Connection: upgrade` and a `Sec-WebSocket-Key` of 16 bytes in base64, 426 with
-/// `Sec-WebSocket-Version: 13` for another version (section 4.4), and 426
-/// for a valid request (it cannot be upgraded here). `Upgrade: websocket`
+/// The status RFC 6455 section 4.2.1 gives a request: 400 for a request
+/// that is not a GET with a `Host`, `Connection: upgrade` and a
+/// `Sec-WebSocket-Key` of 16 bytes in base64, 426 with
+/// `Sec-WebSocket-Version: 13` for another version (section 4.4), and 101
+/// for a valid request. `Upgrade: websocket`
 /// is checked before, when a request is routed as an upgrade.
 pub fn expected_status(method: &http::Method, headers: &http::HeaderMap) -> u16 {
     use http::header;
@@ -295,7 +294,7 @@ pub fn expected_status(method: &http::Method, headers: &http::HeaderMap) -> u16 
         return 426;
     }
     match headers.get(header::SEC_WEBSOCKET_KEY) {
-        Some(key) if is_16_bytes_in_base64(key.as_bytes()) => 426,
+        Some(key) if is_16_bytes_in_base64(key.as_bytes()) => 101,
         _ => 400,
     }
 }

@@ -580,7 +580,7 @@ async fn connection(
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(timeout)
-        // The session takes the socket back as this type (`ws::take_socket`).
+        // The session takes the socket back as this type (`upgrade::take_socket`).
         .serve_connection(TokioIo::new(tcp), service)
         .with_upgrades();
     let mut conn = std::pin::pin!(conn);

@@ -2,6 +2,7 @@
 //! the NIP-11 identity. Every limit here is published in NIP-11.
 
 use serde::{Deserialize, Serialize};
+pub use sluice_ws::extension::Compression;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -79,22 +80,6 @@ pub struct ServerConfig {
     /// `sliding`: all connections' windows together; past it a connection
     /// gets no window and its messages are compressed on their own.
     pub compression_windows_mb: usize,
-}
-
-/// `server.compression`: what the relay agrees to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Compression {
-    /// permessage-deflate is never agreed.
-    Off,
-    /// No context takeover: every message compressed on its own, with the
-    /// worker thread's compressor; nothing per connection. A live event's
-    /// body is compressed once and shared by its subscribers.
-    Stateless,
-    /// Context takeover: each connection keeps the last
-    /// `server.compression_window_bytes` it sent compressed, and later
-    /// messages refer to them.
-    Sliding,
 }
 
 impl Default for ServerConfig {

@@ -10,14 +10,12 @@
 mod accept;
 pub mod address;
 pub mod config;
-#[doc(hidden)]
-pub mod fuzzing;
 pub mod metrics_names;
 pub mod nip11;
 pub mod nip86;
 pub mod pages;
 mod session;
-mod ws;
+mod upgrade;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -72,7 +70,7 @@ pub struct AppState {
     /// TCP connections not (yet) sessions, counted from accept.
     http_slots: Arc<accept::HttpSlots>,
     /// The connections' compression windows, bounded together.
-    deflate_windows: Arc<ws::WindowBudget>,
+    deflate_windows: Arc<sluice_ws::deflate::WindowBudget>,
 }
 
 /// The config sections the front end owns.
@@ -134,7 +132,9 @@ impl AppState {
         Arc::new(AppState {
             front: ArcSwap::from_pointee(Reloadable::new(limits, relay)),
             connections: Arc::new(Semaphore::new(server.max_connections)),
-            deflate_windows: ws::WindowBudget::new(server.compression_windows_mb << 20),
+            deflate_windows: sluice_ws::deflate::WindowBudget::new(
+                server.compression_windows_mb << 20,
+            ),
             http_slots: accept::HttpSlots::new(accept::SlotLimits {
                 max: server.max_http_connections,
                 max_per_ip: server.max_http_connections_per_ip,
@@ -226,13 +226,17 @@ async fn root(
     mut req: Request,
 ) -> Response {
     let headers = std::mem::take(req.headers_mut());
-    if ws::wants_upgrade(&headers) {
+    if sluice_ws::handshake::wants_upgrade(&headers) {
         let on_upgrade = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>();
-        let upgrade =
-            match ws::Upgrade::check(req.method(), &headers, on_upgrade, st.server.compression) {
-                Ok(u) => u,
-                Err(refused) => return refused.into_response(),
-            };
+        let upgrade = match upgrade::Upgrade::check(
+            req.method(),
+            &headers,
+            on_upgrade,
+            st.server.compression,
+        ) {
+            Ok(u) => u,
+            Err(refused) => return refused.into_response(),
+        };
         // The list was validated at load (and at each reload); one that
         // does not parse trusts no proxy.
         let proxies = st

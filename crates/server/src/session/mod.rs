@@ -56,7 +56,9 @@ use self::refusal::{NegError, Refusal};
 use self::subs::Subs;
 use crate::AppState;
 use crate::metrics_names as m;
-use crate::ws::{Message, WsError, WsRead, WsWrite, close_code};
+use sluice_ws::read::WsRead;
+use sluice_ws::send::WsWrite;
+use sluice_ws::{Message, WsError, close_code};
 
 /// Parsed author keys one connection keeps (a few hundred bytes at most).
 const SESSION_PUBKEY_CACHE: usize = 4;
@@ -113,7 +115,7 @@ struct Session {
 pub(crate) struct Opening {
     pub(crate) on_upgrade: hyper::upgrade::OnUpgrade,
     /// permessage-deflate, when agreed at the upgrade.
-    pub(crate) deflate: Option<crate::ws::Agreed>,
+    pub(crate) deflate: Option<sluice_ws::extension::Agreed>,
     pub(crate) st: Arc<AppState>,
     /// `[limits]` and `[relay]` as they are at the upgrade.
     pub(crate) front: Arc<crate::Reloadable>,
@@ -139,7 +141,7 @@ pub(crate) fn run(
         front,
         host,
     } = opening;
-    crate::ws::take_socket(on_upgrade).then(move |socket| {
+    crate::upgrade::take_socket(on_upgrade).then(move |socket| {
         // The permits are given back when the connection ends, whatever the
         // path (here, if the upgrade failed).
         let Some((tcp, already)) = socket else {
@@ -176,7 +178,7 @@ impl Conn {
         tcp: tokio::net::TcpStream,
         already: &[u8],
         (st, front): (Arc<AppState>, Arc<crate::Reloadable>),
-        deflate: Option<crate::ws::Agreed>,
+        deflate: Option<sluice_ws::extension::Agreed>,
         ip: IpAddr,
         host: Option<String>,
         permits: (OwnedSemaphorePermit, ConnectionGuard),
@@ -204,12 +206,12 @@ impl Conn {
             };
             metrics::counter!(m::WS_COMPRESSION_AGREED_TOTAL, "mode" => mode).increment(1);
             let server = &st.server;
-            let settings = crate::ws::DeflateSettings {
+            let settings = sluice_ws::deflate::DeflateSettings {
                 level: server.compression_level,
                 min_bytes: u32::try_from(server.compression_min_bytes).unwrap_or(u32::MAX),
                 window_bytes: u32::try_from(server.compression_window_bytes).unwrap_or(u32::MAX),
             };
-            crate::ws::Deflater::new(agreed, settings, st.deflate_windows.clone())
+            sluice_ws::deflate::Deflater::new(agreed, settings, st.deflate_windows.clone())
         });
         let out = Out::new(
             WsWrite::new(

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::ws::WsWrite;
+use sluice_ws::send::WsWrite;
 
 /// Why a connection ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,7 +76,7 @@ impl Out {
     }
 
     /// Sends `prefix`, then the event's JSON `raw` and `]`, as one message
-    /// without joining them (`crate::ws::WsWrite::try_send_event`: a live
+    /// without joining them (`sluice_ws::send::WsWrite::try_send_event`: a live
     /// event's JSON is compressed once for all its subscribers when each
     /// message is compressed on its own).
     pub(super) async fn send_event(
@@ -93,7 +93,7 @@ impl Out {
     }
 
     /// Holds a message until the next flush or send (a query chunk's
-    /// events leave in one write; `crate::ws::WsWrite::feed`).
+    /// events leave in one write; `sluice_ws::send::WsWrite::feed`).
     pub(super) async fn feed(&mut self, text: String) -> Step {
         if !self.ws.must_flush_to_feed(&text) && self.ws.holds() {
             self.ws.hold_text(&text);

@@ -19,8 +19,8 @@ use std::task::{Context, Poll, ready};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::net::tcp::OwnedReadHalf;
 
-use super::frame::{self, FrameFault, Header};
-use super::{CloseFrame, Message, WsError};
+use crate::frame::{self, FrameFault, Header};
+use crate::{CloseFrame, Message, WsError};
 
 thread_local! {
     /// The worker thread's read buffer (see the module docs).
@@ -46,7 +46,7 @@ enum Parsed {
     Need(usize),
 }
 
-pub(crate) struct WsRead<R = OwnedReadHalf> {
+pub struct WsRead<R = OwnedReadHalf> {
     io: R,
     /// Bytes read and not yet parsed, from `start`; no allocation when
     /// there are none.
@@ -67,7 +67,7 @@ impl<R: AsyncRead + Unpin> WsRead<R> {
     /// `already`: bytes the HTTP layer read past the upgrade request;
     /// `deflate`: permessage-deflate was agreed (a compressed message is
     /// bounded by `max_message` once inflated).
-    pub(crate) fn new(
+    pub fn new(
         io: R,
         already: &[u8],
         max_message: usize,
@@ -88,7 +88,9 @@ impl<R: AsyncRead + Unpin> WsRead<R> {
 
     /// The next message; `None` once the client closed (after its Close
     /// message), the stream ended, or an error was returned.
-    pub(crate) fn next(
+    // An async `next`, as a stream's: not `Iterator::next`.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(
         &mut self,
     ) -> impl std::future::Future<Output = Option<Result<Message, WsError>>> + '_ {
         poll_fn(move |cx| self.poll_next(cx))
@@ -288,7 +290,7 @@ fn parse_frame(
                 return Ok(Parsed::Used(total));
             }
             if header.compressed {
-                owned_message(text, super::deflate::inflate(payload, max_message)?)?
+                owned_message(text, crate::deflate::inflate(payload, max_message)?)?
             } else {
                 data_message(text, payload)?
             }
@@ -309,7 +311,7 @@ fn parse_frame(
                 return Err(WsError::Protocol("a continuation with no message begun"));
             };
             let bytes = if p.compressed {
-                super::deflate::inflate(&p.bytes, max_message)?
+                crate::deflate::inflate(&p.bytes, max_message)?
             } else {
                 p.bytes
             };

@@ -11,11 +11,27 @@
 //! which zlib's raw deflate cannot produce) is declined; the next is tried,
 //! and with none the connection opens uncompressed.
 
-pub(crate) use crate::config::Compression;
+use serde::{Deserialize, Serialize};
+
+/// `server.compression`: what the relay agrees to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// permessage-deflate is never agreed.
+    Off,
+    /// No context takeover: every message compressed on its own, with the
+    /// worker thread's compressor; nothing per connection. A live event's
+    /// body is compressed once and shared by its subscribers.
+    Stateless,
+    /// Context takeover: each connection keeps the last
+    /// `server.compression_window_bytes` it sent compressed, and later
+    /// messages refer to them.
+    Sliding,
+}
 
 /// What was agreed for one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Agreed {
+pub struct Agreed {
     /// The relay compresses each message on its own.
     pub server_no_context: bool,
     /// The relay's LZ77 window, in bits (9..=15).
@@ -24,7 +40,7 @@ pub(crate) struct Agreed {
 
 /// The first acceptable permessage-deflate offer among the header's values,
 /// and the answer's header value; `None` when nothing is agreed.
-pub(crate) fn negotiate<'a>(
+pub fn negotiate<'a>(
     mode: Compression,
     offers: impl Iterator<Item = &'a [u8]>,
 ) -> Option<(Agreed, String)> {

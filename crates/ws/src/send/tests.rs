@@ -180,16 +180,16 @@ async fn close_reasons_are_cut_at_a_character_boundary() {
 }
 
 fn deflating(room: usize, stateless: bool) -> WsWrite<Socket> {
-    let agreed = super::super::Agreed {
+    let agreed = crate::extension::Agreed {
         server_no_context: stateless,
         server_window_bits: 15,
     };
-    let settings = super::super::DeflateSettings {
+    let settings = crate::deflate::DeflateSettings {
         level: 6,
         min_bytes: 16,
         window_bytes: 4096,
     };
-    let budget = super::super::WindowBudget::new(1 << 20);
+    let budget = crate::deflate::WindowBudget::new(1 << 20);
     WsWrite::new(
         Socket {
             room,

@@ -28,8 +28,8 @@ use std::sync::OnceLock;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 
-use super::deflate::Deflater;
-use super::frame;
+use crate::deflate::Deflater;
+use crate::frame;
 
 thread_local! {
     /// The worker thread's buffer for a compressed message on its way out.
@@ -43,7 +43,7 @@ type Shared<'a> = Option<&'a OnceLock<Box<[u8]>>>;
 const SCRATCH_KEPT: usize = 1 << 20;
 
 /// A socket the writer can also try without waiting.
-pub(crate) trait TryWrite: AsyncWrite + Unpin {
+pub trait TryWrite: AsyncWrite + Unpin {
     /// Writes what the socket takes now (`WouldBlock`: nothing).
     fn try_write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
 }
@@ -54,7 +54,7 @@ impl TryWrite for OwnedWriteHalf {
     }
 }
 
-pub(crate) struct WsWrite<W = OwnedWriteHalf> {
+pub struct WsWrite<W = OwnedWriteHalf> {
     io: W,
     /// Frames not yet written, from `sent`; no allocation when empty.
     held: Vec<u8>,
@@ -68,12 +68,7 @@ pub(crate) struct WsWrite<W = OwnedWriteHalf> {
 }
 
 impl<W: TryWrite> WsWrite<W> {
-    pub(crate) fn new(
-        io: W,
-        hold_bytes: usize,
-        max_held: usize,
-        deflate: Option<Deflater>,
-    ) -> WsWrite<W> {
+    pub fn new(io: W, hold_bytes: usize, max_held: usize, deflate: Option<Deflater>) -> WsWrite<W> {
         WsWrite {
             io,
             held: Vec::new(),
@@ -86,13 +81,13 @@ impl<W: TryWrite> WsWrite<W> {
 
     /// Bytes held (for tests).
     #[cfg(test)]
-    pub(crate) fn held_capacity(&self) -> usize {
+    pub fn held_capacity(&self) -> usize {
         self.held.capacity()
     }
 
     /// Writes a text message now (with whatever was held before it).
     #[cfg(test)]
-    pub(crate) async fn send(&mut self, text: &str) -> io::Result<()> {
+    pub async fn send(&mut self, text: &str) -> io::Result<()> {
         if self.try_send(text)? {
             return Ok(());
         }
@@ -100,7 +95,7 @@ impl<W: TryWrite> WsWrite<W> {
     }
 
     /// Holds a text message until the next flush (see the module docs).
-    pub(crate) async fn feed(&mut self, text: &str) -> io::Result<()> {
+    pub async fn feed(&mut self, text: &str) -> io::Result<()> {
         if self.must_flush_to_feed(text) {
             self.flush().await?;
         }
@@ -115,7 +110,7 @@ impl<W: TryWrite> WsWrite<W> {
     }
 
     /// Whether what is held must be written before `text` is fed.
-    pub(crate) fn must_flush_to_feed(&self, text: &str) -> bool {
+    pub fn must_flush_to_feed(&self, text: &str) -> bool {
         let held = self.held.len() - self.sent;
         held > 0
             && (held >= self.hold_bytes as usize
@@ -124,22 +119,22 @@ impl<W: TryWrite> WsWrite<W> {
 
     /// Holds a text message without writing anything (see
     /// [`WsWrite::feed`], which bounds what is held).
-    pub(crate) fn hold_text(&mut self, text: &str) {
+    pub fn hold_text(&mut self, text: &str) {
         self.hold_message(&[text.as_bytes()], None);
     }
 
     /// Whether `feed` holds frames at all (`server.write_buffer_bytes` > 0).
-    pub(crate) fn holds(&self) -> bool {
+    pub fn holds(&self) -> bool {
         self.hold_bytes > 0
     }
 
     /// Nothing is held.
-    pub(crate) fn is_flushed(&self) -> bool {
+    pub fn is_flushed(&self) -> bool {
         self.held.is_empty()
     }
 
     /// Writes what is held.
-    pub(crate) async fn flush(&mut self) -> io::Result<()> {
+    pub async fn flush(&mut self) -> io::Result<()> {
         while self.sent < self.held.len() {
             let n = self.io.write(&self.held[self.sent..]).await?;
             if n == 0 {
@@ -153,7 +148,7 @@ impl<W: TryWrite> WsWrite<W> {
     }
 
     /// Sends a Close frame with this code and reason (at most 123 bytes).
-    pub(crate) async fn close(&mut self, code: u16, reason: &str) -> io::Result<()> {
+    pub async fn close(&mut self, code: u16, reason: &str) -> io::Result<()> {
         let mut body = Vec::with_capacity(2 + reason.len());
         body.extend_from_slice(&code.to_be_bytes());
         let mut end = reason.len().min(123);
@@ -165,7 +160,7 @@ impl<W: TryWrite> WsWrite<W> {
     }
 
     /// Answers a Ping.
-    pub(crate) async fn pong(&mut self, payload: &[u8]) -> io::Result<()> {
+    pub async fn pong(&mut self, payload: &[u8]) -> io::Result<()> {
         self.send_frame(frame::PONG, payload).await
     }
 
@@ -179,7 +174,7 @@ impl<W: TryWrite> WsWrite<W> {
     /// Writes a text message if the socket takes all of it now (true);
     /// else what it did not take is held, and the caller must
     /// [`WsWrite::flush`] before the message counts as sent.
-    pub(crate) fn try_send(&mut self, text: &str) -> io::Result<bool> {
+    pub fn try_send(&mut self, text: &str) -> io::Result<bool> {
         self.try_send_message(&[text.as_bytes()], None)
     }
 
@@ -187,7 +182,7 @@ impl<W: TryWrite> WsWrite<W> {
     /// joined: `body` is shared by many messages (a live event's JSON),
     /// and `shared` is kept with it, so that compressing each message on
     /// its own compresses `body` once.
-    pub(crate) fn try_send_event(
+    pub fn try_send_event(
         &mut self,
         prefix: &str,
         body: &str,

@@ -1,16 +1,17 @@
-//! The relay's own WebSocket server side (RFC 6455), built for many idle
-//! connections: an idle connection holds no buffer at all.
+//! The relay's own WebSocket server side (RFC 6455, and RFC 7692's
+//! permessage-deflate), built for many idle connections: an idle
+//! connection holds no buffer at all. No Nostr and no HTTP server here:
+//! `sluice-server` takes the connection over and speaks NIP-01 on it.
 //!
-//! - `handshake`: the upgrade request's checks and the 101 answer; the
-//!   TCP socket is taken back from hyper after it ([`take_socket`]).
+//! - `handshake`: the upgrade request's checks, pure.
 //! - `extension`: permessage-deflate's negotiation (RFC 7692), pure.
 //! - `deflate`: compressing a connection's messages and inflating a
 //!   client's, with the worker thread's compressors; a connection keeps at
 //!   most its window (`sliding` mode), bounded in total.
 //! - `frame`: client frame headers, unmasking, server frame headers (pure).
-//! - `read`: [`WsRead`], messages parsed in the worker thread's read
+//! - `read`: `WsRead`, messages parsed in the worker thread's read
 //!   buffer; a connection keeps only bytes of a frame not yet whole.
-//! - `send`: [`WsWrite`], frames written at once or held until a flush,
+//! - `send`: `WsWrite`, frames written at once or held until a flush,
 //!   the held bytes freed once written.
 //!
 //! permessage-deflate is the only extension, and no subprotocol is agreed.
@@ -18,31 +19,30 @@
 //! limit (twice `limits.max_message_bytes`, so that an oversized message
 //! gets its NIP-01 answer from the session).
 
-mod deflate;
-mod extension;
-mod frame;
-mod handshake;
-mod read;
-mod send;
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
-pub(crate) use deflate::{DeflateSettings, Deflater, WindowBudget};
-pub(crate) use extension::Agreed;
-pub(crate) use handshake::{Upgrade, extension_answer, take_socket, wants_upgrade};
-pub(crate) use read::WsRead;
-pub(crate) use send::WsWrite;
+pub mod deflate;
+pub mod extension;
+mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod handshake;
+pub mod metrics_names;
+pub mod read;
+pub mod send;
 
 /// Close codes the relay sends (RFC 6455 section 7.4.1).
-pub(crate) mod close_code {
-    pub(crate) const NORMAL: u16 = 1000;
-    pub(crate) const AWAY: u16 = 1001;
-    pub(crate) const PROTOCOL: u16 = 1002;
-    pub(crate) const INVALID_DATA: u16 = 1007;
-    pub(crate) const SIZE: u16 = 1009;
+pub mod close_code {
+    pub const NORMAL: u16 = 1000;
+    pub const AWAY: u16 = 1001;
+    pub const PROTOCOL: u16 = 1002;
+    pub const INVALID_DATA: u16 = 1007;
+    pub const SIZE: u16 = 1009;
 }
 
 /// A message from the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Message {
+pub enum Message {
     Text(String),
     /// A binary message, by its length (the relay answers it with a NOTICE).
     Binary(usize),
@@ -51,14 +51,14 @@ pub(crate) enum Message {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct CloseFrame {
+pub struct CloseFrame {
     pub code: u16,
     pub reason: String,
 }
 
 /// Why reading from a client failed.
 #[derive(Debug)]
-pub(crate) enum WsError {
+pub enum WsError {
     /// A frame or message over the bound.
     TooLarge,
     /// A text message (or a close reason) that is not UTF-8.

@@ -1,12 +1,13 @@
-//! Entry points for the fuzz targets (`fuzz/`) into the WebSocket layer,
-//! which is otherwise private to the crate. Not an API: nothing else calls
-//! these.
+//! Entry points for the fuzz targets (`fuzz/`). Not an API: nothing else
+//! calls these.
 
-use axum::http::{HeaderMap, Method};
 use futures_util::FutureExt;
+use http::{HeaderMap, Method};
 
-use crate::config::Compression;
-use crate::ws::{Message, Upgrade, WsRead, extension_answer};
+use crate::Message;
+use crate::extension::Compression;
+use crate::handshake::{Refused, check, extension_answer};
+use crate::read::WsRead;
 
 /// A message as the reader gave it, or its error, as text: `text <the
 /// text>`, `binary <length>`, `ping <payload in hex>`, `close` (no body) or
@@ -56,19 +57,23 @@ fn describe(m: &Message) -> String {
     match m {
         Message::Text(t) => format!("text {t}"),
         Message::Binary(n) => format!("binary {n}"),
-        Message::Ping(p) => format!("ping {}", hex::encode(p)),
+        Message::Ping(p) => format!(
+            "ping {}",
+            p.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        ),
         Message::Close(None) => "close".into(),
         Message::Close(Some(c)) => format!("close {} {}", c.code, c.reason),
     }
 }
 
-/// An upgrade request's checks (the answer's status, or 101) and the
-/// `Sec-WebSocket-Extensions` answer for its offers in each mode.
+/// An upgrade request's checks (101 when it may upgrade, else the
+/// refusal's status) and the `Sec-WebSocket-Extensions` answer for its
+/// offers in each mode.
 pub fn check_upgrade(method: &Method, headers: &HeaderMap) -> (u16, [Option<String>; 3]) {
-    use axum::response::IntoResponse;
-    let status = match Upgrade::check(method, headers, None, Compression::Sliding) {
+    let status = match check(method, headers, Compression::Sliding) {
         Ok(_) => 101,
-        Err(refused) => refused.into_response().status().as_u16(),
+        Err(Refused::BadRequest(_)) => 400,
+        Err(Refused::Version) => 426,
     };
     let modes = [
         Compression::Off,

@@ -23,8 +23,8 @@ use std::sync::{Arc, OnceLock};
 
 use flate2::{Compress, Decompress, FlushCompress, FlushDecompress, Status};
 
-use super::WsError;
-use super::extension::Agreed;
+use crate::WsError;
+use crate::extension::Agreed;
 use crate::metrics_names as metric;
 
 /// The trailer every sync flush ends with, taken off a message (section
@@ -33,7 +33,7 @@ const TRAILER: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
 
 /// How messages are compressed (`[server]`).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct DeflateSettings {
+pub struct DeflateSettings {
     /// zlib level, 1..=9.
     pub level: u8,
     /// Shorter messages are sent uncompressed.
@@ -44,13 +44,13 @@ pub(crate) struct DeflateSettings {
 
 /// The bytes every connection's window holds together, and their bound.
 #[derive(Debug)]
-pub(crate) struct WindowBudget {
+pub struct WindowBudget {
     held: AtomicUsize,
     max: usize,
 }
 
 impl WindowBudget {
-    pub(crate) fn new(max: usize) -> Arc<WindowBudget> {
+    pub fn new(max: usize) -> Arc<WindowBudget> {
         Arc::new(WindowBudget {
             held: AtomicUsize::new(0),
             max,
@@ -86,7 +86,7 @@ impl WindowBudget {
 
     /// Bytes held now (for tests).
     #[cfg(test)]
-    pub(crate) fn held(&self) -> usize {
+    pub fn held(&self) -> usize {
         self.held.load(Ordering::Relaxed)
     }
 }
@@ -122,7 +122,7 @@ impl Window {
 }
 
 /// One connection's side of permessage-deflate.
-pub(crate) struct Deflater {
+pub struct Deflater {
     agreed: Agreed,
     settings: DeflateSettings,
     budget: Arc<WindowBudget>,
@@ -139,11 +139,7 @@ thread_local! {
 }
 
 impl Deflater {
-    pub(crate) fn new(
-        agreed: Agreed,
-        settings: DeflateSettings,
-        budget: Arc<WindowBudget>,
-    ) -> Deflater {
+    pub fn new(agreed: Agreed, settings: DeflateSettings, budget: Arc<WindowBudget>) -> Deflater {
         Deflater {
             agreed,
             settings,
@@ -154,13 +150,13 @@ impl Deflater {
     }
 
     /// Whether a message of `len` bytes is sent compressed.
-    pub(crate) fn wants(&self, len: usize) -> bool {
+    pub fn wants(&self, len: usize) -> bool {
         len >= self.settings.min_bytes as usize
     }
 
     /// Bytes this connection holds for compression (for tests).
     #[cfg(test)]
-    pub(crate) fn held(&self) -> usize {
+    pub fn held(&self) -> usize {
         self.window.as_ref().map_or(0, |w| w.bytes.capacity())
     }
 
@@ -173,7 +169,7 @@ impl Deflater {
 
     /// Compresses the message made of `parts` (in order), appending the
     /// payload to `out` (the trailer taken off).
-    pub(crate) fn compress(&mut self, parts: &[&[u8]], out: &mut Vec<u8>) {
+    pub fn compress(&mut self, parts: &[&[u8]], out: &mut Vec<u8>) {
         let cap = self.window_cap();
         if cap > 0 && self.window.is_none() && !self.no_window {
             if self.budget.take(cap) {
@@ -212,7 +208,7 @@ impl Deflater {
 
     /// Whether [`Deflater::spliced`] applies: messages are compressed on
     /// their own, so a shared part may be compressed once.
-    pub(crate) fn splices(&self) -> bool {
+    pub fn splices(&self) -> bool {
         self.agreed.server_no_context
     }
 
@@ -223,7 +219,7 @@ impl Deflater {
     /// default, since a DEFLATE stream ending in a sync flush stands alone
     /// and blocks made apart can follow each other; the short parts around
     /// it go in stored blocks.
-    pub(crate) fn spliced(
+    pub fn spliced(
         &mut self,
         prefix: &[u8],
         body: &[u8],
@@ -321,7 +317,7 @@ fn run(c: &mut Compress, input: &[u8], out: &mut Vec<u8>, flush: FlushCompress) 
 
 /// Inflates one client message (no context takeover: each on its own),
 /// refusing it once it would inflate past `max` bytes.
-pub(crate) fn inflate(payload: &[u8], max: usize) -> Result<Vec<u8>, WsError> {
+pub fn inflate(payload: &[u8], max: usize) -> Result<Vec<u8>, WsError> {
     if payload.is_empty() {
         // Some clients send an empty message as no bytes at all.
         return Ok(Vec::new());
