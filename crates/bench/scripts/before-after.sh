@@ -44,6 +44,8 @@ rows = [
     ("query EOSE p99, ms", "q", lambda d: d["total"]["time_to_eose"]["p99_ms"]),
     ("polite OK p99 at 1x, ms", "ov", lambda d: d["phases"][0]["polite"]["accepted_latency"]["p99_ms"]),
     ("polite OK p99 at 2x, ms", "ov", lambda d: d["phases"][1]["polite"]["accepted_latency"]["p99_ms"]),
+    ("abusers at 2x: accepted", "ov", lambda d: d["phases"][1]["abusive"]["accepted"]),
+    ("abusers at 2x: refused", "ov", lambda d: d["phases"][1]["abusive"]["refused"]),
 ]
 for name, kind, get in rows:
     b, a = runs(kind, "before", get), runs(kind, "after", get)
