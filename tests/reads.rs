@@ -354,6 +354,8 @@ const HOW_RAISED: &[(&str, Raised)] = &[
         Raised::ImpliedBy("sluice_events_written_total"),
     ),
     ("sluice_process_open_fds", Raised::Seen),
+    // A compressing client holds its window until the end of its wave.
+    ("sluice_ws_deflate_window_bytes", Raised::Seen),
     // Every WebSocket session began as an HTTP connection.
     (
         "sluice_http_connections_open",
@@ -799,9 +801,14 @@ enum Actor {
     Negentropy,
     /// Publishes an event the write-policy plugin is slow to judge.
     Plugged,
+    /// Agrees permessage-deflate (a socket of its own: tungstenite has no
+    /// compression), asks for a big answer and holds its compression
+    /// window until the end of the wave.
+    Compressing,
 }
 
-const ACTORS: [Actor; 10] = [
+const ACTORS: [Actor; 11] = [
+    Actor::Compressing,
     Actor::Authenticated,
     Actor::Negentropy,
     Actor::Plugged,
@@ -815,11 +822,14 @@ const ACTORS: [Actor; 10] = [
 ];
 
 async fn actor(url: String, source: String, who: Actor, n: u64, mut rng: Rng) {
+    let deadline = Instant::now() + HOLD;
+    let abrupt = rng.chance(60);
+    if let Actor::Compressing = who {
+        return compressing(&url, &source, deadline, abrupt).await;
+    }
     let Some(mut ws) = open(&url, &source).await else {
         return;
     };
-    let deadline = Instant::now() + HOLD;
-    let abrupt = rng.chance(60);
     match who {
         Actor::Publisher => {
             let author = 100 + (n % 100) as u8;
@@ -938,8 +948,47 @@ async fn actor(url: String, source: String, who: Actor, n: u64, mut rng: Rng) {
             send_event(&mut ws, &e).await;
             read_some(&mut ws, 1, deadline).await;
         }
+        Actor::Compressing => {}
     }
     leave(ws, abrupt).await;
+}
+
+/// [`Actor::Compressing`]: the upgrade and one masked REQ written by hand,
+/// every byte of the answer read (and dropped) until `deadline`.
+async fn compressing(url: &str, source: &str, deadline: Instant, abrupt: bool) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr: SocketAddr = url.trim_start_matches("ws://").parse().unwrap();
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    let Ok(mut s) = socket.connect(addr).await else {
+        return;
+    };
+    let head = format!(
+        "GET / HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+         Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n"
+    );
+    let req = big_req("z", STORED as u64).to_string();
+    // A final text frame, masked with zeros (the payload as it is).
+    let mut frame = vec![0x81, 0x80 | 126];
+    frame.extend_from_slice(&(req.len() as u16).to_be_bytes());
+    frame.extend_from_slice(&[0; 4]);
+    frame.extend_from_slice(req.as_bytes());
+    if s.write_all(head.as_bytes()).await.is_err() || s.write_all(&frame).await.is_err() {
+        return;
+    }
+    let mut buf = vec![0u8; 16 << 10];
+    while let Ok(Ok(n)) = tokio::time::timeout_at(deadline.into(), s.read(&mut buf)).await {
+        if n == 0 {
+            return;
+        }
+    }
+    if !abrupt {
+        // Close 1000, masked with zeros.
+        s.write_all(&[0x88, 0x82, 0, 0, 0, 0, 0x03, 0xe8])
+            .await
+            .ok();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
