@@ -274,12 +274,7 @@ impl RelayMessage {
     /// What comes before the event in [`RelayMessage::event`]
     /// (`["EVENT", sub_id,`); the message is this, the event, then `]`.
     pub fn event_prefix(sub_id: &str) -> String {
-        let sid = json_str(sub_id);
-        let mut s = String::with_capacity(10 + sid.len());
-        s.push_str("[\"EVENT\",");
-        s.push_str(&sid);
-        s.push(',');
-        s
+        format!("[\"EVENT\",{},", json_str(sub_id))
     }
 
     /// `["OK", id, accepted, message]`; `id` is the event id as text.
