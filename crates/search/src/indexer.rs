@@ -255,12 +255,17 @@ impl Run {
                 return;
             }
             if !behind {
-                let wait = if dirty {
-                    interval.saturating_sub(since_commit.elapsed())
+                // Caught up: new events are read, added and committed together
+                // once the interval since the last commit has passed (a ring
+                // before then does not wake the indexer), so a steady trickle
+                // costs one read and one commit per interval, not one read per
+                // writer commit. They become searchable no later than before.
+                let since = since_commit.elapsed();
+                if since < interval {
+                    self.sleep(interval - since);
                 } else {
-                    Duration::from_secs(1)
-                };
-                self.wait(wait);
+                    self.wait(Duration::from_secs(1));
+                }
             }
         }
     }
@@ -272,6 +277,17 @@ impl Run {
             return;
         }
         self.index.wake.wait_for(&mut p, d);
+    }
+
+    /// Sleeps `d`, rings or not, unless asked to stop or remove.
+    fn sleep(&self, d: Duration) {
+        let until = Instant::now() + d;
+        let mut p = self.index.lock();
+        while !p.stopping && p.removals.is_empty() {
+            if self.index.wake.wait_until(&mut p, until).timed_out() {
+                return;
+            }
+        }
     }
 
     /// Indexes the next batch of stored events: `None` when there were
