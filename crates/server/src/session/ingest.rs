@@ -1,14 +1,14 @@
 //! EVENT ingest: the one pipeline every event to be stored passes,
 //! whoever sent it. A client's session (`event.rs`) runs its steps with its
-//! own client-only steps between them (its EVENTs in flight, its buckets and
-//! the write controller's delay); a mirror bringing a peer's events (the
+//! own client-only steps between them (its buckets and the write
+//! controller's delay); a mirror bringing a peer's events (the
 //! binary's `mirror.rs`) runs them all at once through [`admit_mirrored`].
 //!
 //! The order is fixed, cheapest refusal first:
 //! 1. [`before_signature`]: the event's limits, the operator's policy
 //!    (`AccessRules` snapshot), the web of trust's `deny`, the proof of work an
 //!    outsider must carry and the outsiders' shared budget;
-//! 2. (a client: its EVENTs in flight, its buckets, the write verdict)
+//! 2. (a client: its buckets, the write verdict)
 //! 3. [`after_signature`]: the signature, NIP-70, NIP-62's `relay` tag,
 //!    and for a client its author's bucket (after the signature: an
 //!    unsigned claim must not spend someone else's budget);

@@ -6,11 +6,12 @@
 //! when it fills, is said where it is polled in [`run`].
 //!
 //! Modules:
-//! - `admission`: the one EVENT admission pipeline (limits, policy, trust,
-//!   signature, NIP-70, NIP-62, plugin, writer), shared with the mirrors;
+//! - `ingest`: the one EVENT pipeline (limits, policy, trust, signature,
+//!   NIP-70, NIP-62, plugin, writer), shared with the mirrors;
 //! - `event`: a client's EVENT through it, with the client's own steps
-//!   (EVENTs in flight, buckets, the delayed EVENT held without stalling
-//!   the connection), and the OKs;
+//!   (buckets, the delayed EVENT held without stalling the connection),
+//!   and the OKs; with `server.max_pending_writes` awaiting their OK the
+//!   loop reads no frame (writes shaped, not refused);
 //! - `req`: REQ, CLOSE, and query answers (chunks, EOSE, held live events);
 //! - `auth`: NIP-42 AUTH, NIP-70 protected events, who reads private
 //!   messages;
