@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use sluice_proto::Event;
 use sluice_proto::search::TOKENS_VERSION;
 use sluice_store::Store;
+use tantivy::indexer::UserOperation;
 use tantivy::{IndexWriter, TantivyDocument, Term};
 
 use crate::index::{SearchError, SearchIndex};
@@ -300,13 +301,18 @@ impl Run {
                 .set(next.saturating_sub(self.indexed.load(Ordering::Relaxed) + 1) as f64);
             return Ok(None);
         };
-        let mut added = 0u64;
-        for (serial, raw) in &batch {
-            let Ok(ev) = Event::parse(raw) else { continue };
-            if let Some(doc) = self.index.document(*serial, &ev) {
-                self.writer.add_document(doc)?;
-                added += 1;
-            }
+        // One hand-off to tantivy's indexing thread per batch, not one per
+        // document: each hand-off is a channel send that wakes that thread.
+        let docs: Vec<UserOperation<TantivyDocument>> = batch
+            .iter()
+            .filter_map(|(serial, raw)| {
+                let ev = Event::parse(raw).ok()?;
+                self.index.document(*serial, &ev).map(UserOperation::Add)
+            })
+            .collect();
+        let added = docs.len() as u64;
+        if added > 0 {
+            self.writer.run(docs)?;
         }
         self.last = end;
         metrics::counter!(m::SEARCH_DOCUMENTS_TOTAL).increment(added);
