@@ -60,9 +60,9 @@ impl Search {
                 }
                 continue;
             }
-            tokens(item, Side::Query, |_, w| {
-                if s.words.len() < MAX_SEARCH_WORDS && !s.words.contains(&w) {
-                    s.words.push(w);
+            tokens(item, Side::Query, &mut |_, w: &str| {
+                if s.words.len() < MAX_SEARCH_WORDS && !s.words.iter().any(|x| x == w) {
+                    s.words.push(w.to_owned());
                 }
             });
         }
@@ -82,11 +82,11 @@ impl Search {
         }
         let text = searchable_text(ev, usize::MAX);
         let mut found = vec![false; self.words.len()];
-        for (_, w) in words(&text) {
-            if let Some(i) = self.words.iter().position(|x| *x == w) {
+        for_each_word(&text, |_, w| {
+            if let Some(i) = self.words.iter().position(|x| x == w) {
                 found[i] = true;
             }
-        }
+        });
         found.iter().all(|f| *f)
     }
 }
@@ -101,8 +101,14 @@ pub const TOKENS_VERSION: u32 = 2;
 /// [`is_cjk`] characters gives each character and each overlapping pair.
 pub fn words(text: &str) -> impl Iterator<Item = (usize, String)> + use<> {
     let mut out = Vec::new();
-    tokens(text, Side::Text, |offset, w| out.push((offset, w)));
+    for_each_word(text, |offset, w| out.push((offset, w.to_owned())));
     out.into_iter()
+}
+
+/// [`words`] without an allocation per word: calls `f(offset, word)` for
+/// each, the word lent from a buffer reused for the next.
+pub fn for_each_word(text: &str, mut f: impl FnMut(usize, &str)) {
+    tokens(text, Side::Text, &mut f);
 }
 
 /// Whether `c` belongs to a script written without spaces between words
@@ -133,7 +139,8 @@ enum Side {
 }
 
 /// Calls `emit(offset, token)` for each token of `text` on `side`.
-fn tokens(text: &str, side: Side, mut emit: impl FnMut(usize, String)) {
+fn tokens(text: &str, side: Side, emit: &mut impl FnMut(usize, &str)) {
+    let mut scratch = String::new();
     let mut start = None;
     for (i, c) in text
         .char_indices()
@@ -143,7 +150,7 @@ fn tokens(text: &str, side: Side, mut emit: impl FnMut(usize, String)) {
             (None, true) => start = Some(i),
             (Some(s), false) => {
                 start = None;
-                run(s, &text[s..i], side, &mut emit);
+                run(s, &text[s..i], side, &mut scratch, emit);
             }
             _ => {}
         }
@@ -151,11 +158,19 @@ fn tokens(text: &str, side: Side, mut emit: impl FnMut(usize, String)) {
 }
 
 /// The tokens of one alphanumeric run `r` at byte `at`: its stretches of
-/// CJK and of other characters, each on its own.
-fn run(at: usize, r: &str, side: Side, emit: &mut impl FnMut(usize, String)) {
+/// CJK and of other characters, each on its own. `scratch` holds a
+/// lowercased word while it is lent to `emit`.
+fn run(at: usize, r: &str, side: Side, scratch: &mut String, emit: &mut impl FnMut(usize, &str)) {
     if r.is_ascii() {
         if r.len() <= MAX_WORD_BYTES {
-            emit(at, r.to_ascii_lowercase());
+            if r.bytes().any(|b| b.is_ascii_uppercase()) {
+                scratch.clear();
+                scratch.push_str(r);
+                scratch.make_ascii_lowercase();
+                emit(at, scratch);
+            } else {
+                emit(at, r);
+            }
         }
         return;
     }
@@ -176,29 +191,31 @@ fn run(at: usize, r: &str, side: Side, emit: &mut impl FnMut(usize, String)) {
     }
 }
 
-fn stretch(at: usize, r: &str, cjk: bool, side: Side, emit: &mut impl FnMut(usize, String)) {
+fn stretch(at: usize, r: &str, cjk: bool, side: Side, emit: &mut impl FnMut(usize, &str)) {
     if cjk {
         pairs(at, r, side, emit);
     } else if r.len() <= MAX_WORD_BYTES {
-        emit(at, r.to_lowercase());
+        // Not `make_ascii_lowercase`: Unicode lowercasing depends on the
+        // word (a final sigma), which `str::to_lowercase` knows.
+        emit(at, &r.to_lowercase());
     }
 }
 
 /// A stretch of CJK characters at byte `at`: on the text side each
 /// character and each overlapping pair, on the query side the pairs (a
 /// lone character: itself).
-fn pairs(at: usize, r: &str, side: Side, emit: &mut impl FnMut(usize, String)) {
+fn pairs(at: usize, r: &str, side: Side, emit: &mut impl FnMut(usize, &str)) {
     let chars: Vec<(usize, char)> = r.char_indices().collect();
     if chars.len() == 1 {
-        emit(at, r.to_owned());
+        emit(at, r);
         return;
     }
     for (k, &(i, c)) in chars.iter().enumerate() {
         if side == Side::Text {
-            emit(at + i, c.to_string());
+            emit(at + i, &r[i..i + c.len_utf8()]);
         }
         if let Some(&(j, d)) = chars.get(k + 1) {
-            emit(at + i, r[i..j + d.len_utf8()].to_owned());
+            emit(at + i, &r[i..j + d.len_utf8()]);
         }
     }
 }
@@ -208,11 +225,16 @@ fn pairs(at: usize, r: &str, side: Side, emit: &mut impl FnMut(usize, String)) {
 /// `about`; a long-form post's `title` and `summary` tags and content;
 /// any other event's content.
 pub fn searchable_text(ev: &Event, max_bytes: usize) -> String {
-    let mut text = match ev.kind {
-        0 => profile_text(&ev.content),
+    text_of(ev.kind, &ev.tags, ev.content.clone(), max_bytes)
+}
+
+/// [`searchable_text`] of an event's parts.
+pub fn text_of(kind: u16, tags: &[Vec<String>], content: String, max_bytes: usize) -> String {
+    let mut text = match kind {
+        0 => profile_text(&content),
         LONG_FORM => {
             let mut t = String::new();
-            for tag in &ev.tags {
+            for tag in tags {
                 if let [name, value, ..] = tag.as_slice()
                     && (name == "title" || name == "summary")
                 {
@@ -220,10 +242,10 @@ pub fn searchable_text(ev: &Event, max_bytes: usize) -> String {
                     t.push('\n');
                 }
             }
-            t.push_str(&ev.content);
+            t.push_str(&content);
             t
         }
-        _ => ev.content.clone(),
+        _ => content,
     };
     if text.len() > max_bytes {
         let mut cut = max_bytes;
@@ -233,6 +255,24 @@ pub fn searchable_text(ev: &Event, max_bytes: usize) -> String {
         text.truncate(cut);
     }
     text
+}
+
+/// The parts of a stored event's JSON its searchable text and language
+/// come from, parsed alone (no id, pubkey or signature: the index takes
+/// those from the store's header of an event checked when stored).
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct TextParts {
+    #[serde(default)]
+    pub tags: Vec<Vec<String>>,
+    #[serde(default)]
+    pub content: String,
+}
+
+impl TextParts {
+    /// `None` when `raw` is not an event object.
+    pub fn parse(raw: &str) -> Option<TextParts> {
+        serde_json::from_str(raw).ok()
+    }
 }
 
 fn profile_text(content: &str) -> String {
@@ -252,7 +292,12 @@ fn profile_text(content: &str) -> String {
 /// The event's language when it says so (NIP-32: an `l` tag in the
 /// `ISO-639-1` namespace), lowercase.
 pub fn language(ev: &Event) -> Option<String> {
-    ev.tags.iter().find_map(|t| match t.as_slice() {
+    language_of(&ev.tags)
+}
+
+/// [`language`] of an event's tags.
+pub fn language_of(tags: &[Vec<String>]) -> Option<String> {
+    tags.iter().find_map(|t| match t.as_slice() {
         [l, code, ns, ..] if l == "l" && ns == "ISO-639-1" && !code.is_empty() => {
             Some(code.to_lowercase())
         }

@@ -8,8 +8,9 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use sluice_proto::search::{language, searchable_text, words};
-use sluice_proto::{Event, Filter};
+use sluice_proto::Filter;
+use sluice_proto::search::{TextParts, for_each_word, language_of, text_of};
+use sluice_store::StoredRef;
 use tantivy::directory::MmapDirectory;
 use tantivy::query::{AllQuery, BooleanQuery, Occur, Query, RangeQuery, TermQuery, TermSetQuery};
 use tantivy::schema::{
@@ -93,45 +94,69 @@ fn schema() -> (Schema, Fields) {
     )
 }
 
-/// [`words`] as a tantivy tokeniser.
+/// [`for_each_word`] as a tantivy tokeniser: a text's words are kept in
+/// one buffer, each token lent from it in turn (no allocation per word).
 #[derive(Clone, Default)]
-struct WordTokenizer;
+struct WordTokenizer {
+    words: String,
+    spans: Vec<Span>,
+}
 
-struct WordStream {
-    tokens: std::vec::IntoIter<Token>,
+/// A word: where it starts in the text, and its bytes in
+/// [`WordTokenizer::words`].
+#[derive(Clone, Copy)]
+struct Span {
+    offset: usize,
+    start: usize,
+    end: usize,
+}
+
+struct WordStream<'a> {
+    words: &'a str,
+    spans: std::slice::Iter<'a, Span>,
+    position: usize,
     current: Token,
 }
 
 impl Tokenizer for WordTokenizer {
-    type TokenStream<'a> = WordStream;
+    type TokenStream<'a> = WordStream<'a>;
 
-    fn token_stream<'a>(&'a mut self, text: &'a str) -> WordStream {
-        let tokens: Vec<Token> = words(text)
-            .enumerate()
-            .map(|(position, (offset, w))| Token {
-                offset_from: offset,
-                offset_to: offset + w.len(),
-                position,
-                text: w,
-                position_length: 1,
-            })
-            .collect();
+    fn token_stream<'a>(&'a mut self, text: &'a str) -> WordStream<'a> {
+        self.words.clear();
+        self.spans.clear();
+        let (words, spans) = (&mut self.words, &mut self.spans);
+        for_each_word(text, |offset, w| {
+            let start = words.len();
+            words.push_str(w);
+            spans.push(Span {
+                offset,
+                start,
+                end: words.len(),
+            });
+        });
         WordStream {
-            tokens: tokens.into_iter(),
+            words: &self.words,
+            spans: self.spans.iter(),
+            position: 0,
             current: Token::default(),
         }
     }
 }
 
-impl TokenStream for WordStream {
+impl TokenStream for WordStream<'_> {
     fn advance(&mut self) -> bool {
-        match self.tokens.next() {
-            Some(t) => {
-                self.current = t;
-                true
-            }
-            None => false,
-        }
+        let Some(s) = self.spans.next() else {
+            return false;
+        };
+        let t = &mut self.current;
+        t.offset_from = s.offset;
+        t.offset_to = s.offset + (s.end - s.start);
+        t.position = self.position;
+        t.position_length = 1;
+        t.text.clear();
+        t.text.push_str(&self.words[s.start..s.end]);
+        self.position += 1;
+        true
     }
 
     fn token(&self) -> &Token {
@@ -183,7 +208,7 @@ impl SearchIndex {
             path: dir.to_owned(),
             message: format!("{e} (rebuild it with `sluice reindex`)"),
         })?;
-        index.tokenizers().register(WORDS, WordTokenizer);
+        index.tokenizers().register(WORDS, WordTokenizer::default());
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
@@ -234,23 +259,25 @@ impl SearchIndex {
         self.wake.notify_one();
     }
 
-    /// The document of an event, when its kind is indexed.
-    pub(crate) fn document(&self, serial: u64, ev: &Event) -> Option<TantivyDocument> {
-        if !self.cfg.indexes(ev.kind) {
+    /// The document of a stored event, when its kind is indexed (`None`
+    /// too when its JSON is not an event's, which a stored event's is).
+    pub(crate) fn document(&self, e: StoredRef<'_>) -> Option<TantivyDocument> {
+        if !self.cfg.indexes(e.kind) {
             return None;
         }
+        let TextParts { tags, content } = TextParts::parse(e.raw)?;
         let f = self.fields;
         let mut doc = TantivyDocument::default();
-        doc.add_u64(f.serial, serial);
-        doc.add_u64(f.created_at, ev.created_at);
-        doc.add_u64(f.kind, u64::from(ev.kind));
-        doc.add_bytes(f.pubkey, &ev.pubkey[..]);
-        if let Some(lang) = language(ev) {
+        doc.add_u64(f.serial, e.serial);
+        doc.add_u64(f.created_at, e.created_at);
+        doc.add_u64(f.kind, u64::from(e.kind));
+        doc.add_bytes(f.pubkey, &e.pubkey[..]);
+        if let Some(lang) = language_of(&tags) {
             doc.add_text(f.language, &lang);
         }
         doc.add_text(
             f.text,
-            searchable_text(ev, self.cfg.max_indexed_bytes_per_event),
+            text_of(e.kind, &tags, content, self.cfg.max_indexed_bytes_per_event),
         );
         Some(doc)
     }

@@ -12,10 +12,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use sluice_proto::Event;
 use sluice_proto::search::TOKENS_VERSION;
 use sluice_store::Store;
-use tantivy::indexer::UserOperation;
+use tantivy::indexer::{IndexWriterOptions, UserOperation};
 use tantivy::{IndexWriter, TantivyDocument, Term};
 
 use crate::index::{SearchError, SearchIndex};
@@ -82,7 +81,13 @@ impl Indexer {
     ) -> Result<Indexer, SearchError> {
         let writer: IndexWriter<TantivyDocument> = index
             .index
-            .writer_with_num_threads(1, index.cfg.writer_memory_mb << 20)
+            .writer_with_options(
+                IndexWriterOptions::builder()
+                    .num_worker_threads(1)
+                    .num_merge_threads(1)
+                    .memory_budget_per_thread(index.cfg.writer_memory_mb << 20)
+                    .build(),
+            )
             .map_err(|e| match e {
                 tantivy::TantivyError::LockFailure(..) => SearchError::Busy {
                     path: index.dir.clone(),
@@ -294,22 +299,22 @@ impl Run {
     /// Indexes the next batch of stored events: `None` when there were
     /// none, else whether more may follow.
     fn catch_up_batch(&mut self) -> Result<Option<bool>, SearchError> {
-        let batch = self.store.events_after(self.last, BATCH)?;
+        // One hand-off to tantivy's indexing thread per batch, not one per
+        // document: each hand-off is a channel send that wakes that thread.
+        let mut docs: Vec<UserOperation<TantivyDocument>> = Vec::new();
+        let mut read = 0;
+        let last = self.store.visit_events_after(self.last, BATCH, |e| {
+            read += 1;
+            if let Some(doc) = self.index.document(e) {
+                docs.push(UserOperation::Add(doc));
+            }
+        })?;
         let next = self.store.next_serial()?;
-        let Some(&(end, _)) = batch.last() else {
+        let Some(end) = last else {
             metrics::gauge!(m::SEARCH_LAG_EVENTS)
                 .set(next.saturating_sub(self.indexed.load(Ordering::Relaxed) + 1) as f64);
             return Ok(None);
         };
-        // One hand-off to tantivy's indexing thread per batch, not one per
-        // document: each hand-off is a channel send that wakes that thread.
-        let docs: Vec<UserOperation<TantivyDocument>> = batch
-            .iter()
-            .filter_map(|(serial, raw)| {
-                let ev = Event::parse(raw).ok()?;
-                self.index.document(*serial, &ev).map(UserOperation::Add)
-            })
-            .collect();
         let added = docs.len() as u64;
         if added > 0 {
             self.writer.run(docs)?;
@@ -318,7 +323,7 @@ impl Run {
         metrics::counter!(m::SEARCH_DOCUMENTS_TOTAL).increment(added);
         metrics::gauge!(m::SEARCH_LAG_EVENTS)
             .set(next.saturating_sub(self.indexed.load(Ordering::Relaxed) + 1) as f64);
-        Ok(Some(batch.len() == BATCH))
+        Ok(Some(read == BATCH))
     }
 
     /// Commits the index with the last serial read as its payload, and

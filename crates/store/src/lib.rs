@@ -68,7 +68,7 @@ pub use query::{
     plan_shape,
 };
 pub use retention::{Picked, Pruned, Retention, Rule, Scan, Scope, VANISH, is_replaceable};
-pub use serials::SerialLookup;
+pub use serials::{SerialLookup, StoredRef};
 pub use write::{WriteOutcome, WriteRules};
 
 /// Says whether the current thread must not open a transaction (set once

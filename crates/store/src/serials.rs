@@ -25,6 +25,17 @@ pub enum SerialLookup {
     Match { created_at: u64, raw: String },
 }
 
+/// A stored event as [`Store::visit_events_after`] lends it: its header's
+/// fields, and its JSON as stored.
+#[derive(Debug, Clone, Copy)]
+pub struct StoredRef<'a> {
+    pub serial: u64,
+    pub kind: u16,
+    pub pubkey: &'a [u8; 32],
+    pub created_at: u64,
+    pub raw: &'a str,
+}
+
 impl Store {
     /// The serial the next stored event will get: every event stored so
     /// far has a lower one.
@@ -36,18 +47,38 @@ impl Store {
     /// The stored events with a serial above `after`, in serial order, at
     /// most `max` of them (one read transaction), expired ones included.
     pub fn events_after(&self, after: u64, max: usize) -> Result<Vec<(u64, String)>, StoreError> {
-        let rtxn = self.rtxn()?;
         let mut out = Vec::with_capacity(max.min(4096));
+        self.visit_events_after(after, max, |e| out.push((e.serial, e.raw.to_owned())))?;
+        Ok(out)
+    }
+
+    /// Calls `f` with each stored event with a serial above `after`, in
+    /// serial order, at most `max` of them, lent from one read
+    /// transaction (no copy), expired ones included. Returns the last
+    /// serial visited, `None` when there was none.
+    pub fn visit_events_after(
+        &self,
+        after: u64,
+        max: usize,
+        mut f: impl FnMut(StoredRef<'_>),
+    ) -> Result<Option<u64>, StoreError> {
+        let rtxn = self.rtxn()?;
         let start = Be64::new(after);
         let range = (Bound::Excluded(start), Bound::Unbounded);
-        for item in self.t.events.range(&rtxn, &range)? {
-            if out.len() >= max {
-                break;
-            }
-            let (serial, StoredEvent { raw, .. }) = item.map_err(|e| self.t.events.error(e))?;
-            out.push((serial, raw.to_owned()));
+        let mut last = None;
+        for item in self.t.events.range(&rtxn, &range)?.take(max) {
+            let (serial, StoredEvent { header: h, raw }) =
+                item.map_err(|e| self.t.events.error(e))?;
+            f(StoredRef {
+                serial,
+                kind: h.kind,
+                pubkey: &h.pubkey,
+                created_at: h.created_at,
+                raw,
+            });
+            last = Some(serial);
         }
-        Ok(out)
+        Ok(last)
     }
 
     /// For each serial, whether the store still holds an event there, and
