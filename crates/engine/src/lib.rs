@@ -249,14 +249,18 @@ impl Engine {
     /// Opens the NIP-50 index in `store.path/search/` and starts its
     /// indexer thread, which catches up with the store from the serial of
     /// its last commit. Once per engine; `[search] enabled = false` starts
-    /// nothing.
-    pub fn start_search(&self, cfg: sluice_search::SearchConfig) -> Result<(), StartError> {
+    /// nothing. `workers`: tantivy's indexing threads.
+    pub fn start_search(
+        &self,
+        cfg: sluice_search::SearchConfig,
+        workers: sluice_search::Workers,
+    ) -> Result<(), StartError> {
         if !cfg.enabled {
             return Ok(());
         }
         let dir = self.store.path().join(sluice_search::INDEX_DIR);
         let index = sluice_search::SearchIndex::open(&dir, cfg)?;
-        let indexer = sluice_search::Indexer::start(index.clone(), self.store.clone())?;
+        let indexer = sluice_search::Indexer::start(index.clone(), self.store.clone(), workers)?;
         if !self.search.set(index, indexer) {
             return Err(StartError::Config("search started twice".into()));
         }

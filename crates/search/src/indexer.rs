@@ -59,33 +59,72 @@ impl SearchIndex {
     }
 }
 
+/// How many indexing threads tantivy runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    /// One: a relay's trickle of events (each commit starts the threads
+    /// again, so more would cost more than they give).
+    One,
+    /// One per core, each with at least tantivy's least memory budget: a
+    /// build that has the machine to itself (the end of an import,
+    /// `sluice reindex`).
+    Cores,
+}
+
+impl Workers {
+    fn count(self, memory_mb: usize) -> usize {
+        match self {
+            Workers::One => 1,
+            Workers::Cores => std::thread::available_parallelism()
+                .map_or(1, usize::from)
+                .min(memory_mb / MIN_WORKER_MEMORY_MB)
+                .clamp(1, MAX_WORKERS),
+        }
+    }
+}
+
+/// tantivy's least memory budget per indexing thread (15 MB), rounded up.
+const MIN_WORKER_MEMORY_MB: usize = 16;
+/// Most indexing threads, whatever the cores.
+const MAX_WORKERS: usize = 8;
+
 impl Indexer {
     /// Takes the index's writer (an error if another process holds it) and
     /// starts the thread. An index ahead of `store` (the store was replaced
     /// by an older copy) is emptied and built again.
-    pub fn start(index: Arc<SearchIndex>, store: Store) -> Result<Indexer, SearchError> {
-        Self::start_with(index, store, false)
+    pub fn start(
+        index: Arc<SearchIndex>,
+        store: Store,
+        workers: Workers,
+    ) -> Result<Indexer, SearchError> {
+        Self::start_with(index, store, workers, false)
     }
 
     /// Empties the index and starts the thread to build it again from
     /// the whole store (`sluice reindex`): searches see the old index
     /// until the first commit.
-    pub fn rebuild(index: Arc<SearchIndex>, store: Store) -> Result<Indexer, SearchError> {
-        Self::start_with(index, store, true)
+    pub fn rebuild(
+        index: Arc<SearchIndex>,
+        store: Store,
+        workers: Workers,
+    ) -> Result<Indexer, SearchError> {
+        Self::start_with(index, store, workers, true)
     }
 
     fn start_with(
         index: Arc<SearchIndex>,
         store: Store,
+        workers: Workers,
         rebuild: bool,
     ) -> Result<Indexer, SearchError> {
+        let threads = workers.count(index.cfg.writer_memory_mb);
         let writer: IndexWriter<TantivyDocument> = index
             .index
             .writer_with_options(
                 IndexWriterOptions::builder()
-                    .num_worker_threads(1)
+                    .num_worker_threads(threads)
                     .num_merge_threads(1)
-                    .memory_budget_per_thread(index.cfg.writer_memory_mb << 20)
+                    .memory_budget_per_thread((index.cfg.writer_memory_mb << 20) / threads)
                     .build(),
             )
             .map_err(|e| match e {

@@ -30,7 +30,7 @@ mod rank;
 pub use config::SearchConfig;
 pub use cursor::SearchCursor;
 pub use index::{SearchError, SearchIndex};
-pub use indexer::Indexer;
+pub use indexer::{Indexer, Workers};
 pub use rank::RankedHit;
 
 /// The index's directory inside the store's.

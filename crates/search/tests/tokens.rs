@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use sluice_proto::{Event, Filter};
-use sluice_search::{Indexer, SearchConfig, SearchIndex};
+use sluice_search::{Indexer, SearchConfig, SearchIndex, Workers};
 use sluice_store::{Store, StoreOptions};
 
 fn open_store(dir: &Path) -> Store {
@@ -38,7 +38,7 @@ fn config(kinds: &[u16]) -> SearchConfig {
 /// store and stops it (committing).
 fn index_all(dir: &Path, store: &Store, kinds: &[u16]) -> std::sync::Arc<SearchIndex> {
     let index = SearchIndex::open(dir, config(kinds)).unwrap();
-    let indexer = Indexer::start(index.clone(), store.clone()).unwrap();
+    let indexer = Indexer::start(index.clone(), store.clone(), Workers::One).unwrap();
     assert!(indexer.wait_caught_up(store.next_serial().unwrap()));
     indexer.stop();
     index

@@ -30,8 +30,9 @@ pub(crate) fn start_indexer(
     engine: &Engine,
     cfg: &sluice_search::SearchConfig,
     command: &str,
+    workers: sluice_search::Workers,
 ) -> Result<(), StartError> {
-    match engine.start_search(cfg.clone()) {
+    match engine.start_search(cfg.clone(), workers) {
         Ok(()) => Ok(()),
         Err(StartError::Search(SearchError::Busy { .. })) => {
             tracing::info!("a relay holds the search index: it indexes what {command} writes");

@@ -48,6 +48,7 @@ mod parse;
 mod pipeline;
 mod report;
 
+use sluice_search::Workers;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -182,20 +183,24 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     // Returns after the monitor's first tick: a first verdict before the
     // first batch, not an optimistic default.
     let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone())?;
-    // The NIP-50 index is fed as the import commits, by its own thread;
-    // beside a running relay, by the relay's (it reads what is committed).
-    if let Err(e) = crate::runtime::start_indexer(&engine, &cfg.search, "the import") {
-        engine.shutdown();
-        return Err(e.into());
-    }
     engine.set_retention(cfg.retention_plan());
     engine.bulk_backlog().set_bound(plan.max_in_flight as u64);
     let limiter = BulkPacer::new(engine.limiter().clone());
     let started = Instant::now();
     let result = pipeline(&plan, &engine, &limiter, &reporter);
-    // Searchable once imported: the index takes the last batches.
-    if !engine.wait_search_caught_up() {
-        tracing::warn!("the search indexer stopped; run `sluice reindex`");
+    // Searchable once imported: the NIP-50 index takes what was stored, on
+    // every core, once the import's own threads have finished (indexing
+    // beside them, on the same cores, cost more); beside a running relay,
+    // the relay's indexer does it (it reads what is committed).
+    let indexed = crate::runtime::start_indexer(&engine, &cfg.search, "the import", Workers::Cores);
+    match &indexed {
+        Ok(()) if !engine.wait_search_caught_up() => {
+            tracing::warn!("the search indexer stopped; run `sluice reindex`")
+        }
+        Ok(()) => {}
+        Err(e) => {
+            tracing::error!(error = %e, "the search index could not be built; run `sluice reindex`")
+        }
     }
     let elapsed = started.elapsed();
     reporter.finish();

@@ -29,6 +29,7 @@
 //!   `connected` gauge's guard, the tap's registration): it stops with the
 //!   shutdown token, and the gauge returns to 0.
 
+use sluice_search::Workers;
 use std::collections::HashSet;
 use std::hash::{BuildHasher, Hasher};
 use std::net::IpAddr;
@@ -525,7 +526,7 @@ pub fn run(args: MirrorArgs) -> anyhow::Result<()> {
     let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone())?;
     engine.set_retention(cfg.retention_plan());
     // What the mirror stores is indexed as it goes.
-    let result = crate::runtime::start_indexer(&engine, &cfg.search, "the mirror")
+    let result = crate::runtime::start_indexer(&engine, &cfg.search, "the mirror", Workers::One)
         .map_err(anyhow::Error::new)
         .and_then(|()| {
             engine

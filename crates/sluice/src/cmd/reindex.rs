@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use sluice_search::{INDEX_DIR, Indexer, SearchIndex};
+use sluice_search::{INDEX_DIR, Indexer, SearchIndex, Workers};
 
 use crate::config::Config;
 
@@ -53,7 +53,7 @@ pub fn run(args: ReindexArgs) -> anyhow::Result<()> {
         }
     };
     let started = Instant::now();
-    let indexer = Indexer::rebuild(index.clone(), store.clone())
+    let indexer = Indexer::rebuild(index.clone(), store.clone(), Workers::Cores)
         .context("taking the index's writer (is a relay running on this store?)")?;
     let next = store.next_serial()?;
     let done = indexer.wait_caught_up(next);

@@ -39,7 +39,7 @@ pub fn run(cfg: Config, config_file: Option<PathBuf>) -> anyhow::Result<()> {
     // here (outside the runtime) and stopped by `shutdown`.
     let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone())?;
     // The NIP-50 indexer catches up with the store on its own thread.
-    if let Err(e) = engine.start_search(cfg.search.clone()) {
+    if let Err(e) = engine.start_search(cfg.search.clone(), sluice_search::Workers::One) {
         engine.shutdown();
         return Err(e.into());
     }

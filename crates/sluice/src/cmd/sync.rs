@@ -17,6 +17,7 @@
 //! it (LMDB lets two processes write; the running relay then serves the
 //! new events to REQs, not to live subscriptions).
 
+use sluice_search::Workers;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -77,7 +78,7 @@ pub fn run(args: SyncArgs) -> anyhow::Result<()> {
     eprintln!("sync: {} local events match the filter", local.len());
     let engine = Engine::start(store.clone(), cfg.engine.clone(), cfg.throttle.clone())?;
     // What the sync stores is searchable when it ends.
-    if let Err(e) = crate::runtime::start_indexer(&engine, &cfg.search, "the sync") {
+    if let Err(e) = crate::runtime::start_indexer(&engine, &cfg.search, "the sync", Workers::One) {
         engine.shutdown();
         return Err(e.into());
     }
