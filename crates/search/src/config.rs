@@ -28,7 +28,7 @@ impl Default for SearchConfig {
             kinds: vec![0, 1, 30023],
             max_indexed_bytes_per_event: 16 * 1024,
             writer_memory_mb: 64,
-            commit_interval_ms: 1000,
+            commit_interval_ms: 3000,
         }
     }
 }
