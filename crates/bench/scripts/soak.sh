@@ -49,6 +49,8 @@ for run in $(seq "$RUNS"); do
   for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
   "$B" soak --url "ws://127.0.0.1:$PORT" --bytes "$BYTES" --target-mb 200 --exempt-authors 3 \
     --seed 1 --out "$OUT/soak-$run.json" >"$OUT/soak-$run.txt" 2>&1 || echo "run $run: the soak's end check failed" >&2
+  # The writer's histograms over the whole run (commit, queue wait, retention steps).
+  curl -s "http://127.0.0.1:$PORT/metrics" >"$OUT/metrics-$run.txt" || true
   stop
   "$B" plot "$OUT/soak-$run.json" -o "$OUT/soak-$run.svg" >/dev/null 2>&1 || true
   grep -iE "polite" "$OUT/soak-$run.txt" | sed "s/^/run $run: /"

@@ -38,7 +38,10 @@ impl Writer {
         None
     }
 
-    pub(super) fn write(&mut self, batch: Vec<Request>) {
+    /// Writes a batch in one transaction; while size eviction runs it
+    /// rides on it unless `lone_first` (the lone events a large batch
+    /// commits first, apart: their commit stays small).
+    pub(super) fn write(&mut self, batch: Vec<Request>, lone_first: bool) {
         self.queued.fetch_sub(batch.len(), Ordering::Relaxed);
         if let Some(why) = self.disk.refusal() {
             metrics::counter!(m::WRITER_ERRORS_TOTAL, "reason" => "disk_full")
@@ -62,7 +65,7 @@ impl Writer {
             .fetch_max(max_wait.as_nanos() as u64, Ordering::Relaxed);
         metrics::histogram!(m::WRITER_BATCH_EVENTS).record(batch.len() as f64);
         // While size eviction runs, it rides on the batch's transaction.
-        let result = if self.retainer.rides() {
+        let result = if self.retainer.rides() && !lone_first {
             let n = batch.len();
             self.retainer.write_evicting(
                 &self.store,

@@ -468,7 +468,7 @@ fn a_request_to_vanish_removes_its_authors_earlier_events_in_chunks() {
     let (req, mut rx) = request(&bye[0], Origin::Client, LONE);
     let (w, got) = bounded(move || {
         let mut w = r.w;
-        w.write(vec![req]);
+        w.write(vec![req], false);
         w
     });
     r.w = w;
@@ -482,7 +482,7 @@ fn a_request_to_vanish_removes_its_authors_earlier_events_in_chunks() {
     // An event that is not a request to vanish removes nothing.
     let later = note(3, 5);
     let (req, _rx) = request(&later, Origin::Client, LONE);
-    r.w.write(vec![req]);
+    r.w.write(vec![req], false);
     assert_eq!(r.held().len(), 3);
 }
 

@@ -147,13 +147,13 @@ impl Writer {
                     let (lone, rest): (Vec<Request>, Vec<Request>) =
                         batch.into_iter().partition(|r| r.lone);
                     if !rest.is_empty() {
-                        self.write(lone);
+                        self.write(lone, true);
                         batch = rest;
                     } else {
                         batch = lone;
                     }
                 }
-                self.write(batch);
+                self.write(batch, false);
             }
             Msg::Bulk(bulk) => self.write_bulk(bulk),
             Msg::Admin(op, reply) => {
@@ -181,7 +181,7 @@ impl Writer {
         self.outsiders_since = None;
         if !self.outsiders.is_empty() {
             let batch = std::mem::take(&mut self.outsiders);
-            self.write(batch);
+            self.write(batch, false);
         }
     }
 }
