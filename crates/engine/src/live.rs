@@ -28,6 +28,7 @@
 //! event committed after the snapshot is delivered live, and the session
 //! drops live events the snapshot already held (by store serial).
 
+use arc_swap::ArcSwap;
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -35,8 +36,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use self::packed::{Packed, Searches, View};
 use crate::mailbox::Mailbox;
 use crate::metrics_names as m;
+use crate::reads::{ReadSink, Reads, SinkHome, SinkShared};
 use sluice_proto::{Event, Filter, Readers};
 use sluice_throttle::room;
 
@@ -121,19 +124,32 @@ struct ConnShared {
     queued_bytes: AtomicUsize,
     /// Who reads on this connection: events of private kinds reach it only
     /// when one of its authenticated pubkeys wrote them or is `p`-tagged.
-    readers: RwLock<Arc<Readers>>,
+    readers: ArcSwap<Readers>,
+    /// The connection's query answers ([`LiveConn::read_sink`]): in this
+    /// allocation, one per connection.
+    answers: SinkShared,
 }
 
+impl SinkHome for ConnShared {
+    fn sink(&self) -> &SinkShared {
+        &self.answers
+    }
+}
+
+/// A subscription's filters (packed: most connections are idle and hold
+/// one each). The buckets it is in are recomputed from them when it is
+/// removed (`index_keys` is deterministic), so they are not stored twice.
 struct SubEntry {
-    /// The buckets it is in are recomputed from these when it is removed
-    /// (`index_keys` is deterministic), so they are not stored twice.
-    filters: Vec<Filter>,
+    filters: Packed,
 }
 
 #[derive(Default)]
 struct Index {
     conns: HashMap<u64, ConnEntry>,
     subs: HashMap<SubKey, SubEntry>,
+    /// The NIP-50 searches of the subscriptions that have any, by filter
+    /// position (a packed filter only says it has one).
+    searches: HashMap<SubKey, Searches>,
     ids: HashMap<[u8; 32], HashSet<SubKey>>,
     authors: HashMap<[u8; 32], HashSet<SubKey>>,
     tags: HashMap<u8, HashMap<Box<str>, HashSet<SubKey>>>,
@@ -184,7 +200,8 @@ impl LiveHub {
             queue: Mailbox::new(self.queue_events),
             lagged: AtomicBool::new(false),
             queued_bytes: AtomicUsize::new(0),
-            readers: RwLock::default(),
+            readers: ArcSwap::default(),
+            answers: SinkShared::unopened(),
         });
         self.write().conns.insert(
             id,
@@ -223,7 +240,7 @@ impl LiveHub {
                 if shared.lagged.load(Ordering::Relaxed) {
                     continue;
                 }
-                let visible = shared.readers.read().may_read(&ev.event);
+                let visible = shared.readers.load().may_read(&ev.event);
                 if !visible {
                     continue;
                 }
@@ -260,10 +277,11 @@ impl LiveHub {
         self.read().subs.len()
     }
 
-    fn insert(&self, key: SubKey, filters: Vec<Filter>) {
+    fn insert(&self, key: SubKey, filters: &[Filter]) {
+        let (filters, searches) = Packed::pack(filters);
         let mut keys = Vec::new();
-        for f in &filters {
-            index_keys(f, &mut keys);
+        for f in filters.filters() {
+            index_keys(&f, &mut keys);
         }
         let mut index = self.write();
         let ix = &mut *index;
@@ -272,6 +290,9 @@ impl LiveHub {
         }
         // Handles are never reused: nothing is replaced.
         ix.subs.insert(key, SubEntry { filters });
+        if let Some(searches) = searches {
+            ix.searches.insert(key, searches);
+        }
         metrics::gauge!(m::LIVE_SUBSCRIPTIONS).set(ix.subs.len() as f64);
     }
 
@@ -279,11 +300,14 @@ impl LiveHub {
         let mut index = self.write();
         if let Some(old) = index.subs.remove(&key) {
             let mut keys = Vec::new();
-            for f in &old.filters {
-                index_keys(f, &mut keys);
+            for f in old.filters.filters() {
+                index_keys(&f, &mut keys);
             }
             index.unlink(key, &keys);
             room::give_back(&mut index.subs);
+            if index.searches.remove(&key).is_some() {
+                room::give_back(&mut index.searches);
+            }
         }
         metrics::gauge!(m::LIVE_SUBSCRIPTIONS).set(index.subs.len() as f64);
     }
@@ -291,18 +315,18 @@ impl LiveHub {
 
 /// The buckets a filter goes in: one per value of its most selective
 /// field; none when it can match nothing.
-fn index_keys(f: &Filter, out: &mut Vec<Key>) {
+fn index_keys(f: &View<'_>, out: &mut Vec<Key>) {
     if f.is_empty_match() {
         return;
     }
-    if let Some(ids) = &f.ids {
+    if let Some(ids) = f.ids {
         out.extend(ids.iter().map(|id| Key::Id(*id)));
-    } else if let Some(authors) = &f.authors {
+    } else if let Some(authors) = f.authors {
         out.extend(authors.iter().map(|a| Key::Author(*a)));
-    } else if let Some((letter, values)) = f.tags.iter().min_by_key(|(_, v)| v.len()) {
-        out.extend(values.iter().map(|v| Key::Tag(*letter, v.as_str().into())));
-    } else if let Some(kinds) = &f.kinds {
-        out.extend(kinds.iter().map(|k| Key::Kind(*k)));
+    } else if let Some(tag) = f.tags.clone().min_by_key(|t| t.len()) {
+        out.extend(tag.values().map(|v| Key::Tag(tag.letter, v.into())));
+    } else if let Some(kinds) = f.kinds {
+        out.extend(kinds.iter().map(|k| Key::Kind(u16::from_le_bytes(*k))));
     } else {
         out.push(Key::Unindexed);
     }
@@ -369,12 +393,24 @@ impl Index {
         candidates.sort_unstable();
         candidates.dedup();
         let checked = candidates.len();
-        out.extend(candidates.into_iter().filter(|k| {
-            self.subs
-                .get(k)
-                .is_some_and(|s| s.filters.iter().any(|f| f.matches(ev)))
-        }));
+        out.extend(
+            candidates
+                .into_iter()
+                .filter(|k| self.subs.get(k).is_some_and(|s| self.sub_matches(k, s, ev))),
+        );
         checked
+    }
+
+    /// Whether one of a subscription's filters matches `ev`
+    /// ([`Filter::matches`], a search checked with the one kept for it).
+    fn sub_matches(&self, key: &SubKey, sub: &SubEntry, ev: &Event) -> bool {
+        sub.filters.filters().enumerate().any(|(i, f)| {
+            f.matches(ev)
+                && (!f.search || {
+                    let search = self.searches.get(key).and_then(|s| s.get(i)?.as_deref());
+                    search.is_none_or(|s| s.matches(ev))
+                })
+        })
     }
 }
 
@@ -401,6 +437,7 @@ fn remove_from<
 /// [`LiveSub`]s).
 pub struct LiveConn {
     hub: Arc<LiveHub>,
+    /// Its id in the index.
     id: u64,
     shared: Arc<ConnShared>,
     next_sub: SubHandle,
@@ -408,12 +445,13 @@ pub struct LiveConn {
 
 impl LiveConn {
     /// Registers a subscription; it receives live matches until the
-    /// returned guard is dropped.
-    pub fn subscribe(&mut self, filters: Vec<Filter>) -> LiveSub {
+    /// returned guard is dropped. The index keeps its own (packed) copy of
+    /// the filters.
+    pub fn subscribe(&mut self, filters: impl AsRef<[Filter]>) -> LiveSub {
         let sub = self.next_sub;
         self.next_sub += 1;
         let key = SubKey { conn: self.id, sub };
-        self.hub.insert(key, filters);
+        self.hub.insert(key, filters.as_ref());
         LiveSub {
             hub: self.hub.clone(),
             key,
@@ -453,6 +491,13 @@ impl LiveConn {
         }
     }
 
+    /// This connection's sink of query answers for a session whose open
+    /// queries never exceed `max_open` ([`Reads::sink`]), kept in the
+    /// allocation of its live queue. A session opens it once.
+    pub fn read_sink(&self, reads: &Reads, max_open: usize) -> ReadSink {
+        reads.open_sink(self.shared.clone(), max_open)
+    }
+
     /// Whether the relay is stopping ([`LiveHub::stop`]).
     pub fn stopping(&self) -> bool {
         self.hub.stopping.load(Ordering::SeqCst)
@@ -470,7 +515,7 @@ impl LiveConn {
     /// Who reads on this connection (NIP-42): from now on, events of private
     /// kinds are delivered only to these readers' parties.
     pub fn set_readers(&self, readers: Arc<Readers>) {
-        *self.shared.readers.write() = readers;
+        self.shared.readers.store(readers);
     }
 
     /// Whether the queue filled (the connection must end).
@@ -508,5 +553,6 @@ impl Drop for LiveSub {
     }
 }
 
+mod packed;
 #[cfg(test)]
 mod tests;

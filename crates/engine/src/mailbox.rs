@@ -10,24 +10,31 @@
 //!   that returns it.
 //! - The receiver's side calls [`Mailbox::close`] when it goes: what is
 //!   queued is dropped at once, and later sends give their item back.
-//! - Emptied, the queue frees its storage unless it is small.
+//! - Emptied, the queue frees its storage unless it is small (at most
+//!   `KEEP` items, a parameter: a connection's query answers keep none).
+//! - Its state is 40 bytes: an empty queue keeps no `VecDeque` of its own.
 
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::task::{Context, Poll, Waker};
 
-/// Storage kept by an emptied queue, in items (a connection that gets a
-/// message now and then does not allocate each time).
-const KEEP_WHEN_EMPTY: usize = 4;
+/// Storage kept by an emptied queue, in items, unless the queue says
+/// otherwise (a connection that gets a message now and then does not
+/// allocate each time).
+pub const KEEP_WHEN_EMPTY: usize = 4;
 
-pub struct Mailbox<T> {
+/// A queue of `T` that keeps storage for up to `KEEP` items once emptied.
+pub struct Mailbox<T, const KEEP: usize = KEEP_WHEN_EMPTY> {
     state: Mutex<State<T>>,
 }
 
 struct State<T> {
-    items: VecDeque<T>,
-    /// At least 1 (4 bytes: with `closed`, the state packs into 56).
+    /// `None` while the queue is empty and keeps no storage (boxed: 8
+    /// bytes in every queue, not a `VecDeque`'s 32).
+    #[allow(clippy::box_collection)]
+    items: Option<Box<VecDeque<T>>>,
+    /// At least 1 (4 bytes: with `closed`, the state packs into 32).
     cap: u32,
     waker: Option<Waker>,
     closed: bool,
@@ -43,14 +50,33 @@ pub enum SendError<T> {
 impl<T> Mailbox<T> {
     /// A queue of at most `cap` items (at least 1).
     pub fn new(cap: usize) -> Mailbox<T> {
+        Mailbox::with_cap(cap)
+    }
+}
+
+impl<T> Mailbox<T, 0> {
+    /// A queue of at most `cap` items (at least 1) that keeps no storage
+    /// once emptied.
+    pub fn keeping_nothing(cap: usize) -> Mailbox<T, 0> {
+        Mailbox::with_cap(cap)
+    }
+}
+
+impl<T, const KEEP: usize> Mailbox<T, KEEP> {
+    fn with_cap(cap: usize) -> Mailbox<T, KEEP> {
         Mailbox {
             state: Mutex::new(State {
-                items: VecDeque::new(),
+                items: None,
                 cap: u32::try_from(cap.max(1)).unwrap_or(u32::MAX),
                 waker: None,
                 closed: false,
             }),
         }
+    }
+
+    /// Bounds the queue at `cap` items (at least 1) from now on.
+    pub fn set_cap(&self, cap: usize) {
+        self.state.lock().cap = u32::try_from(cap.max(1)).unwrap_or(u32::MAX);
     }
 
     /// Queues `item` unless the queue is full or closed.
@@ -59,10 +85,10 @@ impl<T> Mailbox<T> {
         if st.closed {
             return Err(SendError::Closed(item));
         }
-        if st.items.len() >= st.cap as usize {
+        if st.len() >= st.cap as usize {
             return Err(SendError::Full(item));
         }
-        st.items.push_back(item);
+        st.items.get_or_insert_default().push_back(item);
         let waker = st.waker.take();
         drop(st);
         if let Some(w) = waker {
@@ -79,7 +105,7 @@ impl<T> Mailbox<T> {
 
     pub fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<T> {
         let mut st = self.state.lock();
-        match st.pop() {
+        match st.pop::<KEEP>() {
             Some(item) => Poll::Ready(item),
             None => {
                 if !st.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
@@ -101,12 +127,12 @@ impl<T> Mailbox<T> {
 
     /// An item already queued, if any.
     pub fn try_recv(&self) -> Option<T> {
-        self.state.lock().pop()
+        self.state.lock().pop::<KEEP>()
     }
 
     /// Items queued.
     pub fn len(&self) -> usize {
-        self.state.lock().items.len()
+        self.state.lock().len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -126,10 +152,17 @@ impl<T> Mailbox<T> {
 }
 
 impl<T> State<T> {
-    fn pop(&mut self) -> Option<T> {
-        let item = self.items.pop_front()?;
-        if self.items.is_empty() && self.items.capacity() > KEEP_WHEN_EMPTY {
-            self.items = VecDeque::new();
+    fn len(&self) -> usize {
+        self.items.as_ref().map_or(0, |q| q.len())
+    }
+
+    /// The next item; emptied, the queue frees its storage if it holds
+    /// room for more than `KEEP` items.
+    fn pop<const KEEP: usize>(&mut self) -> Option<T> {
+        let items = self.items.as_mut()?;
+        let item = items.pop_front()?;
+        if items.is_empty() && items.capacity() > KEEP {
+            self.items = None;
         }
         Some(item)
     }
@@ -214,9 +247,21 @@ mod tests {
             m.try_send(i).unwrap();
         }
         while m.try_recv().is_some() {}
-        assert_eq!(m.state.lock().items.capacity(), 0);
+        let capacity = |m: &Mailbox<_, KEEP_WHEN_EMPTY>| {
+            m.state.lock().items.as_ref().map_or(0, |q| q.capacity())
+        };
+        assert_eq!(capacity(&m), 0);
         m.try_send(1).unwrap();
         m.try_recv();
-        assert!(m.state.lock().items.capacity() <= KEEP_WHEN_EMPTY);
+        assert!(capacity(&m) <= KEEP_WHEN_EMPTY);
+    }
+
+    #[test]
+    fn a_queue_that_keeps_nothing_frees_its_storage_when_emptied() {
+        let m = Mailbox::keeping_nothing(8);
+        m.try_send(1u32).unwrap();
+        m.try_recv();
+        assert!(m.state.lock().items.is_none());
+        assert_eq!(std::mem::size_of::<Mutex<State<u32>>>(), 40);
     }
 }

@@ -204,7 +204,15 @@ pub async fn serve(listener: tokio::net::TcpListener, state: Arc<AppState>) -> s
             st.engine.stop_sessions();
         })
     };
-    accept::run(listener, router(state.clone()), state.clone()).await;
+    // The accept loop runs as a task, on the runtime's workers: what it
+    // allocates for each connection (its socket's registration, its HTTP
+    // task) comes from their heaps, beside the sessions', not the heap of
+    // the thread that waits here, where it would leave its own holes.
+    if let Err(e) = tokio::spawn(accept::run(listener, router(state.clone()), state.clone())).await
+        && e.is_panic()
+    {
+        std::panic::resume_unwind(e.into_panic());
+    }
     let _ = stopper.await;
     state.sessions.close();
     let grace = Duration::from_millis(state.server.shutdown_grace_ms);

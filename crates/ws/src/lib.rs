@@ -11,8 +11,10 @@
 //! - `frame`: client frame headers, unmasking, server frame headers (pure).
 //! - `read`: `WsRead`, messages parsed in the worker thread's read
 //!   buffer; a connection keeps only bytes of a frame not yet whole.
+//!   `ReadState` is the same without the socket, given to each call.
 //! - `send`: `WsWrite`, frames written at once or held until a flush,
-//!   the held bytes freed once written.
+//!   the held bytes freed once written; `WriteState` without the socket.
+//!   (A session keeps its socket whole and uses both halves borrowed.)
 //!
 //! permessage-deflate is the only extension, and no subprotocol is agreed.
 //! Frames and messages (inflated, when compressed) are bounded by one

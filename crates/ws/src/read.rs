@@ -35,6 +35,14 @@ struct Partial {
     bytes: Vec<u8>,
 }
 
+/// Bytes read and not yet parsed (boxed: most connections have none, and
+/// every connection's task holds the pointer).
+struct Pending {
+    bytes: Vec<u8>,
+    /// Where the unparsed bytes begin.
+    start: usize,
+}
+
 /// What parsing the start of some bytes gave.
 enum Parsed {
     /// A message, and how many bytes it used.
@@ -46,12 +54,18 @@ enum Parsed {
     Need(usize),
 }
 
+/// A socket's incoming messages: [`ReadState`] over its own reader.
 pub struct WsRead<R = OwnedReadHalf> {
     io: R,
-    /// Bytes read and not yet parsed, from `start`; no allocation when
-    /// there are none.
-    pending: Vec<u8>,
-    start: usize,
+    state: ReadState,
+}
+
+/// What reading a connection's messages keeps between them; the socket is
+/// given to each call ([`ReadState::poll_next`]), so a connection can keep
+/// its socket whole, read and written through borrowed halves.
+pub struct ReadState {
+    /// Bytes read and not yet parsed; no allocation when there are none.
+    pending: Option<Box<Pending>>,
     partial: Option<Box<Partial>>,
     /// The frame and message bound.
     max_message: u32,
@@ -76,13 +90,7 @@ impl<R: AsyncRead + Unpin> WsRead<R> {
     ) -> WsRead<R> {
         WsRead {
             io,
-            pending: already.to_vec(),
-            start: 0,
-            partial: None,
-            max_message: u32::try_from(max_message).unwrap_or(u32::MAX),
-            read_size: u32::try_from(read_size.max(frame::MAX_HEADER)).unwrap_or(u32::MAX),
-            done: false,
-            deflate,
+            state: ReadState::new(already, max_message, read_size, deflate),
         }
     }
 
@@ -93,23 +101,64 @@ impl<R: AsyncRead + Unpin> WsRead<R> {
     pub fn next(
         &mut self,
     ) -> impl std::future::Future<Output = Option<Result<Message, WsError>>> + '_ {
-        poll_fn(move |cx| self.poll_next(cx))
+        self.state.next(&mut self.io)
     }
 
     /// Bytes this connection holds for incoming data (for tests).
     #[cfg(test)]
     fn held(&self) -> usize {
-        self.pending.capacity() + self.partial.as_ref().map_or(0, |p| p.bytes.capacity())
+        self.state.held()
+    }
+}
+
+impl ReadState {
+    /// As [`WsRead::new`], without the socket.
+    pub fn new(already: &[u8], max_message: usize, read_size: usize, deflate: bool) -> ReadState {
+        ReadState {
+            pending: (!already.is_empty()).then(|| {
+                Box::new(Pending {
+                    bytes: already.to_vec(),
+                    start: 0,
+                })
+            }),
+            partial: None,
+            max_message: u32::try_from(max_message).unwrap_or(u32::MAX),
+            read_size: u32::try_from(read_size.max(frame::MAX_HEADER)).unwrap_or(u32::MAX),
+            done: false,
+            deflate,
+        }
     }
 
-    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Message, WsError>>> {
+    /// The next message read from `io`; `None` once the client closed
+    /// (after its Close message), the stream ended, or an error was
+    /// returned.
+    pub fn next<'a, R: AsyncRead + Unpin>(
+        &'a mut self,
+        io: &'a mut R,
+    ) -> impl std::future::Future<Output = Option<Result<Message, WsError>>> + 'a {
+        poll_fn(move |cx| self.poll_next(io, cx))
+    }
+
+    /// Bytes this connection holds for incoming data (for tests).
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.pending.as_ref().map_or(0, |p| p.bytes.capacity())
+            + self.partial.as_ref().map_or(0, |p| p.bytes.capacity())
+    }
+
+    /// [`ReadState::next`], polled.
+    pub fn poll_next<R: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut R,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Message, WsError>>> {
         loop {
             if self.done {
                 return Poll::Ready(None);
             }
-            if self.start < self.pending.len() {
+            if let Some(pending) = self.pending.as_mut() {
                 let parsed = parse_frame(
-                    &mut self.pending[self.start..],
+                    &mut pending.bytes[pending.start..],
                     &mut self.partial,
                     self.max_message as usize,
                     self.deflate,
@@ -126,11 +175,11 @@ impl<R: AsyncRead + Unpin> WsRead<R> {
                     }
                     Ok(Parsed::Need(total)) => {
                         // Keep only the frame's start, with room for all of it.
-                        self.pending.drain(..self.start);
-                        self.start = 0;
-                        let want = total.max(self.pending.len() + 1);
-                        self.pending.reserve_exact(want - self.pending.len());
-                        let n = match ready!(self.read_into_pending(cx)) {
+                        pending.bytes.drain(..pending.start);
+                        pending.start = 0;
+                        let want = total.max(pending.bytes.len() + 1);
+                        pending.bytes.reserve_exact(want - pending.bytes.len());
+                        let n = match ready!(self.read_into_pending(io, cx)) {
                             Ok(n) => n,
                             Err(e) => return Poll::Ready(Some(self.fail(WsError::Io(e)))),
                         };
@@ -142,7 +191,7 @@ impl<R: AsyncRead + Unpin> WsRead<R> {
                 }
             }
             // Nothing pending: read into the thread's buffer and parse there.
-            return match self.poll_read_shared(cx) {
+            return match self.poll_read_shared(io, cx) {
                 Poll::Pending => Poll::Pending,
                 Poll::Ready(Ok(Some(msg))) => Poll::Ready(Some(Ok(self.deliver(msg)))),
                 Poll::Ready(Ok(None)) => continue,
@@ -155,7 +204,7 @@ impl<R: AsyncRead + Unpin> WsRead<R> {
     /// Nothing more is read; what was held is freed.
     fn stop(&mut self) {
         self.done = true;
-        self.pending = Vec::new();
+        self.pending = None;
         self.partial = None;
     }
 
@@ -179,33 +228,51 @@ impl<R: AsyncRead + Unpin> WsRead<R> {
     }
 
     fn consume(&mut self, used: usize) {
-        self.start += used;
-        if self.start >= self.pending.len() {
-            self.pending = Vec::new();
-            self.start = 0;
+        if let Some(pending) = self.pending.as_mut() {
+            pending.start += used;
+            if pending.start >= pending.bytes.len() {
+                self.pending = None;
+            }
         }
     }
 
-    fn read_into_pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        let spare = self.pending.spare_capacity_mut();
+    /// Reads into the spare room of `pending` (none: reads nothing).
+    fn read_into_pending<R: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut R,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<usize>> {
+        let Some(pending) = self.pending.as_mut() else {
+            return Poll::Ready(Ok(0));
+        };
+        let spare = pending.bytes.spare_capacity_mut();
         let room = spare.len().min((self.read_size as usize).max(1));
         let mut buf = ReadBuf::uninit(&mut spare[..room]);
-        ready!(Pin::new(&mut self.io).poll_read(cx, &mut buf))?;
+        ready!(Pin::new(io).poll_read(cx, &mut buf))?;
         let n = buf.filled().len();
         // SAFETY: `poll_read` initialised the first `n` spare bytes.
-        unsafe { self.pending.set_len(self.pending.len() + n) };
+        unsafe { pending.bytes.set_len(pending.bytes.len() + n) };
         Poll::Ready(Ok(n))
+    }
+
+    /// Keeps `bytes` as the bytes read and not yet parsed.
+    fn keep(&mut self, bytes: Vec<u8>) {
+        self.pending = Some(Box::new(Pending { bytes, start: 0 }));
     }
 
     /// Reads once into the thread's buffer; returns the first message in
     /// what was read (`None`: none yet), keeping the rest in `pending`.
-    fn poll_read_shared(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Message>, Stop>> {
+    fn poll_read_shared<R: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut R,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<Message>, Stop>> {
         READ_BUF.with_borrow_mut(|shared| {
             if shared.len() < self.read_size as usize {
                 shared.resize(self.read_size as usize, 0);
             }
             let mut buf = ReadBuf::new(&mut shared[..self.read_size as usize]);
-            match Pin::new(&mut self.io).poll_read(cx, &mut buf) {
+            match Pin::new(&mut *io).poll_read(cx, &mut buf) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(Failed(WsError::Io(e)))),
                 Poll::Ready(Ok(())) => {}
@@ -228,14 +295,14 @@ impl<R: AsyncRead + Unpin> WsRead<R> {
                     Ok(Parsed::Message(msg, used)) => {
                         at += used;
                         if at < n {
-                            self.pending = bytes[at..].to_vec();
+                            self.keep(bytes[at..].to_vec());
                         }
                         return Poll::Ready(Ok(Some(msg)));
                     }
                     Ok(Parsed::Need(total)) => {
                         let mut keep = Vec::with_capacity(total.max(n - at));
                         keep.extend_from_slice(&bytes[at..]);
-                        self.pending = keep;
+                        self.keep(keep);
                         return Poll::Ready(Ok(None));
                     }
                 }

@@ -26,7 +26,7 @@ use std::io::{self, IoSlice};
 use std::sync::OnceLock;
 
 use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::tcp::{OwnedWriteHalf, WriteHalf};
 
 use crate::deflate::Deflater;
 use crate::frame;
@@ -54,11 +54,32 @@ impl TryWrite for OwnedWriteHalf {
     }
 }
 
+impl TryWrite for WriteHalf<'_> {
+    fn try_write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        WriteHalf::try_write_vectored(self, bufs)
+    }
+}
+
+/// Frames not yet written (boxed: most connections hold none, and every
+/// connection's task holds the pointer).
+struct Held {
+    bytes: Vec<u8>,
+    /// How many of `bytes` are written.
+    sent: usize,
+}
+
+/// A socket's outgoing frames: [`WriteState`] over its own writer.
 pub struct WsWrite<W = OwnedWriteHalf> {
     io: W,
-    /// Frames not yet written, from `sent`; no allocation when empty.
-    held: Vec<u8>,
-    sent: usize,
+    state: WriteState,
+}
+
+/// What writing a connection's frames keeps between them; the socket is
+/// given to each call, so a connection can keep its socket whole, read and
+/// written through borrowed halves.
+pub struct WriteState {
+    /// Frames not yet written; no allocation when there are none.
+    held: Option<Box<Held>>,
     /// `feed` writes what is held first once this much is held.
     hold_bytes: u32,
     /// ... or when the new frame would take what is held past this.
@@ -71,8 +92,71 @@ impl<W: TryWrite> WsWrite<W> {
     pub fn new(io: W, hold_bytes: usize, max_held: usize, deflate: Option<Deflater>) -> WsWrite<W> {
         WsWrite {
             io,
-            held: Vec::new(),
-            sent: 0,
+            state: WriteState::new(hold_bytes, max_held, deflate),
+        }
+    }
+
+    /// Bytes held (for tests).
+    #[cfg(test)]
+    pub fn held_capacity(&self) -> usize {
+        self.state.held_capacity()
+    }
+
+    /// Bytes held and not yet written (for tests).
+    #[cfg(test)]
+    fn unsent(&self) -> usize {
+        self.state.unsent()
+    }
+
+    /// Writes a text message now (with whatever was held before it).
+    #[cfg(test)]
+    pub async fn send(&mut self, text: &str) -> io::Result<()> {
+        self.state.send(&mut self.io, text).await
+    }
+
+    /// [`WriteState::feed`].
+    pub async fn feed(&mut self, text: &str) -> io::Result<()> {
+        self.state.feed(&mut self.io, text).await
+    }
+
+    /// [`WriteState::flush`].
+    pub async fn flush(&mut self) -> io::Result<()> {
+        self.state.flush(&mut self.io).await
+    }
+
+    /// [`WriteState::close`].
+    pub async fn close(&mut self, code: u16, reason: &str) -> io::Result<()> {
+        self.state.close(&mut self.io, code, reason).await
+    }
+
+    /// [`WriteState::pong`].
+    pub async fn pong(&mut self, payload: &[u8]) -> io::Result<()> {
+        self.state.pong(&mut self.io, payload).await
+    }
+
+    /// [`WriteState::try_send`].
+    pub fn try_send(&mut self, text: &str) -> io::Result<bool> {
+        self.state.try_send(&mut self.io, text)
+    }
+
+    /// [`WriteState::try_send_event`].
+    pub fn try_send_event(
+        &mut self,
+        prefix: &str,
+        body: &str,
+        suffix: &str,
+        shared: &OnceLock<Box<[u8]>>,
+    ) -> io::Result<bool> {
+        self.state
+            .try_send_event(&mut self.io, prefix, body, suffix, shared)
+    }
+}
+
+impl WriteState {
+    /// As [`WsWrite::new`], without the socket.
+    pub fn new(hold_bytes: usize, max_held: usize, deflate: Option<Deflater>) -> WriteState {
+        WriteState {
+            held: None,
             hold_bytes: u32::try_from(hold_bytes).unwrap_or(u32::MAX),
             max_held: u32::try_from(max_held).unwrap_or(u32::MAX),
             deflate: deflate.map(Box::new),
@@ -82,28 +166,34 @@ impl<W: TryWrite> WsWrite<W> {
     /// Bytes held (for tests).
     #[cfg(test)]
     pub fn held_capacity(&self) -> usize {
-        self.held.capacity()
+        self.held.as_ref().map_or(0, |h| h.bytes.capacity())
+    }
+
+    /// Bytes held and not yet written (for tests).
+    #[cfg(test)]
+    fn unsent(&self) -> usize {
+        self.held.as_ref().map_or(0, |h| h.bytes.len() - h.sent)
     }
 
     /// Writes a text message now (with whatever was held before it).
     #[cfg(test)]
-    pub async fn send(&mut self, text: &str) -> io::Result<()> {
-        if self.try_send(text)? {
+    pub async fn send<W: TryWrite>(&mut self, io: &mut W, text: &str) -> io::Result<()> {
+        if self.try_send(io, text)? {
             return Ok(());
         }
-        self.flush().await
+        self.flush(io).await
     }
 
     /// Holds a text message until the next flush (see the module docs).
-    pub async fn feed(&mut self, text: &str) -> io::Result<()> {
+    pub async fn feed<W: TryWrite>(&mut self, io: &mut W, text: &str) -> io::Result<()> {
         if self.must_flush_to_feed(text) {
-            self.flush().await?;
+            self.flush(io).await?;
         }
         if self.hold_bytes == 0 {
-            if self.try_send(text)? {
+            if self.try_send(io, text)? {
                 return Ok(());
             }
-            return self.flush().await;
+            return self.flush(io).await;
         }
         self.hold_text(text);
         Ok(())
@@ -111,7 +201,7 @@ impl<W: TryWrite> WsWrite<W> {
 
     /// Whether what is held must be written before `text` is fed.
     pub fn must_flush_to_feed(&self, text: &str) -> bool {
-        let held = self.held.len() - self.sent;
+        let held = self.held.as_ref().map_or(0, |h| h.bytes.len() - h.sent);
         held > 0
             && (held >= self.hold_bytes as usize
                 || held + text.len() + frame::MAX_HEADER > self.max_held as usize)
@@ -130,25 +220,31 @@ impl<W: TryWrite> WsWrite<W> {
 
     /// Nothing is held.
     pub fn is_flushed(&self) -> bool {
-        self.held.is_empty()
+        self.held.is_none()
     }
 
     /// Writes what is held.
-    pub async fn flush(&mut self) -> io::Result<()> {
-        while self.sent < self.held.len() {
-            let n = self.io.write(&self.held[self.sent..]).await?;
-            if n == 0 {
-                return Err(io::ErrorKind::WriteZero.into());
+    pub async fn flush<W: TryWrite>(&mut self, io: &mut W) -> io::Result<()> {
+        if let Some(held) = self.held.as_mut() {
+            while held.sent < held.bytes.len() {
+                let n = io.write(&held.bytes[held.sent..]).await?;
+                if n == 0 {
+                    return Err(io::ErrorKind::WriteZero.into());
+                }
+                held.sent += n;
             }
-            self.sent += n;
         }
-        self.held = Vec::new();
-        self.sent = 0;
-        self.io.flush().await
+        self.held = None;
+        io.flush().await
     }
 
     /// Sends a Close frame with this code and reason (at most 123 bytes).
-    pub async fn close(&mut self, code: u16, reason: &str) -> io::Result<()> {
+    pub async fn close<W: TryWrite>(
+        &mut self,
+        io: &mut W,
+        code: u16,
+        reason: &str,
+    ) -> io::Result<()> {
         let mut body = Vec::with_capacity(2 + reason.len());
         body.extend_from_slice(&code.to_be_bytes());
         let mut end = reason.len().min(123);
@@ -156,52 +252,63 @@ impl<W: TryWrite> WsWrite<W> {
             end -= 1;
         }
         body.extend_from_slice(&reason.as_bytes()[..end]);
-        self.send_frame(frame::CLOSE, &body).await
+        self.send_frame(io, frame::CLOSE, &body).await
     }
 
     /// Answers a Ping.
-    pub async fn pong(&mut self, payload: &[u8]) -> io::Result<()> {
-        self.send_frame(frame::PONG, payload).await
+    pub async fn pong<W: TryWrite>(&mut self, io: &mut W, payload: &[u8]) -> io::Result<()> {
+        self.send_frame(io, frame::PONG, payload).await
     }
 
-    async fn send_frame(&mut self, opcode: u8, payload: &[u8]) -> io::Result<()> {
-        if self.try_send_frame(opcode, &[payload])? {
+    async fn send_frame<W: TryWrite>(
+        &mut self,
+        io: &mut W,
+        opcode: u8,
+        payload: &[u8],
+    ) -> io::Result<()> {
+        if self.try_send_frame(io, opcode, &[payload])? {
             return Ok(());
         }
-        self.flush().await
+        self.flush(io).await
     }
 
     /// Writes a text message if the socket takes all of it now (true);
     /// else what it did not take is held, and the caller must
     /// [`WsWrite::flush`] before the message counts as sent.
-    pub fn try_send(&mut self, text: &str) -> io::Result<bool> {
-        self.try_send_message(&[text.as_bytes()], None)
+    pub fn try_send<W: TryWrite>(&mut self, io: &mut W, text: &str) -> io::Result<bool> {
+        self.try_send_message(io, &[text.as_bytes()], None)
     }
 
     /// [`WsWrite::try_send`] of the text `prefix + body + suffix`, never
     /// joined: `body` is shared by many messages (a live event's JSON),
     /// and `shared` is kept with it, so that compressing each message on
     /// its own compresses `body` once.
-    pub fn try_send_event(
+    pub fn try_send_event<W: TryWrite>(
         &mut self,
+        io: &mut W,
         prefix: &str,
         body: &str,
         suffix: &str,
         shared: &OnceLock<Box<[u8]>>,
     ) -> io::Result<bool> {
         let parts = [prefix.as_bytes(), body.as_bytes(), suffix.as_bytes()];
-        self.try_send_message(&parts, Some(shared))
+        self.try_send_message(io, &parts, Some(shared))
     }
 
     /// A text message made of `parts`, compressed when agreed and long
     /// enough.
-    fn try_send_message(&mut self, parts: &[&[u8]], key: Shared<'_>) -> io::Result<bool> {
+    fn try_send_message<W: TryWrite>(
+        &mut self,
+        io: &mut W,
+        parts: &[&[u8]],
+        key: Shared<'_>,
+    ) -> io::Result<bool> {
         if !self.compresses(parts) {
-            return self.try_send_frame(frame::TEXT, parts);
+            return self.try_send_frame(io, frame::TEXT, parts);
         }
         SCRATCH.with_borrow_mut(|z| {
             self.compress(parts, key, z);
-            let sent = self.try_send_frame(frame::TEXT | frame::RSV1, &[&z[..]]);
+            let sent = self.try_send_frame(io, frame::TEXT | frame::RSV1, &[&z[..]]);
             release(z);
             sent
         })
@@ -238,8 +345,13 @@ impl<W: TryWrite> WsWrite<W> {
         }
     }
 
-    fn try_send_frame(&mut self, opcode: u8, parts: &[&[u8]]) -> io::Result<bool> {
-        if !self.held.is_empty() {
+    fn try_send_frame<W: TryWrite>(
+        &mut self,
+        io: &mut W,
+        opcode: u8,
+        parts: &[&[u8]],
+    ) -> io::Result<bool> {
+        if self.held.is_some() {
             self.hold(opcode, parts);
             return Ok(false);
         }
@@ -253,7 +365,7 @@ impl<W: TryWrite> WsWrite<W> {
             *slot = IoSlice::new(part);
         }
         let used = 1 + parts.len().min(3);
-        let taken = match self.io.try_write_vectored(&slices[..used]) {
+        let taken = match io.try_write_vectored(&slices[..used]) {
             Ok(k) => k,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
             Err(e) => return Err(e),
@@ -272,18 +384,29 @@ impl<W: TryWrite> WsWrite<W> {
             rest.extend_from_slice(&piece[skip..]);
             skip = 0;
         }
-        self.held = rest;
-        self.sent = 0;
+        self.held = Some(Box::new(Held {
+            bytes: rest,
+            sent: 0,
+        }));
         Ok(false)
     }
 
     fn hold(&mut self, opcode: u8, parts: &[&[u8]]) {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let (h, n) = frame::server_header(opcode, len);
-        self.held.reserve(n + len);
-        self.held.extend_from_slice(&h[..n]);
+        let held = &mut self
+            .held
+            .get_or_insert_with(|| {
+                Box::new(Held {
+                    bytes: Vec::new(),
+                    sent: 0,
+                })
+            })
+            .bytes;
+        held.reserve(n + len);
+        held.extend_from_slice(&h[..n]);
         for part in parts {
-            self.held.extend_from_slice(part);
+            held.extend_from_slice(part);
         }
     }
 }

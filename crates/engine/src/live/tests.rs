@@ -96,6 +96,17 @@ fn drain(conns: &mut [LiveConn]) -> Vec<Vec<LiveDelivery>> {
 
 #[test]
 fn deliveries_equal_a_naive_matcher_with_no_gap_or_repeat() {
+    deliveries_equal_a_naive_matcher(filter);
+}
+
+#[test]
+fn deliveries_equal_a_naive_matcher_with_searches_and_empty_tags() {
+    deliveries_equal_a_naive_matcher(any_filter);
+}
+
+/// Opens and closes subscriptions of filters from `make` on a few
+/// connections, publishing an event between, and checks every delivery.
+fn deliveries_equal_a_naive_matcher(make: fn(&mut Rng) -> Filter) {
     for seed in 1..40u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let hub = LiveHub::new(100_000, usize::MAX);
@@ -106,8 +117,7 @@ fn deliveries_equal_a_naive_matcher_with_no_gap_or_repeat() {
             // Open or close a subscription now and then.
             if rng.chance(30) {
                 let c = rng.below(conns.len() as u64) as usize;
-                let filters: Vec<Filter> =
-                    (0..1 + rng.below(3)).map(|_| filter(&mut rng)).collect();
+                let filters: Vec<Filter> = (0..1 + rng.below(3)).map(|_| make(&mut rng)).collect();
                 let guard = conns[c].subscribe(filters.clone());
                 subs.push((c, guard, filters));
             }
@@ -149,6 +159,7 @@ fn deliveries_equal_a_naive_matcher_with_no_gap_or_repeat() {
         let ix = hub.read();
         assert!(ix.conns.is_empty() && ix.ids.is_empty() && ix.authors.is_empty());
         assert!(ix.tags.is_empty() && ix.kinds.is_empty() && ix.unindexed.is_empty());
+        assert!(ix.subs.is_empty() && ix.searches.is_empty());
     }
 }
 
@@ -246,4 +257,98 @@ fn the_byte_bound_lags_a_connection_before_the_count_bound() {
     // Taking a delivery gives its bytes back.
     assert!(conn.try_recv().is_some());
     assert_eq!(conn.shared.queued_bytes.load(Ordering::Acquire), len);
+}
+
+/// A filter on any fields, `until` and `search` among them, with tags of
+/// several values or none.
+fn any_filter(rng: &mut Rng) -> Filter {
+    let mut f = serde_json::Map::new();
+    let hexes = |rng: &mut Rng, from: &[u8]| -> Vec<String> {
+        (0..rng.below(4)).map(|_| hex(rng.pick(from))).collect()
+    };
+    if rng.chance(20) {
+        f.insert("ids".into(), json!(hexes(rng, &[1, 2, 3, 9])));
+    }
+    if rng.chance(30) {
+        f.insert("authors".into(), json!(hexes(rng, &[1, 2, 3, 4, 5, 9])));
+    }
+    if rng.chance(30) {
+        let kinds: Vec<u16> = (0..rng.below(4))
+            .map(|_| rng.pick(&[0, 1, 3, 7, 30023, 4]))
+            .collect();
+        f.insert("kinds".into(), json!(kinds));
+    }
+    for (letter, from) in [
+        ("#t", &["nostr", "rust", "x", "zig", ""][..]),
+        ("#d", &["x", "rust"][..]),
+    ] {
+        if rng.chance(25) {
+            let values: Vec<&str> = (0..rng.below(4)).map(|_| rng.pick(from)).collect();
+            f.insert(letter.into(), json!(values));
+        }
+    }
+    if rng.chance(20) {
+        f.insert("#p".into(), json!(hexes(rng, &[1, 2, 3, 4, 7])));
+    }
+    if rng.chance(20) {
+        f.insert("since".into(), json!(1000 + rng.below(100)));
+    }
+    if rng.chance(20) {
+        f.insert("until".into(), json!(1000 + rng.below(100)));
+    }
+    if rng.chance(10) {
+        f.insert(
+            "search".into(),
+            json!(rng.pick(&["hello", "", "nostr rust"])),
+        );
+    }
+    Filter::from_value(&serde_json::Value::Object(f)).unwrap()
+}
+
+#[test]
+fn a_packed_filter_matches_as_its_filter() {
+    let (mut matched, mut checked) = (0, 0);
+    for seed in 1..300u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let filters: Vec<Filter> = (0..1 + rng.below(3))
+            .map(|_| any_filter(&mut rng))
+            .collect();
+        for width in [2, 4, 8] {
+            let (packed, searches) = super::packed::Packed::pack_as(&filters, width);
+            assert_eq!(packed.filters().count(), filters.len());
+            for serial in 1..40u64 {
+                let ev = event(&mut rng, serial);
+                for (i, (f, v)) in filters.iter().zip(packed.filters()).enumerate() {
+                    let search = searches.as_ref().and_then(|s| s[i].as_deref());
+                    assert_eq!(v.search, f.search.is_some());
+                    let got = v.matches(&ev.event) && search.is_none_or(|s| s.matches(&ev.event));
+                    assert_eq!(got, f.matches(&ev.event), "seed {seed}, filter {f:?}");
+                    matched += usize::from(got);
+                    checked += 1;
+                    assert_eq!(v.is_empty_match(), f.is_empty_match(), "{f:?}");
+                }
+            }
+        }
+    }
+    assert!(
+        matched > checked / 50 && matched < checked / 2,
+        "{matched} of {checked}"
+    );
+}
+
+#[test]
+fn a_packing_takes_the_narrowest_integers_that_hold_it() {
+    use super::packed::Packed;
+    let small = Filter::from_value(&json!({"kinds": [1], "#t": ["sluice-bench-idle"]})).unwrap();
+    let (packed, searches) = Packed::pack(&[small]);
+    assert_eq!(packed.width(), 2);
+    assert!(searches.is_none());
+    let long = "x".repeat(70_000);
+    let large = Filter::from_value(&json!({"#t": ["a", long]})).unwrap();
+    let (packed, _) = Packed::pack(std::slice::from_ref(&large));
+    assert_eq!(packed.width(), 4);
+    let view = packed.filters().next().unwrap();
+    let tag = view.tags.clone().next().unwrap();
+    assert_eq!(tag.values().collect::<Vec<_>>(), ["a", long.as_str()]);
+    assert!(!view.is_empty_match() && large.kinds.is_none());
 }

@@ -33,8 +33,8 @@
 mod sink;
 mod worker;
 
-use sink::SinkShared;
 pub use sink::{ReadEnd, ReadGuard, ReadMsg, ReadSink};
+pub(crate) use sink::{SinkHome, SinkShared};
 
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
@@ -50,11 +50,9 @@ use sluice_store::{
 use sluice_throttle::{
     ClientKey, FairQueue, FairStats, FilterShape, JobId, Principal, QueriesConfig, RateLimited,
 };
-use tokio::sync::Semaphore;
 
 use crate::clock::unix_now;
 use crate::limiter::{ConnReadBudget, Limiter};
-use crate::mailbox::Mailbox;
 use crate::metrics_names as m;
 
 #[derive(Debug, thiserror::Error)]
@@ -114,7 +112,8 @@ enum Work {
 
 struct Body {
     work: Work,
-    sink_shared: Arc<SinkShared>,
+    /// Where its answers go.
+    sink_home: Arc<dyn SinkHome>,
     sink: u64,
     who: Principal,
     /// Units charged to the budgets so far: the estimate, then any excess.
@@ -179,22 +178,26 @@ impl Reads {
         Ok(reads)
     }
 
-    /// A sink for one session whose open queries never exceed `max_open`.
+    /// A sink for one session whose open queries never exceed `max_open`,
+    /// in an allocation of its own (a session's lives with its live queue:
+    /// `crate::live::LiveConn::read_sink`).
     pub fn sink(&self, max_open: usize) -> ReadSink {
+        self.open_sink(Arc::new(SinkShared::unopened()), max_open)
+    }
+
+    /// Opens the sink that lives in `home` (made unopened) for one session
+    /// whose open queries never exceed `max_open`.
+    pub(crate) fn open_sink(&self, home: Arc<dyn SinkHome>, max_open: usize) -> ReadSink {
         let mut st = self.inner.lock();
         st.next_sink += 1;
-        let chunks = st.cfg.chunks_per_connection as usize;
+        let chunks = st.cfg.chunks_per_connection;
         let id = st.next_sink;
         drop(st);
         // Room for every chunk in flight and one final message per open
         // query (plus queries just replaced whose end was already sent).
-        ReadSink {
-            id,
-            shared: Arc::new(SinkShared {
-                queue: Mailbox::new(chunks + 2 * max_open + 2),
-                credits: Semaphore::new(chunks),
-            }),
-        }
+        home.sink()
+            .open(id, chunks as usize + 2 * max_open + 2, chunks);
+        ReadSink { home }
     }
 
     /// Admits a REQ (each filter's limit already set), or refuses it.
@@ -304,7 +307,7 @@ impl Reads {
             if st.stopping {
                 return Err(QueryError::Closed);
             }
-            let id = checks.schedule(&mut st.sched, &who, sink.id, estimate)?;
+            let id = checks.schedule(&mut st.sched, &who, sink.home.sink().id(), estimate)?;
             Ok((id, register(&mut st, id, sink, who, work, estimate)))
         })?;
         metrics::counter!(m::QUERY_COST_UNITS_TOTAL, "stage" => "estimated").increment(estimate);
@@ -366,8 +369,8 @@ fn register(
         id,
         Body {
             work,
-            sink_shared: sink.shared.clone(),
-            sink: sink.id,
+            sink_home: sink.home.clone(),
+            sink: sink.home.sink().id(),
             who,
             charged: estimate,
             spent: base,

@@ -2,10 +2,10 @@
 //! credits, the messages, and the guard that owns an admitted query.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use sluice_throttle::room;
 use sluice_throttle::{JobId, RateLimited};
-use tokio::sync::Semaphore;
 
 use super::Inner;
 use crate::mailbox::Mailbox;
@@ -63,43 +63,90 @@ impl Drop for Credit {
 
 /// A session's receiving end for all its queries' answers.
 pub struct ReadSink {
-    pub(super) id: u64,
-    pub(super) shared: Arc<SinkShared>,
+    pub(super) home: Arc<dyn SinkHome>,
 }
 
-/// A sink's queue and read credits, in one allocation per connection.
+/// The allocation a sink's [`SinkShared`] lives in: its connection's,
+/// beside the live queue (`crate::live::LiveConn::read_sink`), or its own
+/// ([`super::Reads::sink`]). The queries and their chunks hold it.
+pub(crate) trait SinkHome: Send + Sync + 'static {
+    fn sink(&self) -> &SinkShared;
+}
+
+/// A sink's queue and read credits.
 ///
 /// A queued answer holds its credit, and the credit this (a cycle): it is
 /// broken when the sink goes, since closing the queue drops what it holds.
-pub(super) struct SinkShared {
-    /// Allocated only while answers wait in it; boxed so that what an
-    /// emptied queue keeps is small (8-byte slots, not 113).
-    pub(super) queue: Mailbox<Box<ReadMsg>>,
-    /// Chunks a query may have unread in the queue.
-    pub(super) credits: Semaphore,
+pub(crate) struct SinkShared {
+    /// The sink's id in the scheduler (it parks and unparks its queries),
+    /// set when the sink is opened ([`super::Reads::open_sink`]).
+    id: AtomicU64,
+    /// Allocated only while answers wait in it (a query's answers come
+    /// seldom: an emptied queue keeps nothing); boxed so that the queue's
+    /// slots are small (8 bytes, not 113). Its bound is set when the sink
+    /// is opened.
+    pub(super) queue: Mailbox<Box<ReadMsg>, 0>,
+    /// Chunks this connection's queries may have unread in the queue:
+    /// taken by a worker ([`CreditPermit::try_take`]), never waited for.
+    pub(super) credits: AtomicU32,
+}
+
+impl SinkShared {
+    /// A sink not opened yet: no credit, no id.
+    pub(crate) fn unopened() -> SinkShared {
+        SinkShared {
+            id: AtomicU64::new(0),
+            queue: Mailbox::keeping_nothing(1),
+            credits: AtomicU32::new(0),
+        }
+    }
+
+    /// Opens it: its id, the bound of its queue and its credits.
+    pub(super) fn open(&self, id: u64, queue_cap: usize, credits: u32) {
+        self.id.store(id, Ordering::Release);
+        self.queue.set_cap(queue_cap);
+        self.credits.store(credits, Ordering::Release);
+    }
+
+    pub(super) fn id(&self) -> u64 {
+        self.id.load(Ordering::Acquire)
+    }
+
+    /// Credits not taken.
+    pub(super) fn credits_left(&self) -> u32 {
+        self.credits.load(Ordering::Acquire)
+    }
+}
+
+impl SinkHome for SinkShared {
+    fn sink(&self) -> &SinkShared {
+        self
+    }
 }
 
 /// One of a sink's credits, taken; given back when dropped.
-pub(super) struct CreditPermit(pub(super) Arc<SinkShared>);
+pub(super) struct CreditPermit(pub(super) Arc<dyn SinkHome>);
 
 impl CreditPermit {
-    pub(super) fn try_take(sink: &Arc<SinkShared>) -> Option<CreditPermit> {
-        let permit = sink.credits.try_acquire().ok()?;
-        permit.forget();
-        Some(CreditPermit(sink.clone()))
+    pub(super) fn try_take(home: &Arc<dyn SinkHome>) -> Option<CreditPermit> {
+        home.sink()
+            .credits
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .ok()?;
+        Some(CreditPermit(home.clone()))
     }
 }
 
 impl Drop for CreditPermit {
     fn drop(&mut self) {
-        self.0.credits.add_permits(1);
+        self.0.sink().credits.fetch_add(1, Ordering::AcqRel);
     }
 }
 
 impl Drop for ReadSink {
     fn drop(&mut self) {
         // Answers still queued return their credits now.
-        self.shared.queue.close();
+        self.home.sink().queue.close();
     }
 }
 
@@ -107,7 +154,7 @@ impl ReadSink {
     /// The next message of any of this session's queries. Cancel-safe;
     /// the future is one pointer.
     pub fn recv(&mut self) -> impl std::future::Future<Output = Box<ReadMsg>> + '_ {
-        self.shared.queue.recv()
+        self.home.sink().queue.recv()
     }
 }
 

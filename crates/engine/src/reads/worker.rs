@@ -41,7 +41,7 @@ impl Inner {
                 if let Some(body) = st.bodies.remove(&id) {
                     room::give_back(&mut st.bodies);
                     let refusal = self.throttle.checks(|c| c.timed_out(&st.sched));
-                    let _ = body.sink_shared.queue.try_send(Box::new(ReadMsg {
+                    let _ = body.sink_home.sink().queue.try_send(Box::new(ReadMsg {
                         job: id,
                         events: Vec::new(),
                         end: Some(ReadEnd::Refused(refusal)),
@@ -73,7 +73,7 @@ impl Inner {
                 st.sched.step_done(id, 0, 0, AfterStep::Finished);
                 continue;
             };
-            let Some(permit) = CreditPermit::try_take(&body.sink_shared) else {
+            let Some(permit) = CreditPermit::try_take(&body.sink_home) else {
                 // The client has not read what it was sent: wait for it
                 // without a worker.
                 match st.sched.step_done(id, 0, 0, AfterStep::Park) {
@@ -144,7 +144,7 @@ impl Inner {
                         sink: body.sink,
                     }),
                 };
-                deliver(&body.sink_shared.queue, msg);
+                deliver(&body.sink_home.sink().queue, msg);
             }
 
             st = self.lock();
@@ -156,7 +156,7 @@ impl Inner {
             }
             let after = if done {
                 AfterStep::Finished
-            } else if body.sink_shared.credits.available_permits() > 0 {
+            } else if body.sink_home.sink().credits_left() > 0 {
                 AfterStep::Continue
             } else {
                 AfterStep::Park
@@ -264,7 +264,7 @@ impl Inner {
 
 /// Hands a message to its session's sink. It never waits: the sink has
 /// room for every credited chunk and one end per open query.
-fn deliver(tx: &Mailbox<Box<ReadMsg>>, msg: ReadMsg) {
+fn deliver(tx: &Mailbox<Box<ReadMsg>, 0>, msg: ReadMsg) {
     let job = msg.job;
     if let Err(e) = tx.try_send(Box::new(msg)) {
         if matches!(e, SendError::Full(_)) {

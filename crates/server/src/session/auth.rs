@@ -74,7 +74,7 @@ impl AuthState {
 impl Session {
     /// Sends this connection's challenge if it has not been sent (and AUTH
     /// is offered).
-    pub(super) async fn send_challenge(&mut self, out: &mut Out) -> Step {
+    pub(super) async fn send_challenge(&mut self, out: &mut Out<'_>) -> Step {
         if !self.st.auth.enabled || self.auth.sent {
             return Ok(());
         }
@@ -84,14 +84,14 @@ impl Session {
 
     /// Answers a refusal that asks the client to authenticate: the
     /// challenge first if it was not sent yet, then the refusal.
-    pub(super) async fn send_asking_auth(&mut self, out: &mut Out, answer: String) -> Step {
+    pub(super) async fn send_asking_auth(&mut self, out: &mut Out<'_>, answer: String) -> Step {
         self.send_challenge(out).await?;
         out.send(answer).await
     }
 
     /// An AUTH message: checked, and on success its pubkey joins this
     /// connection's. Always answered with one OK.
-    pub(super) async fn on_auth(&mut self, out: &mut Out, ev: Box<Event>) -> Step {
+    pub(super) async fn on_auth(&mut self, out: &mut Out<'_>, ev: Box<Event>) -> Step {
         let id = id_hex(&ev.id);
         let answer = match self.check_auth(&ev) {
             Ok(()) => {
@@ -120,12 +120,12 @@ impl Session {
         let check = AuthCheck {
             challenge: &challenge,
             relay_urls: &cfg.relay_urls,
-            host: self.host.as_deref(),
+            host: self.host(),
             now: sluice_engine::clock::unix_now(),
             max_skew_secs: cfg.max_skew_secs,
         };
         check_auth_event(ev, &check).map_err(|e| Refusal::Invalid(e.to_string()))?;
-        ev.verify_cached(super::keys(&mut self.keys))
+        ev.verify_cached(super::keys(&mut super::extra(&mut self.extra).keys))
             .map_err(|e| Refusal::Invalid(e.to_string()))?;
         if self.auth.is_authenticated_as(&ev.pubkey) {
             return Ok(());
@@ -158,7 +158,7 @@ impl Session {
                 .limiter()
                 .principal_with(self.ip, self.auth.pubkeys(), |p| trust.tier_of(p));
         metrics::counter!(m::AUTH_TIER_TOTAL, "tier" => principal.tier.name).increment(1);
-        self.principal = Some(Box::new(principal));
+        self.extra().principal = Some(principal);
         Ok(())
     }
 

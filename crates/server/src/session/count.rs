@@ -15,7 +15,7 @@ use super::refusal::Refusal;
 impl Session {
     pub(super) async fn on_count(
         &mut self,
-        out: &mut Out,
+        out: &mut Out<'_>,
         sub_id: String,
         filters: Vec<Filter>,
     ) -> Step {
@@ -40,7 +40,7 @@ impl Session {
     }
 
     /// A message of a running COUNT's query: only its end carries an answer.
-    pub(super) async fn on_count_answer(&mut self, out: &mut Out, mut msg: ReadMsg) -> Step {
+    pub(super) async fn on_count_answer(&mut self, out: &mut Out<'_>, mut msg: ReadMsg) -> Step {
         let Some(end) = msg.end.take() else {
             return Ok(());
         };

@@ -21,18 +21,19 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use sluice_engine::mirror_tap::Origin;
 use sluice_proto::{Event, KindClass, RelayMessage};
-use sluice_throttle::Verdict;
 use sluice_throttle::admission::Op;
+use sluice_throttle::{ConnPacer, Verdict};
 use tokio::time::Sleep;
 
 use super::ingest::{self, Answer, HandedOn, Sender};
 use super::out::{Out, Step};
 use super::refusal::Refusal;
+use super::small_str::SmallStr;
 use super::{Session, id_hex};
 use crate::metrics_names as m;
 
@@ -50,22 +51,18 @@ impl Writes {
         self.0.as_ref().map_or(0, |w| w.len())
     }
 
-    pub(super) fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     fn push(&mut self, fut: WriteFut) {
         self.0.get_or_insert_with(Default::default).push(fut);
     }
 
     /// The next answer (boxed: it is large, and the connection's task
     /// would otherwise be sized for it). `None` when none is awaited.
-    pub(super) fn next(&mut self) -> impl Future<Output = Option<Box<WriteDone>>> + '_ {
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Box<WriteDone>>> {
         use futures_util::Stream;
-        std::future::poll_fn(move |cx| match self.0.as_mut() {
+        match self.0.as_mut() {
             Some(w) => Pin::new(&mut **w).poll_next(cx).map(|d| d.map(Box::new)),
             None => Poll::Ready(None),
-        })
+        }
     }
 }
 
@@ -88,18 +85,32 @@ impl Held {
     }
 }
 
-/// Completes when the held EVENT's delay is over; pending while none is held.
-pub(super) fn held_until(held: &mut Option<Box<Held>>) -> impl Future<Output = ()> + '_ {
-    std::future::poll_fn(move |cx| match held {
-        Some(h) => h.until.as_mut().poll(cx),
-        None => Poll::Pending,
-    })
-}
-
 impl Session {
+    /// The next answer of an EVENT handed to the writer; `None` when none
+    /// is awaited.
+    pub(super) fn poll_written(&mut self, cx: &mut Context<'_>) -> Poll<Option<Box<WriteDone>>> {
+        match self.extra.as_mut() {
+            Some(x) => x.writes.poll_next(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    /// [`Session::poll_written`] as a future.
+    pub(super) fn next_written(&mut self) -> impl Future<Output = Option<Box<WriteDone>>> + '_ {
+        std::future::poll_fn(move |cx| self.poll_written(cx))
+    }
+
+    /// Ready when the held EVENT's delay is over; pending while none is held.
+    pub(super) fn poll_held(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        match self.extra.as_mut().and_then(|x| x.held.as_mut()) {
+            Some(h) => h.until.as_mut().poll(cx),
+            None => Poll::Pending,
+        }
+    }
+
     pub(super) async fn on_event(
         &mut self,
-        out: &mut Out,
+        out: &mut Out<'_>,
         ev: Box<Event>,
         received: Instant,
     ) -> Step {
@@ -113,7 +124,7 @@ impl Session {
             Ok(None) => self.verify_and_submit(out, ev, received).await,
             Ok(Some(delay)) => {
                 let until = Box::pin(tokio::time::sleep(delay));
-                self.held = Some(Box::new(Held {
+                self.extra().held = Some(Box::new(Held {
                     ev,
                     received,
                     until,
@@ -124,8 +135,8 @@ impl Session {
     }
 
     /// The held EVENT's delay is over: it goes on where it stopped.
-    pub(super) async fn resume_held(&mut self, out: &mut Out) -> Step {
-        match self.held.take() {
+    pub(super) async fn resume_held(&mut self, out: &mut Out<'_>) -> Step {
+        match self.extra.as_mut().and_then(|x| x.held.take()) {
             Some(h) => self.verify_and_submit(out, h.ev, h.received).await,
             None => Ok(()),
         }
@@ -136,7 +147,7 @@ impl Session {
         Sender {
             ip: self.ip,
             authed: self.auth.pubkeys(),
-            host: self.host.as_deref(),
+            host: self.host(),
             origin: Origin::Client,
         }
     }
@@ -146,12 +157,12 @@ impl Session {
     /// `d`, then go on.
     fn admit(&mut self, ev: &Event) -> Result<Option<Duration>, Refusal> {
         ingest::before_signature(&self.st, &self.front.event_limits, ev, &self.sender())?;
-        match self
-            .st
-            .engine
-            .limiter()
-            .admit(Op::Event, &self.principal(), &mut self.write_adm)
-        {
+        let who = self.principal();
+        let every = self.write_every_ops;
+        let pacer = super::extra(&mut self.extra)
+            .write_adm
+            .get_or_insert_with(|| ConnPacer::new(every));
+        match self.st.engine.limiter().admit(Op::Event, &who, pacer) {
             Verdict::Allow => Ok(None),
             Verdict::Delay(d) => Ok(Some(d)),
             Verdict::Refuse(r) => Err(r.into()),
@@ -160,14 +171,14 @@ impl Session {
 
     async fn verify_and_submit(
         &mut self,
-        out: &mut Out,
+        out: &mut Out<'_>,
         ev: Box<Event>,
         received: Instant,
     ) -> Step {
         let id = ev.id;
         match self.verify_and_queue(ev) {
             Ok(HandedOn::Pending(answer)) => {
-                self.writes.push(Box::pin(async move {
+                self.extra().writes.push(Box::pin(async move {
                     WriteDone {
                         started: received,
                         id,
@@ -195,14 +206,14 @@ impl Session {
         // own delay (counting it would feed the controller its own output),
         // before the signature check (CPU saturation is load).
         let admitted = Instant::now();
-        let lone = self.writes.is_empty();
+        let lone = self.writes_len() == 0;
         let from = Sender {
             ip: self.ip,
             authed: self.auth.pubkeys(),
-            host: self.host.as_deref(),
+            host: self.host.as_ref().map(SmallStr::as_str),
             origin: Origin::Client,
         };
-        let keys = super::keys(&mut self.keys);
+        let keys = super::keys(&mut super::extra(&mut self.extra).keys);
         let outsider = ingest::after_signature(&self.st, &ev, keys, &from)?;
         ingest::hand_on(
             &self.st,
@@ -213,7 +224,7 @@ impl Session {
     }
 
     /// The writer answered an EVENT (or stopped): its OK.
-    pub(super) async fn on_write_done(&mut self, out: &mut Out, done: Box<WriteDone>) -> Step {
+    pub(super) async fn on_write_done(&mut self, out: &mut Out<'_>, done: Box<WriteDone>) -> Step {
         metrics::histogram!(m::OK_LATENCY_SECONDS).record(done.started.elapsed().as_secs_f64());
         let id = id_hex(&done.id);
         match done.answer.result() {

@@ -17,12 +17,13 @@ use sluice_proto::RelayMessage;
 use super::Session;
 use super::out::{CloseReason, Out, Step};
 use super::refusal::Refusal;
+use super::subs::Phase;
 use crate::metrics_names as m;
 
 impl Session {
     pub(super) async fn on_live(
         &mut self,
-        out: &mut Out,
+        out: &mut Out<'_>,
         received: Result<LiveDelivery, LiveEnd>,
     ) -> Step {
         let delivery = match received {
@@ -38,11 +39,14 @@ impl Session {
             let Some((sub_id, sub)) = self.subs.by_handle(handle) else {
                 continue;
             };
-            match &mut sub.pending {
-                Some(held) if held.len() >= max_held => overflowed.push(sub_id),
-                Some(held) => held.push(ev.clone()),
-                None if ev.serial.is_some_and(|n| n < sub.snapshot_serial) => {}
-                None => {
+            match &mut sub.phase {
+                Phase::Held(held) if held.as_ref().map_or(0, |h| h.len()) >= max_held => {
+                    overflowed.push(sub_id)
+                }
+                Phase::Held(held) => held.get_or_insert_default().push(ev.clone()),
+                Phase::Live { snapshot_serial }
+                    if ev.serial.is_some_and(|n| n < *snapshot_serial) => {}
+                Phase::Live { .. } => {
                     let prefix = RelayMessage::event_prefix(&sub_id);
                     out.send_event(&prefix, ev.event.raw(), &ev.encoded).await?;
                     metrics::counter!(m::LIVE_DELIVERIES_TOTAL).increment(1);

@@ -1,9 +1,10 @@
-//! One WebSocket connection: a single task with one `select!` loop over a
-//! fixed set of sources, polled in this order (`biased`): shutdown, answered
-//! writes, query answers, live events, then client input (the EVENT held by
-//! a write delay, or else the next client message). Work already admitted
-//! is answered before new work is read. Each source's bound, and who loses
-//! when it fills, is said where it is polled in [`run`].
+//! One WebSocket connection: a single task with one loop over a fixed set
+//! of sources, polled in this order: shutdown, answered writes, query
+//! answers, live events, then client input (the EVENT held by a write
+//! delay, or else the next client message), then the idle timer. Work
+//! already admitted is answered before new work is read. Each source's
+//! bound, and who loses when it fills, is said where it is polled
+//! (`Conn::poll_woke`).
 //!
 //! Modules:
 //! - `ingest`: the one EVENT pipeline (limits, policy, trust, signature,
@@ -32,12 +33,14 @@ mod neg;
 mod out;
 mod refusal;
 mod req;
+mod small_str;
 mod subs;
 
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use sluice_engine::limiter::{ConnReadBudget, ConnectionGuard};
@@ -52,14 +55,16 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Sleep;
 
 use self::event::{Held, Writes};
-use self::out::{CloseReason, Out, Step};
+use self::out::{CloseReason, Out, OutState, Socket, Step};
 use self::refusal::{NegError, Refusal};
+use self::small_str::SmallStr;
 use self::subs::Subs;
 use crate::AppState;
 use crate::metrics_names as m;
-use sluice_ws::read::WsRead;
-use sluice_ws::send::WsWrite;
+use sluice_ws::read::ReadState;
+use sluice_ws::send::WriteState;
 use sluice_ws::{Message, WsError, close_code};
+use tokio::net::tcp::ReadHalf;
 
 /// Parsed author keys one connection keeps (a few hundred bytes at most).
 const SESSION_PUBKEY_CACHE: usize = 4;
@@ -67,6 +72,36 @@ const SESSION_PUBKEY_CACHE: usize = 4;
 /// A session's cache of parsed author keys, made at its first use.
 fn keys(slot: &mut Option<Box<PubkeyCache>>) -> &mut PubkeyCache {
     slot.get_or_insert_with(|| Box::new(PubkeyCache::new(SESSION_PUBKEY_CACHE)))
+}
+
+/// A connection's [`Extra`], made now if it has none (a field's function:
+/// the rest of the session stays free to borrow).
+fn extra(slot: &mut Option<Box<Extra>>) -> &mut Extra {
+    slot.get_or_insert_with(Default::default)
+}
+
+/// What a connection holds once it publishes, authenticates or opens a
+/// NIP-77 session, made at the first need: a connection that only reads
+/// keeps a pointer, and its task (every connection's is sized alike) stays
+/// small.
+#[derive(Default)]
+struct Extra {
+    /// Parsed author keys: a client mostly publishes as one or a few
+    /// (made at its first EVENT).
+    keys: Option<Box<PubkeyCache>>,
+    /// Batching of controller delays (docs/design.md#pid-control) for
+    /// writes, made at the first EVENT.
+    write_adm: Option<ConnPacer>,
+    /// EVENTs handed to the writer, awaiting its answer.
+    writes: Writes,
+    /// The EVENT waiting out a write delay; no client frame is read while
+    /// there is one.
+    held: Option<Box<Held>>,
+    /// NIP-77 negentropy sessions.
+    neg: neg::NegSessions,
+    /// Who this connection's requests are charged to once it has
+    /// authenticated (before: its address, made when asked for).
+    principal: Option<Principal>,
 }
 
 fn id_hex(id: &[u8; 32]) -> String {
@@ -79,18 +114,13 @@ struct Session {
     front: Arc<crate::Reloadable>,
     /// The client's address (after trusted-proxy headers).
     ip: IpAddr,
-    /// Batching of controller delays (docs/design.md#pid-control), per
-    /// direction.
-    write_adm: ConnPacer,
+    /// Batching of controller delays (docs/design.md#pid-control) for
+    /// reads; the writes' pacer is made at the first EVENT ([`Extra`]), with
+    /// the batching configured when the connection opened.
     read_adm: ConnPacer,
-    /// Parsed author keys: a client mostly publishes as one or a few
-    /// (made at its first EVENT).
-    keys: Option<Box<PubkeyCache>>,
-    /// EVENTs handed to the writer, awaiting its answer.
-    writes: Writes,
-    /// The EVENT waiting out a write delay; no client frame is read while
-    /// there is one.
-    held: Option<Box<Held>>,
+    write_every_ops: u32,
+    /// EVENTs, AUTH and NIP-77 state, made at the first need.
+    extra: Option<Box<Extra>>,
     subs: Subs,
     /// Where this connection's query answers arrive.
     reads: ReadSink,
@@ -101,14 +131,9 @@ struct Session {
     live: LiveConn,
     /// NIP-42: the challenge and the pubkeys proven on this connection.
     auth: auth::AuthState,
-    /// NIP-77 negentropy sessions.
-    neg: neg::NegSessions,
-    /// Who this connection's requests are charged to: its tier and key
-    /// (its address until it authenticates).
-    principal: Option<Box<Principal>>,
     /// The `Host` header of the upgrade request (AUTH's `relay` tag is
     /// checked against it when no `auth.relay_urls` are configured).
-    host: Option<Box<str>>,
+    host: Option<SmallStr>,
 }
 
 /// What a session starts from; taken apart by [`run`] before any future
@@ -164,12 +189,15 @@ pub(crate) fn run(
     })
 }
 
-/// An upgraded connection: its session and its two halves, and what it
-/// counts in (the connection permits, `sluice_connections_open`).
+/// An upgraded connection: its session, its socket and what each half
+/// keeps, and what it counts in (the connection permits,
+/// `sluice_connections_open`). Dropped in this order: the session's
+/// subscriptions and queries are given back before the socket closes.
 struct Conn {
     s: Session,
-    stream: WsRead,
-    out: Out,
+    sock: Socket,
+    stream: ReadState,
+    out: OutState,
     _open: sluice_engine::gauge::GaugeGuard,
     _permits: (OwnedSemaphorePermit, ConnectionGuard),
 }
@@ -187,13 +215,11 @@ impl Conn {
         metrics::counter!(m::CONNECTIONS_OPENED_TOTAL).increment(1);
         let open = sluice_engine::gauge::GaugeGuard::hold(m::CONNECTIONS_OPEN);
         tracing::debug!(peer = %ip, "connection opened");
-        let (read_half, write_half) = tcp.into_split();
         // Frames are bounded at twice the message limit, so that a message
         // over the limit is answered by the session (with its id when it is an
         // EVENT) rather than cut off by the WebSocket layer.
         let hard_max = front.limits.max_message_bytes.saturating_mul(2);
-        let stream = WsRead::new(
-            read_half,
+        let stream = ReadState::new(
             already,
             hard_max,
             st.server.read_buffer_bytes,
@@ -214,9 +240,8 @@ impl Conn {
             };
             sluice_ws::deflate::Deflater::new(agreed, settings, st.deflate_windows.clone())
         });
-        let out = Out::new(
-            WsWrite::new(
-                write_half,
+        let out = OutState::new(
+            WriteState::new(
                 st.server.write_buffer_bytes,
                 st.server.max_write_buffer_bytes,
                 deflater,
@@ -225,6 +250,7 @@ impl Conn {
         );
         Conn {
             s: Session::new(st, front, ip, host),
+            sock: Socket(tcp),
             stream,
             out,
             _open: open,
@@ -232,14 +258,35 @@ impl Conn {
         }
     }
 
-    /// Serves the connection until it ends; why it ended.
+    /// The session and the outgoing half, for a handler.
+    fn parts(&mut self) -> (&mut Session, Out<'_>) {
+        let (_, write) = self.sock.0.split();
+        (&mut self.s, self.out.bind(write))
+    }
+
+    /// Winds the session down for shutdown ([`Session::finish_for_shutdown`]).
+    async fn finish_for_shutdown(&mut self) -> CloseReason {
+        let (mut read, write) = self.sock.0.split();
+        let mut out = self.out.bind(write);
+        let stream = &mut self.stream;
+        self.s
+            .finish_for_shutdown(&mut out, stream, &mut read)
+            .await
+    }
+
+    /// Serves the connection until it ends; why it ended. Each handler runs
+    /// boxed, with the outgoing half it is given (every connection's task
+    /// holds a pointer while one runs, not the largest handler).
     async fn serve(&mut self) -> CloseReason {
-        if self.s.st.auth.challenge_on_connect
-            && Box::pin(self.s.send_challenge(&mut self.out))
-                .await
-                .is_err()
-        {
-            return CloseReason::IoError;
+        if self.s.st.auth.challenge_on_connect {
+            let (s, out) = self.parts();
+            let sent = Box::pin(async move {
+                let mut out = out;
+                s.send_challenge(&mut out).await
+            });
+            if sent.await.is_err() {
+                return CloseReason::IoError;
+            }
         }
         // The idle timer exists only while the session is idle (a connection
         // with a subscription holds none).
@@ -247,9 +294,6 @@ impl Conn {
         let mut idle: Option<Pin<Box<Sleep>>> = None;
         // Whether the socket is left unread (counted once per pause).
         let mut paused = false;
-        // The handlers but live delivery (the fan-out's hot path) are boxed:
-        // the task of every connection, idle or not, would otherwise be sized
-        // for the largest of them.
         loop {
             let idle_after = (self.s.st.server.idle_timeout_ms > 0)
                 .then(|| Duration::from_millis(self.s.st.server.idle_timeout_ms));
@@ -268,46 +312,35 @@ impl Conn {
             // live queue): bounded by shutdown_grace_ms; an EVENT the writer has
             // not answered by then gets no OK.
             if self.s.live.stopping() {
-                break Box::pin(self.s.finish_for_shutdown(&mut self.out, &mut self.stream)).await;
+                break Box::pin(self.finish_for_shutdown()).await;
             }
             // Writes shaped, not refused: with max_pending_writes EVENTs awaiting their OK no
             // client frame is read until one is answered; TCP holds the client back meanwhile.
-            let reading = self.s.held.is_none() && !self.s.writes_full();
-            if !reading && !paused && self.s.held.is_none() {
+            let reading = self.s.reading();
+            if !reading && !paused && !self.s.holds_event() {
                 metrics::counter!(m::READS_PAUSED_TOTAL).increment(1);
             }
             paused = !reading;
-            let step = tokio::select! {
-                biased;
-                // At most max_pending_writes: at it this connection's socket is not read (the
-                // publisher waits); the writer's queue is engine.writer_queue_events.
-                Some(done) = self.s.writes.next(), if !self.s.writes.is_empty() => Box::pin(self.s.on_write_done(&mut self.out, done)).await,
-                // At most chunks_per_connection unsent: a client that does not read parks its own
-                // queries, nobody else's.
-                msg = self.s.reads.recv() => Box::pin(self.s.on_read(&mut self.out, msg)).await,
-                // Only events matching this connection's subscriptions, at most
-                // engine.live_buffer_events / live_buffer_bytes queued: past that the client is
-                // disconnected (slow consumer); held per subscription until EOSE at most
-                // max_buffered_live_events (that subscription is CLOSED).
-                r = self.s.live.recv() => match r {
-                    Err(LiveEnd::Stopped) => break Box::pin(self.s.finish_for_shutdown(&mut self.out, &mut self.stream)).await,
-                    r => Box::pin(self.s.on_live(&mut self.out, r)).await,
-                },
-                // One EVENT at most, held by a write delay: meanwhile no client frame is read (the
-                // delayed client waits, nobody else).
-                () = event::held_until(&mut self.s.held), if self.s.held.is_some() => Box::pin(self.s.resume_held(&mut self.out)).await,
-                // One message at a time, at most limits.max_message_bytes; a client that sends faster
-                // than it is answered is held back by its own socket buffers.
-                msg = self.stream.next(), if reading => {
-                    if self.s.st.server.idle_timeout_ms > 0 {
-                        last_frame = tokio::time::Instant::now();
-                    }
-                    Box::pin(self.s.on_frame(&mut self.out, msg)).await
+            let woke = std::future::poll_fn(|cx| self.poll_woke(cx, &mut idle)).await;
+            if let Woke::Frame(_) = woke
+                && self.s.st.server.idle_timeout_ms > 0
+            {
+                last_frame = tokio::time::Instant::now();
+            }
+            if let Woke::Live(Err(LiveEnd::Stopped)) = woke {
+                break Box::pin(self.finish_for_shutdown()).await;
+            }
+            let (s, mut out) = self.parts();
+            let step = match woke {
+                Woke::Written(done) => {
+                    Box::pin(async move { s.on_write_done(&mut out, done).await }).await
                 }
-                // Nothing open and nothing sent for server.idle_timeout_ms: the connection only
-                // holds a socket and a connection slot.
-                () = idle_elapsed(&mut idle), if idle.is_some() => {
-                    Box::pin(self.out.close(close_code::NORMAL, "idle")).await;
+                Woke::Read(msg) => Box::pin(async move { s.on_read(&mut out, msg).await }).await,
+                Woke::Live(r) => Box::pin(async move { s.on_live(&mut out, r).await }).await,
+                Woke::Held => Box::pin(async move { s.resume_held(&mut out).await }).await,
+                Woke::Frame(msg) => Box::pin(async move { s.on_frame(&mut out, msg).await }).await,
+                Woke::Idle => {
+                    Box::pin(async move { out.close(close_code::NORMAL, "idle").await }).await;
                     break CloseReason::Idle;
                 }
             };
@@ -318,13 +351,72 @@ impl Conn {
     }
 }
 
-/// Waits for the idle timer (polled only while there is one). The future
-/// is one pointer, as is every one the connection's `select!` holds.
-fn idle_elapsed(idle: &mut Option<Pin<Box<Sleep>>>) -> impl Future<Output = ()> + '_ {
-    std::future::poll_fn(move |cx| match idle {
-        Some(sleep) => sleep.as_mut().poll(cx),
-        None => std::task::Poll::Pending,
-    })
+impl Conn {
+    /// The first source ready, in the loop's order (each one polled in
+    /// place: the loop's future holds no future of its own per source, and
+    /// what is ready is taken only by the poll that returns it). As
+    /// `tokio::select!` does, nothing is polled once the task's budget is
+    /// spent: the task yields.
+    fn poll_woke(
+        &mut self,
+        cx: &mut Context<'_>,
+        idle: &mut Option<Pin<Box<Sleep>>>,
+    ) -> Poll<Woke> {
+        if !tokio::task::coop::has_budget_remaining() {
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        // At most max_pending_writes: at it this connection's socket is not read (the
+        // publisher waits); the writer's queue is engine.writer_queue_events.
+        if self.s.writes_len() > 0
+            && let Poll::Ready(Some(done)) = self.s.poll_written(cx)
+        {
+            return Poll::Ready(Woke::Written(done));
+        }
+        // At most chunks_per_connection unsent: a client that does not read parks its own
+        // queries, nobody else's.
+        if let Poll::Ready(msg) = std::pin::pin!(self.s.reads.recv()).poll(cx) {
+            return Poll::Ready(Woke::Read(msg));
+        }
+        // Only events matching this connection's subscriptions, at most
+        // engine.live_buffer_events / live_buffer_bytes queued: past that the client is
+        // disconnected (slow consumer); held per subscription until EOSE at most
+        // max_buffered_live_events (that subscription is CLOSED).
+        if let Poll::Ready(r) = std::pin::pin!(self.s.live.recv()).poll(cx) {
+            return Poll::Ready(Woke::Live(r));
+        }
+        // One EVENT at most, held by a write delay: meanwhile no client frame is read (the
+        // delayed client waits, nobody else).
+        if self.s.holds_event() && self.s.poll_held(cx).is_ready() {
+            return Poll::Ready(Woke::Held);
+        }
+        // One message at a time, at most limits.max_message_bytes; a client that sends faster
+        // than it is answered is held back by its own socket buffers.
+        if self.s.reading() {
+            let (mut read, _) = self.sock.0.split();
+            if let Poll::Ready(msg) = self.stream.poll_next(&mut read, cx) {
+                return Poll::Ready(Woke::Frame(msg));
+            }
+        }
+        // Nothing open and nothing sent for server.idle_timeout_ms: the connection only
+        // holds a socket and a connection slot.
+        if let Some(sleep) = idle
+            && sleep.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(Woke::Idle);
+        }
+        Poll::Pending
+    }
+}
+
+/// What woke the connection's loop, and what it brought.
+enum Woke {
+    Written(Box<event::WriteDone>),
+    Read(Box<sluice_engine::reads::ReadMsg>),
+    Live(Result<sluice_engine::live::LiveDelivery, LiveEnd>),
+    Held,
+    Frame(Option<Result<Message, WsError>>),
+    Idle,
 }
 
 impl Session {
@@ -340,51 +432,83 @@ impl Session {
         live.set_readers(auth.readers().clone());
         Session {
             ip,
-            write_adm: throttle.pacer(),
             read_adm: throttle.pacer(),
-            keys: None,
-            writes: Writes::default(),
-            held: None,
+            write_every_ops: throttle.with_config(|c| c.check_every_ops),
+            extra: None,
             subs: Subs::default(),
-            reads: st.engine.reads().sink(front.limits.max_subscriptions),
+            reads: live.read_sink(st.engine.reads(), front.limits.max_subscriptions),
             read_budget: throttle.connection_read_budget(),
             live,
             auth,
-            principal: None,
-            neg: neg::NegSessions::default(),
-            host: host.map(String::into_boxed_str),
+            host: host.map(SmallStr::from),
             front,
             st,
         }
     }
 
+    /// What the connection holds for EVENTs, AUTH and NIP-77, made now if
+    /// it has none.
+    fn extra(&mut self) -> &mut Extra {
+        extra(&mut self.extra)
+    }
+
+    /// This connection's NIP-77 sessions.
+    fn neg(&mut self) -> &mut neg::NegSessions {
+        &mut self.extra().neg
+    }
+
+    /// The `Host` header of the upgrade request.
+    fn host(&self) -> Option<&str> {
+        self.host.as_ref().map(SmallStr::as_str)
+    }
+
     /// Who this connection's requests are charged to. An anonymous
     /// connection keeps none (it is its address's, made when asked for):
-    /// only an authenticated one holds its own, boxed.
+    /// only an authenticated one holds its own.
     pub(super) fn principal(&self) -> Principal {
-        match &self.principal {
-            Some(p) => **p,
+        match self.extra.as_ref().and_then(|x| x.principal) {
+            Some(p) => p,
             None => Principal::anonymous(self.ip),
         }
     }
 
-    /// `server.max_pending_writes` EVENTs await their OK: no client frame
-    /// is read until one is answered.
-    fn writes_full(&self) -> bool {
-        self.writes.len() >= self.st.server.max_pending_writes
+    /// EVENTs awaiting their OK.
+    fn writes_len(&self) -> usize {
+        self.extra.as_ref().map_or(0, |x| x.writes.len())
+    }
+
+    /// An EVENT is held by a write delay.
+    fn holds_event(&self) -> bool {
+        self.extra.as_ref().is_some_and(|x| x.held.is_some())
+    }
+
+    /// NIP-77 sessions open.
+    fn neg_len(&self) -> usize {
+        self.extra.as_ref().map_or(0, |x| x.neg.len())
+    }
+
+    /// Whether client frames are read: not while an EVENT is held by a
+    /// write delay, nor while `server.max_pending_writes` EVENTs await
+    /// their OK (until one is answered).
+    fn reading(&self) -> bool {
+        !self.holds_event() && self.writes_len() < self.st.server.max_pending_writes
     }
 
     /// Nothing this connection asked for is open: no subscription, no
     /// COUNT, no EVENT held or awaiting its OK.
     fn is_idle(&self) -> bool {
         self.subs.open_len() == 0
-            && self.neg.len() == 0
-            && self.writes.is_empty()
-            && self.held.is_none()
+            && self.neg_len() == 0
+            && self.writes_len() == 0
+            && !self.holds_event()
     }
 
     /// One WebSocket message from the client (`None`: the stream ended).
-    async fn on_frame(&mut self, out: &mut Out, frame: Option<Result<Message, WsError>>) -> Step {
+    async fn on_frame(
+        &mut self,
+        out: &mut Out<'_>,
+        frame: Option<Result<Message, WsError>>,
+    ) -> Step {
         match frame {
             Some(Ok(Message::Text(t))) => self.on_text(out, &t).await,
             Some(Ok(Message::Binary(_))) => out.send(Refusal::Binary.notice()).await,
@@ -413,7 +537,7 @@ impl Session {
         }
     }
 
-    async fn on_text(&mut self, out: &mut Out, text: &str) -> Step {
+    async fn on_text(&mut self, out: &mut Out<'_>, text: &str) -> Step {
         let received = Instant::now();
         let max = self.front.limits.max_message_bytes;
         if text.len() > max {
@@ -456,7 +580,7 @@ impl Session {
         }
     }
 
-    async fn on_bad_message(&mut self, out: &mut Out, e: MessageError) -> Step {
+    async fn on_bad_message(&mut self, out: &mut Out<'_>, e: MessageError) -> Step {
         metrics::counter!(m::MESSAGES_RECEIVED_TOTAL, "type" => "invalid").increment(1);
         match e {
             MessageError::BadEvent {
@@ -483,14 +607,22 @@ impl Session {
     /// (and drop) what the client still sends until its Close, so the
     /// socket is not reset with those answers unread. All within
     /// `shutdown_grace_ms`.
-    async fn finish_for_shutdown(&mut self, out: &mut Out, stream: &mut WsRead) -> CloseReason {
+    async fn finish_for_shutdown(
+        &mut self,
+        out: &mut Out<'_>,
+        stream: &mut ReadState,
+        read: &mut ReadHalf<'_>,
+    ) -> CloseReason {
         let deadline =
             tokio::time::Instant::now() + Duration::from_millis(self.st.server.shutdown_grace_ms);
         let _ = tokio::time::timeout_at(deadline, async {
-            if let Some(held) = self.held.take() {
+            let Some(extra) = self.extra.as_mut() else {
+                return Ok(());
+            };
+            if let Some(held) = extra.held.take() {
                 out.send(Refusal::ShuttingDown.ok(&held.id_hex())).await?;
             }
-            while let Some(done) = self.writes.next().await {
+            while let Some(done) = self.next_written().await {
                 self.on_write_done(out, done).await?;
             }
             Ok::<(), CloseReason>(())
@@ -498,7 +630,7 @@ impl Session {
         .await;
         out.close(close_code::AWAY, "relay is shutting down").await;
         let _ = tokio::time::timeout_at(deadline, async {
-            while let Some(Ok(msg)) = stream.next().await {
+            while let Some(Ok(msg)) = stream.next(read).await {
                 if matches!(msg, Message::Close(_)) {
                     break;
                 }
@@ -506,5 +638,22 @@ impl Session {
         })
         .await;
         CloseReason::Shutdown
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The size of what `f` returns, without calling it.
+    fn output_size<A, B, C, R>(_: impl FnOnce(A, B, C) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    /// Every connection's task holds this future: with tokio's header and
+    /// trailer around it, rounded up to 128 bytes, the task is 640 bytes
+    /// (docs/benchmarks.md#memory-per-connection).
+    #[test]
+    fn a_connection_task_stays_within_640_bytes() {
+        let size = output_size(super::run);
+        assert!(size <= 528, "the session future is {size} bytes");
     }
 }

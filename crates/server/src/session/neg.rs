@@ -106,15 +106,15 @@ struct IdAndTime<'a> {
 impl Session {
     pub(super) async fn on_neg_open(
         &mut self,
-        out: &mut Out,
+        out: &mut Out<'_>,
         sub_id: String,
         mut filter: Filter,
         message: String,
     ) -> Step {
         metrics::counter!(m::NEGENTROPY_MESSAGES_TOTAL, "type" => "open").increment(1);
         // A NEG-OPEN of an open id replaces it.
-        self.neg.open.remove(&sub_id);
-        if self.neg.len() >= MAX_SESSIONS {
+        self.neg().open.remove(&sub_id);
+        if self.neg().len() >= MAX_SESSIONS {
             let error = NegError::TooManySessions { max: MAX_SESSIONS };
             return out.send(error.neg_err(&sub_id)).await;
         }
@@ -141,7 +141,7 @@ impl Session {
             &mut self.read_budget,
         ) {
             Ok(query) => {
-                self.neg.open.insert(
+                self.neg().open.insert(
                     sub_id,
                     NegSession {
                         state: State::Collecting {
@@ -164,12 +164,12 @@ impl Session {
     /// A chunk (and/or the end) of a negentropy session's query.
     pub(super) async fn on_neg_read(
         &mut self,
-        out: &mut Out,
+        out: &mut Out<'_>,
         sub_id: String,
         msg: ReadMsg,
     ) -> Step {
         let max = self.front.limits.max_negentropy_items;
-        let Some(session) = self.neg.open.get_mut(&sub_id) else {
+        let Some(session) = self.neg().open.get_mut(&sub_id) else {
             return Ok(());
         };
         let State::Collecting { items, .. } = &mut session.state else {
@@ -184,7 +184,7 @@ impl Session {
             }
         }
         if items.len() > max {
-            self.neg.open.remove(&sub_id);
+            self.neg().open.remove(&sub_id);
             let error = NegError::TooManyItems { max };
             return out.send(error.neg_err(&sub_id)).await;
         }
@@ -193,12 +193,12 @@ impl Session {
             Some(ReadEnd::Eose {
                 truncated: true, ..
             }) => {
-                self.neg.open.remove(&sub_id);
+                self.neg().open.remove(&sub_id);
                 out.send(NegError::Truncated.neg_err(&sub_id)).await
             }
             Some(ReadEnd::Eose { .. }) => self.neg_start(out, &sub_id).await,
             Some(end) => {
-                self.neg.open.remove(&sub_id);
+                self.neg().open.remove(&sub_id);
                 let error = NegError::Refused(Refusal::of_query_end(end));
                 out.send(error.neg_err(&sub_id)).await
             }
@@ -206,8 +206,8 @@ impl Session {
     }
 
     /// The items are in: build the set and answer the first message.
-    async fn neg_start(&mut self, out: &mut Out, sub_id: &str) -> Step {
-        let Some(session) = self.neg.open.get_mut(sub_id) else {
+    async fn neg_start(&mut self, out: &mut Out<'_>, sub_id: &str) -> Step {
+        let Some(session) = self.neg().open.get_mut(sub_id) else {
             return Ok(());
         };
         let State::Collecting { items, first, .. } = &mut session.state else {
@@ -233,7 +233,7 @@ impl Session {
                     .await
             }
             Err(e) => {
-                self.neg.open.remove(sub_id);
+                self.neg().open.remove(sub_id);
                 out.send(NegError::Protocol(e.to_string()).neg_err(sub_id))
                     .await
             }
@@ -242,12 +242,16 @@ impl Session {
 
     pub(super) async fn on_neg_msg(
         &mut self,
-        out: &mut Out,
+        out: &mut Out<'_>,
         sub_id: String,
         message: String,
     ) -> Step {
         metrics::counter!(m::NEGENTROPY_MESSAGES_TOTAL, "type" => "msg").increment(1);
-        let Some(session) = self.neg.open.get_mut(&sub_id) else {
+        let session = self
+            .extra
+            .as_mut()
+            .and_then(|x| x.neg.open.get_mut(&sub_id));
+        let Some(session) = session else {
             return out.send(NegError::Unknown.neg_err(&sub_id)).await;
         };
         let State::Ready(neg) = &mut session.state else {
@@ -262,7 +266,7 @@ impl Session {
                     .await
             }
             Err(e) => {
-                self.neg.open.remove(&sub_id);
+                self.neg().open.remove(&sub_id);
                 out.send(NegError::Protocol(e).neg_err(&sub_id)).await
             }
         }
@@ -270,7 +274,9 @@ impl Session {
 
     pub(super) fn on_neg_close(&mut self, sub_id: &str) -> Step {
         metrics::counter!(m::NEGENTROPY_MESSAGES_TOTAL, "type" => "close").increment(1);
-        self.neg.open.remove(sub_id);
+        if let Some(x) = self.extra.as_mut() {
+            x.neg.open.remove(sub_id);
+        }
         Ok(())
     }
 }

@@ -2,10 +2,19 @@
 //! through [`Out`], and every send, feed and flush is bounded by
 //! `server.send_timeout_ms`. A client that does not read within it is
 //! disconnected as a slow consumer; it never stalls the relay for longer.
+//!
+//! The socket is kept whole ([`Socket`]) and written through a borrowed
+//! half: [`Out`] is made for each handler from the connection's
+//! [`OutState`] and that half.
 
+use std::pin::Pin;
+use std::task::{Context, Waker};
 use std::time::Duration;
 
-use sluice_ws::send::WsWrite;
+use sluice_ws::send::WriteState;
+use tokio::io::AsyncWrite;
+use tokio::net::TcpStream;
+use tokio::net::tcp::WriteHalf;
 
 /// Why a connection ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,21 +54,52 @@ impl CloseReason {
 /// What a handler returns: `Err` ends the connection.
 pub(super) type Step = Result<(), CloseReason>;
 
-pub(super) struct Out {
-    ws: WsWrite,
+/// A connection's socket, read and written through borrowed halves (no
+/// `Arc` split). Dropped, it is shut for writing before it closes, so the
+/// client reads the end of the stream before the close.
+pub(super) struct Socket(pub(super) TcpStream);
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        // A TCP stream's shutdown is done at once (never pending).
+        let _ = Pin::new(&mut self.0).poll_shutdown(&mut Context::from_waker(Waker::noop()));
+    }
+}
+
+/// What the outgoing half keeps between handlers.
+pub(super) struct OutState {
+    ws: WriteState,
     /// The bound on each send, in milliseconds (4 bytes, not a `Duration`'s
     /// 16, in every connection's task).
     timeout_ms: u32,
 }
 
-impl Out {
-    pub(super) fn new(ws: WsWrite, timeout: Duration) -> Out {
-        Out {
+impl OutState {
+    pub(super) fn new(ws: WriteState, timeout: Duration) -> OutState {
+        OutState {
             ws,
             timeout_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
         }
     }
 
+    /// The outgoing half over `io`, the socket's write half.
+    pub(super) fn bind<'a>(&'a mut self, io: WriteHalf<'a>) -> Out<'a> {
+        Out {
+            ws: &mut self.ws,
+            io,
+            timeout_ms: self.timeout_ms,
+        }
+    }
+}
+
+/// The outgoing half while a handler runs.
+pub(super) struct Out<'a> {
+    ws: &'a mut WriteState,
+    io: WriteHalf<'a>,
+    timeout_ms: u32,
+}
+
+impl Out<'_> {
     fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms.into())
     }
@@ -68,7 +108,7 @@ impl Out {
     /// case) nothing waits, and the waiting path is boxed: every handler's
     /// future, held by the connection's task, stays small.
     pub(super) async fn send(&mut self, text: String) -> Step {
-        match self.ws.try_send(&text) {
+        match self.ws.try_send(&mut self.io, &text) {
             Ok(true) => Ok(()),
             Ok(false) => Box::pin(self.flush()).await,
             Err(_) => Err(CloseReason::IoError),
@@ -85,7 +125,10 @@ impl Out {
         raw: &str,
         shared: &std::sync::OnceLock<Box<[u8]>>,
     ) -> Step {
-        match self.ws.try_send_event(prefix, raw, "]", shared) {
+        match self
+            .ws
+            .try_send_event(&mut self.io, prefix, raw, "]", shared)
+        {
             Ok(true) => Ok(()),
             Ok(false) => Box::pin(self.flush()).await,
             Err(_) => Err(CloseReason::IoError),
@@ -99,26 +142,30 @@ impl Out {
             self.ws.hold_text(&text);
             return Ok(());
         }
-        Box::pin(async { outcome(tokio::time::timeout(self.timeout(), self.ws.feed(&text)).await) })
-            .await
+        let timeout = self.timeout();
+        Box::pin(async {
+            outcome(tokio::time::timeout(timeout, self.ws.feed(&mut self.io, &text)).await)
+        })
+        .await
     }
 
     pub(super) async fn flush(&mut self) -> Step {
         if self.ws.is_flushed() {
             return Ok(());
         }
-        outcome(tokio::time::timeout(self.timeout(), self.ws.flush()).await)
+        outcome(tokio::time::timeout(self.timeout(), self.ws.flush(&mut self.io)).await)
     }
 
     /// Answers a client's Ping.
     pub(super) async fn pong(&mut self, payload: &[u8]) -> Step {
-        outcome(tokio::time::timeout(self.timeout(), self.ws.pong(payload)).await)
+        outcome(tokio::time::timeout(self.timeout(), self.ws.pong(&mut self.io, payload)).await)
     }
 
     /// Sends a Close frame; the connection is ending, so errors (and a
     /// timeout) are moot.
     pub(super) async fn close(&mut self, code: u16, reason: &str) {
-        let _ = tokio::time::timeout(self.timeout(), self.ws.close(code, reason)).await;
+        let _ =
+            tokio::time::timeout(self.timeout(), self.ws.close(&mut self.io, code, reason)).await;
     }
 }
 

@@ -17,12 +17,13 @@ use sluice_throttle::admission::Op;
 use super::Session;
 use super::out::{Out, Step};
 use super::refusal::Refusal;
+use super::subs::Phase;
 use crate::metrics_names as m;
 
 impl Session {
     pub(super) async fn on_req(
         &mut self,
-        out: &mut Out,
+        out: &mut Out<'_>,
         sub_id: String,
         mut filters: Vec<Filter>,
     ) -> Step {
@@ -38,8 +39,8 @@ impl Session {
         // In the live index before the query can take its snapshot: no gap.
         // Replacing a REQ drops the old one's guards: its query is
         // cancelled and it leaves the index.
-        let live = self.live.subscribe(filters.clone());
-        self.subs.open(sub_id.clone(), live);
+        let live = self.live.subscribe(&filters);
+        self.subs.open(&sub_id, live);
         let reads = self.st.engine.reads();
         let readers = self.auth.readers().clone();
         match reads.submit_query(
@@ -66,7 +67,7 @@ impl Session {
     /// challenge when the refusal asks for authentication.
     pub(super) async fn refuse_read(
         &mut self,
-        out: &mut Out,
+        out: &mut Out<'_>,
         sub_id: &str,
         refusal: Refusal,
     ) -> Step {
@@ -141,13 +142,17 @@ impl Session {
     /// A chunk (and/or the end) of one of this connection's queries. The
     /// message's credit goes back when it is dropped, after the events are
     /// written: the next chunk is read only once this one is on its way.
-    pub(super) async fn on_read(&mut self, out: &mut Out, mut msg: Box<ReadMsg>) -> Step {
+    pub(super) async fn on_read(&mut self, out: &mut Out<'_>, mut msg: Box<ReadMsg>) -> Step {
         let throttle = self.st.engine.limiter();
         throttle.settle_connection_read_cost(&mut self.read_budget, msg.settle_units);
         if self.subs.is_count(msg.job) {
             return self.on_count_answer(out, *msg).await;
         }
-        if let Some(sub_id) = self.neg.sub_of_query(msg.job) {
+        let neg = self
+            .extra
+            .as_ref()
+            .and_then(|x| x.neg.sub_of_query(msg.job));
+        if let Some(sub_id) = neg {
             return self.on_neg_read(out, sub_id, *msg).await;
         }
         let Some(sub_id) = self.subs.sub_of_query(msg.job) else {
@@ -179,13 +184,15 @@ impl Session {
 
     /// EOSE, then the live events held while the query ran that it could
     /// not have seen.
-    async fn on_eose(&mut self, out: &mut Out, sub_id: &str, snapshot_serial: u64) -> Step {
+    async fn on_eose(&mut self, out: &mut Out<'_>, sub_id: &str, snapshot_serial: u64) -> Step {
         out.feed(RelayMessage::eose(sub_id)).await?;
         let held = match self.subs.get_mut(sub_id) {
             Some(sub) => {
                 sub.query = None;
-                sub.snapshot_serial = snapshot_serial;
-                sub.pending.take().unwrap_or_default()
+                match std::mem::replace(&mut sub.phase, Phase::Live { snapshot_serial }) {
+                    Phase::Held(held) => held.map(|h| *h).unwrap_or_default(),
+                    Phase::Live { .. } => Vec::new(),
+                }
             }
             None => Vec::new(),
         };

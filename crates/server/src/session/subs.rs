@@ -24,6 +24,7 @@ use sluice_engine::live::SubHandle;
 use sluice_engine::reads::ReadGuard;
 use sluice_throttle::JobId;
 
+use super::small_str::SmallStr;
 use crate::metrics_names as m;
 
 /// One open subscription.
@@ -31,14 +32,22 @@ pub(super) struct Sub {
     live: LiveSub,
     /// The stored query while it runs; `None` once it ended (EOSE).
     pub(super) query: Option<ReadGuard>,
-    /// Live matches held back while the stored query runs; `None` once
-    /// EOSE is sent.
-    pub(super) pending: Option<Vec<Arc<LiveEvent>>>,
-    /// Serials below this were visible to the stored query; live events
-    /// still in flight with such serials were already sent (or cut by the
-    /// limit) and are skipped.
-    pub(super) snapshot_serial: u64,
+    pub(super) phase: Phase,
     _open: sluice_engine::gauge::GaugeGuard,
+}
+
+/// Where a subscription is in its life: its stored query, then live
+/// (16 bytes in every subscription).
+pub(super) enum Phase {
+    /// Before EOSE: the live matches held back while the stored query
+    /// runs, made at the first (boxed: a pointer in every subscription,
+    /// not a `Vec`'s 24 bytes).
+    #[allow(clippy::box_collection)]
+    Held(Option<Box<Vec<Arc<LiveEvent>>>>),
+    /// After EOSE. Serials below `snapshot_serial` were visible to the
+    /// stored query; live events still in flight with such serials were
+    /// already sent (or cut by the limit) and are skipped.
+    Live { snapshot_serial: u64 },
 }
 
 /// One running COUNT.
@@ -47,13 +56,20 @@ pub(super) struct Count {
     _query: ReadGuard,
 }
 
-/// Lists, not maps: a connection has a few subscriptions at most
-/// (`limits.max_subscriptions`), and most have one; each list grows by one
-/// entry at a time, so a connection holds exactly what it has open.
+/// What the registry holds: a subscription by its id, or a COUNT by its
+/// query.
+enum Entry {
+    Req(SmallStr, Sub),
+    Count(JobId, Count),
+}
+
+/// A list, not a map: a connection has a few subscriptions and COUNTs at
+/// most (`limits.max_subscriptions`), and most have one subscription; the
+/// list grows by one entry at a time, so a connection holds exactly what
+/// it has open (one pointer and a length in its task).
 #[derive(Default)]
 pub(super) struct Subs {
-    reqs: Box<[(String, Sub)]>,
-    counts: Box<[(JobId, Count)]>,
+    open: Box<[Entry]>,
 }
 
 /// Adds an entry to an exact list (a boxed slice: no spare room, and 8
@@ -76,11 +92,27 @@ pub(super) fn remove_at<T>(v: &mut Box<[T]>, at: usize) -> T {
 impl Subs {
     /// Open subscriptions plus running COUNTs.
     pub(super) fn open_len(&self) -> usize {
-        self.reqs.len() + self.counts.len()
+        self.open.len()
+    }
+
+    fn reqs(&self) -> impl Iterator<Item = (&SmallStr, &Sub)> {
+        self.open.iter().filter_map(|e| match e {
+            Entry::Req(id, sub) => Some((id, sub)),
+            Entry::Count(..) => None,
+        })
+    }
+
+    fn reqs_mut(&mut self) -> impl Iterator<Item = (&SmallStr, &mut Sub)> {
+        self.open.iter_mut().filter_map(|e| match e {
+            Entry::Req(id, sub) => Some((&*id, sub)),
+            Entry::Count(..) => None,
+        })
     }
 
     fn position(&self, sub_id: &str) -> Option<usize> {
-        self.reqs.iter().position(|(id, _)| id == sub_id)
+        self.open
+            .iter()
+            .position(|e| matches!(e, Entry::Req(id, _) if *id == *sub_id))
     }
 
     pub(super) fn contains(&self, sub_id: &str) -> bool {
@@ -91,18 +123,20 @@ impl Subs {
     /// query not yet submitted, holding live matches until EOSE. A
     /// subscription with the same id is replaced: its query is cancelled
     /// and it leaves the live index.
-    pub(super) fn open(&mut self, sub_id: String, live: LiveSub) {
+    pub(super) fn open(&mut self, sub_id: &str, live: LiveSub) {
         let sub = Sub {
             live,
             query: None,
-            pending: Some(Vec::new()),
-            snapshot_serial: 0,
+            phase: Phase::Held(None),
             _open: sluice_engine::gauge::GaugeGuard::hold(m::SUBSCRIPTIONS_OPEN),
         };
-        match self.position(&sub_id) {
+        match self.position(sub_id) {
             // The old one drops here, after its replacement is in place.
-            Some(at) => drop(std::mem::replace(&mut self.reqs[at].1, sub)),
-            None => push_exact(&mut self.reqs, (sub_id, sub)),
+            Some(at) => drop(std::mem::replace(
+                &mut self.open[at],
+                Entry::Req(SmallStr::new(sub_id), sub),
+            )),
+            None => push_exact(&mut self.open, Entry::Req(SmallStr::new(sub_id), sub)),
         }
     }
 
@@ -110,7 +144,7 @@ impl Subs {
     pub(super) fn close(&mut self, sub_id: &str) -> bool {
         match self.position(sub_id) {
             Some(at) => {
-                drop(remove_at(&mut self.reqs, at));
+                drop(remove_at(&mut self.open, at));
                 true
             }
             None => false,
@@ -119,31 +153,30 @@ impl Subs {
 
     /// The open subscription a live delivery names, with its id.
     pub(super) fn by_handle(&mut self, handle: SubHandle) -> Option<(String, &mut Sub)> {
-        self.reqs
-            .iter_mut()
+        self.reqs_mut()
             .find(|(_, s)| s.live.handle() == handle)
-            .map(|(id, s)| (id.clone(), s))
+            .map(|(id, s)| (id.as_str().to_owned(), s))
     }
 
     pub(super) fn get_mut(&mut self, sub_id: &str) -> Option<&mut Sub> {
-        let at = self.position(sub_id)?;
-        Some(&mut self.reqs[at].1)
+        self.reqs_mut()
+            .find(|(id, _)| **id == *sub_id)
+            .map(|(_, s)| s)
     }
 
     /// The subscription whose stored query is `job`, if still open.
     pub(super) fn sub_of_query(&self, job: JobId) -> Option<String> {
-        self.reqs
-            .iter()
+        self.reqs()
             .find(|(_, s)| s.query.as_ref().is_some_and(|q| q.job() == job))
-            .map(|(id, _)| id.clone())
+            .map(|(id, _)| id.as_str().to_owned())
     }
 
     /// Keeps a COUNT's query until its answer arrives.
     pub(super) fn start_count(&mut self, sub_id: String, query: ReadGuard) {
         let job = query.job();
         push_exact(
-            &mut self.counts,
-            (
+            &mut self.open,
+            Entry::Count(
                 job,
                 Count {
                     sub_id,
@@ -153,13 +186,22 @@ impl Subs {
         );
     }
 
+    fn count_position(&self, job: JobId) -> Option<usize> {
+        self.open
+            .iter()
+            .position(|e| matches!(e, Entry::Count(j, _) if *j == job))
+    }
+
     pub(super) fn is_count(&self, job: JobId) -> bool {
-        self.counts.iter().any(|(j, _)| *j == job)
+        self.count_position(job).is_some()
     }
 
     /// Removes the COUNT whose query is `job` (it has answered).
     pub(super) fn finish_count(&mut self, job: JobId) -> Option<Count> {
-        let at = self.counts.iter().position(|(j, _)| *j == job)?;
-        Some(remove_at(&mut self.counts, at).1)
+        let at = self.count_position(job)?;
+        match remove_at(&mut self.open, at) {
+            Entry::Count(_, count) => Some(count),
+            Entry::Req(..) => None,
+        }
     }
 }
