@@ -41,6 +41,8 @@ type Shared<'a> = Option<&'a OnceLock<Box<[u8]>>>;
 
 /// A scratch buffer grown past this is freed after its message.
 const SCRATCH_KEPT: usize = 1 << 20;
+/// The room a fresh run of held frames starts with (at most `hold_bytes`).
+const HOLD_START: usize = 16 << 10;
 
 /// A socket the writer can also try without waiting.
 pub trait TryWrite: AsyncWrite + Unpin {
@@ -201,16 +203,31 @@ impl WriteState {
 
     /// Whether what is held must be written before `text` is fed.
     pub fn must_flush_to_feed(&self, text: &str) -> bool {
+        self.must_flush_to_feed_len(text.len())
+    }
+
+    /// [`WriteState::must_flush_to_feed`] of a message `len` bytes long.
+    pub fn must_flush_to_feed_len(&self, len: usize) -> bool {
         let held = self.held.as_ref().map_or(0, |h| h.bytes.len() - h.sent);
         held > 0
             && (held >= self.hold_bytes as usize
-                || held + text.len() + frame::MAX_HEADER > self.max_held as usize)
+                || held + len + frame::MAX_HEADER > self.max_held as usize)
     }
 
     /// Holds a text message without writing anything (see
     /// [`WsWrite::feed`], which bounds what is held).
     pub fn hold_text(&mut self, text: &str) {
         self.hold_message(&[text.as_bytes()], None);
+    }
+
+    /// [`WriteState::hold_text`] of the text `prefix + body + suffix`,
+    /// never joined (a query chunk's events: one copy each, into the
+    /// frames held for the chunk's one write).
+    pub fn hold_event(&mut self, prefix: &str, body: &str, suffix: &str) {
+        self.hold_message(
+            &[prefix.as_bytes(), body.as_bytes(), suffix.as_bytes()],
+            None,
+        );
     }
 
     /// Whether `feed` holds frames at all (`server.write_buffer_bytes` > 0).
@@ -394,11 +411,14 @@ impl WriteState {
     fn hold(&mut self, opcode: u8, parts: &[&[u8]]) {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let (h, n) = frame::server_header(opcode, len);
+        // Held frames are usually a query chunk's events, fed one by one:
+        // room for a few of them at once, not a reallocation per event.
+        let first = (n + len).max((self.hold_bytes as usize).min(HOLD_START));
         let held = &mut self
             .held
             .get_or_insert_with(|| {
                 Box::new(Held {
-                    bytes: Vec::new(),
+                    bytes: Vec::with_capacity(first),
                     sent: 0,
                 })
             })

@@ -149,6 +149,21 @@ impl Out<'_> {
         .await
     }
 
+    /// [`Out::feed`] of `prefix`, the event's JSON `raw` and `]`, held
+    /// without joining them first (a query chunk's events).
+    pub(super) async fn feed_event(&mut self, prefix: &str, raw: &str) -> Step {
+        let len = prefix.len() + raw.len() + 1;
+        if !self.ws.must_flush_to_feed_len(len) && self.ws.holds() {
+            self.ws.hold_event(prefix, raw, "]");
+            return Ok(());
+        }
+        let mut text = String::with_capacity(len);
+        text.push_str(prefix);
+        text.push_str(raw);
+        text.push(']');
+        Box::pin(self.feed(text)).await
+    }
+
     pub(super) async fn flush(&mut self) -> Step {
         if self.ws.is_flushed() {
             return Ok(());

@@ -163,8 +163,11 @@ impl Session {
         let n = events.len();
         // The chunk (and its EOSE and held live events) is fed, held until
         // the flush or send that ends every path below: one write.
-        for raw in events {
-            out.feed(RelayMessage::event(&sub_id, &raw)).await?;
+        if n > 0 {
+            let prefix = RelayMessage::event_prefix(&sub_id);
+            for raw in events {
+                out.feed_event(&prefix, &raw).await?;
+            }
         }
         match msg.end.take() {
             None if n > 0 => out.flush().await,
@@ -197,10 +200,14 @@ impl Session {
             None => Vec::new(),
         };
         // Events committed after the query's snapshot were not in it.
+        let prefix = if held.is_empty() {
+            String::new()
+        } else {
+            RelayMessage::event_prefix(sub_id)
+        };
         for ev in held {
             if ev.serial.is_none_or(|s| s >= snapshot_serial) {
-                out.feed(RelayMessage::event(sub_id, ev.event.raw()))
-                    .await?;
+                out.feed_event(&prefix, ev.event.raw()).await?;
                 metrics::counter!(m::LIVE_DELIVERIES_TOTAL).increment(1);
             }
         }

@@ -276,3 +276,20 @@ async fn an_event_in_parts_is_one_frame_even_on_a_slow_socket() {
     let f = frames(&w.io.data);
     assert_eq!(f, [(frame::TEXT, br#"["EVENT","s",{"k":1}]"#.to_vec())]);
 }
+
+#[tokio::test]
+async fn an_event_held_in_parts_is_the_frame_of_the_joined_text() {
+    let mut w = writer(usize::MAX, HOLD, 4 << 20);
+    let prefix = "[\"EVENT\",\"s\",";
+    let body = "{\"id\":\"x\",\"content\":\"é\"}";
+    w.state.hold_event(prefix, body, "]");
+    w.state.hold_text(&format!("{prefix}{body}]"));
+    assert_eq!(w.io.writes, 0, "holding writes nothing");
+    w.flush().await.unwrap();
+    assert_eq!(w.io.writes, 1);
+    let f = frames(&w.io.data);
+    assert_eq!(f.len(), 2);
+    assert_eq!(f[0], f[1]);
+    assert_eq!(f[0].1, format!("{prefix}{body}]").into_bytes());
+    assert!(!w.state.must_flush_to_feed_len(HOLD));
+}
