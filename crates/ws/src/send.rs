@@ -224,6 +224,15 @@ impl WriteState {
     /// never joined (a query chunk's events: one copy each, into the
     /// frames held for the chunk's one write).
     pub fn hold_event(&mut self, prefix: &str, body: &str, suffix: &str) {
+        if self.held.is_none() {
+            // A query chunk's events, fed one by one: room for several of
+            // them at once, not a reallocation per event. (A lone EOSE or
+            // OK held is not given this room.)
+            self.held = Some(Box::new(Held {
+                bytes: Vec::with_capacity((self.hold_bytes as usize).min(HOLD_START)),
+                sent: 0,
+            }));
+        }
         self.hold_message(
             &[prefix.as_bytes(), body.as_bytes(), suffix.as_bytes()],
             None,
@@ -411,14 +420,11 @@ impl WriteState {
     fn hold(&mut self, opcode: u8, parts: &[&[u8]]) {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let (h, n) = frame::server_header(opcode, len);
-        // Held frames are usually a query chunk's events, fed one by one:
-        // room for a few of them at once, not a reallocation per event.
-        let first = (n + len).max((self.hold_bytes as usize).min(HOLD_START));
         let held = &mut self
             .held
             .get_or_insert_with(|| {
                 Box::new(Held {
-                    bytes: Vec::with_capacity(first),
+                    bytes: Vec::new(),
                     sent: 0,
                 })
             })
