@@ -439,9 +439,12 @@ const NOT_PER_CLIENT: &[&str] = &[
     "sluice_trust_truncated",
     "sluice_pow_difficulty",
     // Mirrors of other relays (`[[mirror]]`, none here): the relay's own
-    // connections out, not clients'; tests/mirror.rs checks them.
+    // connections out, not clients'; tests/mirror.rs checks them, and
+    // tests/upload.rs that nothing is in flight once a mirror is idle.
     "sluice_mirror_connected",
     "sluice_mirror_lag_seconds",
+    "sluice_mirror_up_rate_events_per_second",
+    "sluice_mirror_up_in_flight",
     // The store's content and size, the disk it is on, retention's target.
     "sluice_store_map_size_bytes",
     "sluice_store_used_bytes",
@@ -470,6 +473,10 @@ const NOT_PER_CLIENT: &[&str] = &[
     "sluice_throttle_output_ratio",
     "sluice_throttle_delay_seconds",
     "sluice_throttle_emergency",
+    // The budgets of `[[throttle.budgets]]` (none here): a class's shared
+    // tokens refill to their burst whoever is connected, and its settings.
+    "sluice_throttle_budget_tokens",
+    "sluice_throttle_budget_operations_per_second",
     // Clients remembered on purpose after they leave (bounded by
     // throttle.clients.max_tracked_keys; least recently seen evicted).
     "sluice_throttle_bucket_keys",

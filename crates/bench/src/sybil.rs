@@ -9,7 +9,11 @@
 //! seed pubkey to put in `trust.seed_pubkeys`; the run first publishes that
 //! seed's kind-3 list naming the polite clients' keys. Spam may be mined
 //! (`--mine-bits`, NIP-13 with a committed target) before the clock
-//! starts: the report says what that cost per event.
+//! starts: the report says what that cost per event. With `--polite-auth`
+//! the polite clients authenticate (NIP-42) first (`authed.rs`): the
+//! budgets' measurement, `crates/bench/scripts/budgets.sh`.
+
+mod authed;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -62,6 +66,9 @@ pub struct SybilArgs {
     /// outsiders like the spam).
     #[arg(long)]
     pub polite_untrusted: bool,
+    /// The polite clients authenticate (NIP-42) as their keys first.
+    #[arg(long)]
+    pub polite_auth: bool,
     #[arg(long, default_value_t = 200)]
     pub content_bytes: usize,
     #[arg(long, default_value_t = 5_000)]
@@ -121,6 +128,8 @@ pub struct SybilReport {
     #[serde(default)]
     pub polite_clients: usize,
     pub polite_trusted: bool,
+    #[serde(default)]
+    pub polite_auth: bool,
     pub spam: TallyReport,
     pub polite: TallyReport,
     /// Spam stored per second (accepted, not duplicates).
@@ -530,6 +539,7 @@ pub async fn run(args: &SybilArgs) -> anyhow::Result<SybilReport> {
             "sluice_trust_".into(),
             "sluice_process_resident_memory_bytes".into(),
             "sluice_throttle_refusals_total".into(),
+            "sluice_throttle_budget_".into(),
         ],
         pid: args.pid,
     };
@@ -541,6 +551,26 @@ pub async fn run(args: &SybilArgs) -> anyhow::Result<SybilReport> {
     ));
     let mut tasks = Vec::new();
     for (i, pool) in polite_pools.into_iter().enumerate() {
+        let bind = distinct.then(|| loopback_source(2, i));
+        if args.polite_auth {
+            let a = authed::Authed {
+                relay: relay.clone(),
+                url: url.to_owned(),
+                bind,
+                secret_key: k.polite[i],
+                rate: args.polite_rate,
+                offset_secs: (2 * i + 1) as f64 / (2 * args.polite) as f64 / args.polite_rate,
+                timeout,
+            };
+            let stop = t0 + Duration::from_secs_f64(args.secs);
+            tasks.push(tokio::spawn(authed::run(
+                a,
+                pool,
+                polite_rec.clone(),
+                (t0, stop),
+            )));
+            continue;
+        }
         // Half a slot later than evenly spread: not on a spam source's beat.
         let shared = open_loop(
             args,
@@ -549,7 +579,6 @@ pub async fn run(args: &SybilArgs) -> anyhow::Result<SybilReport> {
             polite_rec.clone(),
             t0,
         );
-        let bind = distinct.then(|| loopback_source(2, i));
         tasks.push(tokio::spawn(run_publisher(
             publisher_cfg(args, &relay, bind, t0),
             shared,
@@ -599,6 +628,7 @@ pub async fn run(args: &SybilArgs) -> anyhow::Result<SybilReport> {
         polite_mine_secs_per_event,
         polite_clients: args.polite,
         polite_trusted: !args.polite_untrusted,
+        polite_auth: args.polite_auth,
         spam_accepted_per_sec: spam.stored_per_sec,
         spam,
         polite,
@@ -632,10 +662,10 @@ impl SybilReport {
                 String::new()
             },
             self.polite_clients,
-            if self.polite_trusted {
-                "in the web of trust"
-            } else {
-                "outsiders"
+            match (self.polite_auth, self.polite_trusted) {
+                (true, _) => "authenticated",
+                (false, true) => "in the web of trust",
+                (false, false) => "outsiders",
             }
         );
         println!("  {}", self.run.cpu_line());

@@ -61,6 +61,18 @@ pub const THROTTLE_TARGET_MEMORY_BYTES: &str = "sluice_throttle_target_memory_by
 pub const THROTTLE_BUCKET_KEYS: &str = "sluice_throttle_bucket_keys";
 pub const THROTTLE_BUCKET_EVICTIONS_TOTAL: &str = "sluice_throttle_bucket_evictions_total";
 pub const THROTTLE_RELIEF_TOTAL: &str = "sluice_throttle_relief_total";
+/// Operations admitted with a budget of `[[throttle.budgets]]` on their
+/// path, by budget.
+pub const THROTTLE_BUDGET_ADMITTED_TOTAL: &str = "sluice_throttle_budget_admitted_total";
+/// Operations a budget refused, by budget.
+pub const THROTTLE_BUDGET_REFUSED_TOTAL: &str = "sluice_throttle_budget_refused_total";
+/// Admits beyond a budget's own rate, lent by its parent.
+pub const THROTTLE_BUDGET_BORROWED_TOTAL: &str = "sluice_throttle_budget_borrowed_total";
+/// A budget's own tokens (negative: debt).
+pub const THROTTLE_BUDGET_TOKENS: &str = "sluice_throttle_budget_tokens";
+/// A budget's guaranteed rate and its ceiling (`limit`).
+pub const THROTTLE_BUDGET_OPERATIONS_PER_SECOND: &str =
+    "sluice_throttle_budget_operations_per_second";
 /// Queries with a step running now (at most `throttle.queries.slots`).
 pub const QUERY_WINDOW_IN_FLIGHT: &str = "sluice_query_window_in_flight";
 /// Queries waiting for a step (first or next).

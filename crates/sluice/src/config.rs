@@ -25,6 +25,7 @@ use sluice_engine::retention::RetentionPlan;
 use sluice_search::SearchConfig;
 use sluice_server::address::TrustedProxies;
 use sluice_server::{AuthConfig, LimitsConfig, RelayInfoConfig, ServerConfig};
+use sluice_throttle::aimd::PaceConfig;
 use sluice_throttle::{PowConfig, ThrottleConfig, TrustConfig};
 
 use serde_json::{Map, Value};
@@ -155,6 +156,18 @@ impl Config {
             self.trust
                 .validate(&self.throttle.tiers)
                 .map_err(|e| e.to_string()),
+            // The outsiders' budget `[trust]` makes is a node of
+            // `[[throttle.budgets]]`: under a `relay` budget it must fit.
+            match self.trust.outsider_writes {
+                sluice_throttle::trust::OutsiderWrites::Limited => {
+                    sluice_throttle::budgets::check_outsiders(
+                        &self.throttle.budgets,
+                        self.trust.outsider_events_per_s,
+                    )
+                    .map_err(|e| e.within("trust").to_string())
+                }
+                _ => Ok(()),
+            },
             self.pow.validate().map_err(|e| e.to_string()),
             // The one `[throttle]` key the server parses: addresses are its
             // concern.
@@ -317,6 +330,16 @@ pub struct MirrorConfig {
     pub reconnect_min_ms: u64,
     /// Longest wait before connecting again.
     pub reconnect_max_ms: u64,
+    /// Up: the first pace, EVENTs per second (the uploader's AIMD raises
+    /// it from there, doubling per half second until the peer's first
+    /// `rate-limited` answer).
+    pub up_start_rate_per_s: f64,
+    /// Up: the highest pace, EVENTs per second.
+    pub up_max_rate_per_s: f64,
+    /// Up: a `rate-limited` answer or a rate NOTICE cuts the pace to at
+    /// least this fraction of it (to just under the rate the peer was
+    /// admitting, when that is higher).
+    pub up_decrease: f64,
 }
 
 impl Default for MirrorConfig {
@@ -330,6 +353,9 @@ impl Default for MirrorConfig {
             live_overlap_secs: 60,
             reconnect_min_ms: 1_000,
             reconnect_max_ms: 60_000,
+            up_start_rate_per_s: PaceConfig::default().start_rate_per_s,
+            up_max_rate_per_s: PaceConfig::default().max_rate_per_s,
+            up_decrease: PaceConfig::default().decrease,
         }
     }
 }
@@ -357,8 +383,18 @@ impl MirrorConfig {
                 "{at}.reconnect_max_ms must be at least reconnect_min_ms"
             ));
         }
+        self.pace().validate().map_err(|e| format!("{at}.up_{e}"))?;
         self.tls().map_err(|e| format!("{at}.ca_file: {e:#}"))?;
         Ok(())
+    }
+
+    /// The uploader's pace settings (`up_*`).
+    pub(crate) fn pace(&self) -> PaceConfig {
+        PaceConfig {
+            start_rate_per_s: self.up_start_rate_per_s,
+            max_rate_per_s: self.up_max_rate_per_s,
+            decrease: self.up_decrease,
+        }
     }
 
     /// The filter without its `limit`.

@@ -2,13 +2,15 @@
 //! repairs (`sync::pull`) and the mirrors (`mirror.rs`): connecting over
 //! ws:// or wss:// ([`Tls`]: rustls with the webpki roots, plus the CA file
 //! an operator gives for private peers), NIP-42 with a key, NIP-77
-//! reconciliation, fetching by ids, and sending EVENTs up with at most
-//! [`UP_WINDOW`] awaiting their OK.
+//! reconciliation, fetching by ids, and sending EVENTs up: paced, with
+//! `rate-limited` answers sent again within a retry budget (`upload.rs`,
+//! its answers read in `answer.rs`).
 //!
 //! Store reads run on a thread of their own ([`off_runtime`]): `serve`
 //! forbids transactions on any thread in the async runtime's context.
 
 use std::collections::HashSet;
+use std::hash::{BuildHasher, Hasher};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::sync::Arc;
@@ -24,10 +26,13 @@ use sluice_store::StoreError;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{Connector, MaybeTlsStream};
 
+mod answer;
+pub mod upload;
+
+pub use upload::Uploader;
+
 /// Ids asked for in one REQ.
 pub const FETCH_BATCH: usize = 500;
-/// EVENTs sent up and awaiting their OK, at most.
-pub const UP_WINDOW: usize = 64;
 /// Longest wait for any one answer of the remote.
 pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -337,59 +342,6 @@ impl<'a> Fetch<'a> {
     }
 }
 
-/// Sends the stored events `have` names as EVENTs, at most [`UP_WINDOW`]
-/// awaiting their OK, read from `store` [`FETCH_BATCH`] at a time (off the
-/// runtime). Returns `(accepted, refused)`.
-pub async fn upload(
-    ws: &mut Ws,
-    have: &[Id],
-    store: &sluice_store::Store,
-) -> anyhow::Result<(usize, usize)> {
-    let (mut accepted, mut refused) = (0, 0);
-    let mut waiting: HashSet<String> = HashSet::new();
-    for batch in have.chunks(FETCH_BATCH) {
-        let ids: Vec<[u8; 32]> = batch.iter().map(|id| *id.as_bytes()).collect();
-        let store = store.clone();
-        let raws = off_runtime("sluice-peer-read", move || read_raws(&store, &ids)).await?;
-        for (id, raw) in raws {
-            while waiting.len() >= UP_WINDOW {
-                answered(
-                    next_text(ws).await?,
-                    &mut waiting,
-                    &mut accepted,
-                    &mut refused,
-                );
-            }
-            ws.send(Message::Text(format!("[\"EVENT\",{raw}]").into()))
-                .await?;
-            waiting.insert(id);
-        }
-    }
-    while !waiting.is_empty() {
-        answered(
-            next_text(ws).await?,
-            &mut waiting,
-            &mut accepted,
-            &mut refused,
-        );
-    }
-    Ok((accepted, refused))
-}
-
-/// An OK for one of `waiting`: counted and removed.
-fn answered(m: Value, waiting: &mut HashSet<String>, ok: &mut usize, no: &mut usize) {
-    if m[0] == "OK"
-        && let Some(id) = m[1].as_str()
-        && waiting.remove(id)
-    {
-        if m[2] == true {
-            *ok += 1;
-        } else {
-            *no += 1;
-        }
-    }
-}
-
 /// `(id hex, raw JSON)` of the stored events among `ids` (gone ones
 /// skipped).
 fn read_raws(
@@ -441,6 +393,19 @@ pub async fn off_runtime<T: Send + 'static>(
         .with_context(|| format!("starting the {name} thread"))?;
     rx.await
         .with_context(|| format!("the {name} thread failed"))?
+}
+
+/// The wait before the next connection after `failures` failures in a row:
+/// `min_ms` doubled per failure, at most `max_ms`, then a random half of
+/// it taken off (so clients that lost their peer together do not come back
+/// together).
+pub fn backoff(min_ms: u64, max_ms: u64, failures: u32) -> Duration {
+    let ms = min_ms.saturating_mul(1u64 << failures.min(30)).min(max_ms);
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let jitter = random % (ms / 2 + 1);
+    Duration::from_millis(ms - jitter)
 }
 
 /// Which way events move (`sync`, `mirror`).

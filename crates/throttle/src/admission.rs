@@ -16,16 +16,21 @@
 //!    ([`Layer::PubkeyBucket`], "too many events from your pubkey"): an
 //!    unlisted authenticated pubkey is charged to both, a listed one to its
 //!    pubkey's only;
-//! 3. the write controller's published verdict as this connection's
+//! 3. its class's budgets of `[[throttle.budgets]]` up to the root, all or
+//!    nothing, giving back what 1-2 took when one refuses
+//!    ([`Layer::Budget`], naming it; `admission/budgeted.rs`), unless its
+//!    author's class takes it (outsiders before, a distance after the
+//!    signature: docs/design.md#hierarchical-budgets);
+//! 4. the write controller's published verdict as this connection's
 //!    [`ConnPacer`] applies it ([`Layer::Controller`]: an emergency
 //!    reaches every connection, over the cap only those above
 //!    `polite_ops_per_s × weight`); a delay is divided by the weight;
-//! 4. after the signature, its author's EVENT bucket
+//! 5. after the signature, its author's EVENT bucket
 //!    ([`Layer::PubkeyBucket`], "too many events from this author"): the
 //!    author's bucket of the event's kind class (`throttle.clients.kinds`)
 //!    when one lists its kind, else the pubkey bucket of the tier its
 //!    distance in the web of trust gives it (`trust.distance_tiers`), else
-//!    the author map;
+//!    the author map, then its distance's budget when there is one;
 //!
 //! Before the signature, on the claimed author's standing: `deny` and an
 //! outsider's proof-of-work floor ([`crate::trust::before_signature`]: a
@@ -35,7 +40,8 @@
 //! carries the current adaptive proof of work; with `[pow] adaptive` the
 //! refusal asks for that work (`pow:`).
 //!
-//! A REQ or COUNT takes steps 1-3 with its request buckets and the read
+//! A REQ or COUNT takes steps 1-4 with its request buckets, the budgets
+//! counting `requests`, and the read
 //! controller (reads are refused, never delayed). Its query is then
 //! charged its estimated cost ([`Admission::query`]): the address's read
 //! budget (unless listed, [`Layer::ReadBudgetIp`]), the pubkey's
@@ -53,6 +59,8 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::bucket::{BucketConfig, TokenBucket, scaled_rate};
+use crate::budgets::tree::OUTSIDER_TEXT;
+use crate::budgets::{AuthorClass, BudgetRefusal, Charge};
 use crate::config::{ClientsConfig, ThrottleConfig};
 use crate::connection::ConnPacer;
 use crate::fair::{FairQueue, JobId};
@@ -100,6 +108,20 @@ pub trait Buckets {
     /// Charges a positive `delta_units` (debt beyond what the bucket
     /// holds), refunds a negative one.
     fn settle(&mut self, bucket: Bucket<'_>, delta_units: i64, now_ns: u64);
+    /// Takes `cost` along the budget tree's path of `charge`, all or
+    /// nothing ([`crate::budgets::tree::BudgetTree::admit`]). Without a
+    /// tree: the outsiders' budget ([`Bucket::Outsiders`]), nothing else.
+    fn budget(&mut self, charge: Charge, cost: u32, now_ns: u64) -> Result<(), BudgetRefusal> {
+        if charge != Charge::Outsider {
+            return Ok(());
+        }
+        self.take(Bucket::Outsiders, cost, now_ns)
+            .map_err(|retry_after| BudgetRefusal {
+                retry_after,
+                message: OUTSIDER_TEXT,
+                outsiders: true,
+            })
+    }
 }
 
 impl<B: Buckets + ?Sized> Buckets for &mut B {
@@ -109,6 +131,10 @@ impl<B: Buckets + ?Sized> Buckets for &mut B {
 
     fn settle(&mut self, bucket: Bucket<'_>, delta_units: i64, now_ns: u64) {
         (**self).settle(bucket, delta_units, now_ns)
+    }
+
+    fn budget(&mut self, charge: Charge, cost: u32, now_ns: u64) -> Result<(), BudgetRefusal> {
+        (**self).budget(charge, cost, now_ns)
     }
 }
 
@@ -181,7 +207,6 @@ impl Op {
 }
 
 const AUTHOR_TEXT: &str = "too many events from this author";
-const OUTSIDER_TEXT: &str = "too many events from outside this relay's web of trust";
 
 /// Why an EVENT was refused after its signature.
 #[derive(Debug, Clone, PartialEq)]
@@ -296,6 +321,32 @@ impl<B: Buckets, T: Tally> Admission<'_, B, T> {
         pacer: &mut ConnPacer,
         published: Verdict,
     ) -> Verdict {
+        self.operation_by(op, who, AuthorClass::None, pacer, published)
+    }
+
+    /// [`Admission::operation`], an EVENT's author being of `author` (the
+    /// budget tree charges an author's class instead of the connection's:
+    /// docs/design.md#hierarchical-budgets).
+    pub fn event(
+        &mut self,
+        who: &Principal,
+        author: AuthorClass,
+        pacer: &mut ConnPacer,
+        published: Verdict,
+    ) -> Verdict {
+        self.operation_by(Op::Event, who, author, pacer, published)
+    }
+
+    /// The client's buckets (cost 1), its class's budgets (all given back
+    /// when a budget refuses), then the controller.
+    fn operation_by(
+        &mut self,
+        op: Op,
+        who: &Principal,
+        author: AuthorClass,
+        pacer: &mut ConnPacer,
+        published: Verdict,
+    ) -> Verdict {
         if self.mode() == Mode::Off {
             return Verdict::Allow;
         }
@@ -311,6 +362,7 @@ impl<B: Buckets, T: Tally> Admission<'_, B, T> {
             ],
             1,
         );
+        let charged = charged.and_then(|()| self.class_budgets(op, who, author));
         match charged {
             Ok(()) => self.controller(dir, who, pacer, published),
             Err(r) => Verdict::Refuse(r),
@@ -345,6 +397,12 @@ impl<B: Buckets, T: Tally> Admission<'_, B, T> {
             1,
             AUTHOR_TEXT,
         )?;
+        if let WriteStanding::Trusted { distance, .. } = standing
+            && let Err(r) = self.charge_budget(Direction::Write, Charge::Signed(*distance))
+        {
+            self.buckets.settle(bucket, -1, self.now_ns);
+            return Err(r.into());
+        }
         Ok(())
     }
 
@@ -368,13 +426,7 @@ impl<B: Buckets, T: Tally> Admission<'_, B, T> {
         if rule.writes != OutsiderWrites::Limited || rule.mined(difficulty) {
             return Ok(());
         }
-        let taken = self.buckets.take(Bucket::Outsiders, 1, self.now_ns);
-        match self.bucket_answer(
-            Direction::Write,
-            Layer::OutsiderBudget,
-            taken,
-            OUTSIDER_TEXT,
-        ) {
+        match self.charge_budget(Direction::Write, Charge::Outsider) {
             Ok(()) => Ok(()),
             Err(_) if rule.adaptive && rule.current > 0 => Err(AuthorRefusal::Pow {
                 required: rule.current,
@@ -631,5 +683,6 @@ fn negative(units: u64) -> i64 {
     -i64::try_from(units).unwrap_or(i64::MAX)
 }
 
+mod budgeted;
 #[cfg(test)]
 mod tests;

@@ -12,6 +12,7 @@
 //! | `[throttle.queries]` | [`QueriesConfig`] (also the [`crate::FairQueue`]'s config) |
 //! | `[throttle.queries.cost]` | [`CostConfig`] |
 //! | `[throttle.relief]` | [`ReliefConfig`] |
+//! | `[[throttle.budgets]]` | [`BudgetConfig`] (the tree: [`crate::budgets`]) |
 //!
 //! The [`crate::Governor`] takes the whole section (it reads the global
 //! loop's keys and the sub-tables above); the scheduler takes
@@ -25,6 +26,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::bucket::BucketConfig;
+use crate::budgets::BudgetConfig;
 use crate::cost::CostConfig;
 use crate::emergency::EmergencyConfig;
 use crate::error::{ConfigError, check_range};
@@ -71,6 +73,9 @@ pub struct ThrottleConfig {
     pub tiers: TiersConfig,
     pub queries: QueriesConfig,
     pub relief: ReliefConfig,
+    /// Budgets in a hierarchy (docs/design.md#hierarchical-budgets); none
+    /// by default.
+    pub budgets: Vec<BudgetConfig>,
 }
 
 impl Default for ThrottleConfig {
@@ -93,6 +98,7 @@ impl Default for ThrottleConfig {
             tiers: TiersConfig::default(),
             queries: QueriesConfig::default(),
             relief: ReliefConfig::default(),
+            budgets: Vec::new(),
         }
     }
 }
@@ -158,7 +164,8 @@ impl ThrottleConfig {
         self.read.validate().map_err(|e| e.within("read"))?;
         self.clients.validate().map_err(|e| e.within("clients"))?;
         self.tiers.validate().map_err(|e| e.within("tiers"))?;
-        self.queries.validate().map_err(|e| e.within("queries"))
+        self.queries.validate().map_err(|e| e.within("queries"))?;
+        crate::budgets::validate(&self.budgets, &self.tiers)
     }
 }
 

@@ -10,6 +10,8 @@
 //! [`crate::ThrottleConfig::validate`] names the key as the operator writes
 //! it: `throttle.read.kp`.
 
+use std::borrow::Cow;
+
 /// A throttle setting that cannot work, named by its key.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{key} = {value} is invalid: must be {expected}")]
@@ -20,15 +22,15 @@ pub struct ConfigError {
     /// The value that was given, as f64 so one type covers every field.
     pub value: f64,
     /// What a valid value looks like, in words (after "must be").
-    pub expected: &'static str,
+    pub expected: Cow<'static, str>,
 }
 
 impl ConfigError {
-    pub(crate) fn new(key: &str, value: f64, expected: &'static str) -> Self {
+    pub(crate) fn new(key: &str, value: f64, expected: impl Into<Cow<'static, str>>) -> Self {
         Self {
             key: key.to_string(),
             value,
-            expected,
+            expected: expected.into(),
         }
     }
 

@@ -37,6 +37,10 @@
 //!   [`Cause`] (both metric labels), retry hint and text.
 //! - [`bucket`]: [`TokenBucket`], [`scaled_rate`]; [`keyed`]:
 //!   [`KeyedBuckets`] per IP or pubkey, bounded.
+//! - [`budgets`]: `[[throttle.budgets]]`, budgets in a hierarchy (the
+//!   relay, classes of clients, the per-client buckets as leaves), their
+//!   validation (P77-3) and [`BudgetTree`], charged all or nothing along
+//!   the path, borrowing up to a ceiling as HTB does.
 //! - [`trust`]: `[trust]`, the web of trust as distances from the seed
 //!   pubkeys over the stored follow lists ([`TrustGraph`], bounded), and
 //!   what an outsider's write meets ([`OutsiderWrites`]).
@@ -60,7 +64,9 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod admission;
+pub mod aimd;
 pub mod bucket;
+pub mod budgets;
 pub mod config;
 pub mod connection;
 pub mod cost;
@@ -81,6 +87,7 @@ pub mod trust;
 pub mod verdict;
 
 pub use bucket::{BucketConfig, BucketPools, TokenBucket, scaled_rate};
+pub use budgets::{BudgetConfig, BudgetTree};
 pub use config::{ClientsConfig, QueriesConfig, ReliefConfig, ThrottleConfig};
 pub use connection::{ConnPacer, client_key};
 pub use cost::{CostConfig, FilterShape};

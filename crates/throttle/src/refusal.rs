@@ -35,11 +35,14 @@ pub enum Layer {
     /// The budget every author outside the web of trust shares
     /// (`trust.outsider_events_per_s`).
     OutsiderBudget,
+    /// A budget of the tree (`[[throttle.budgets]]`) other than the
+    /// outsiders'.
+    Budget,
 }
 
 impl Layer {
     /// Every layer, for tests and docs checks.
-    pub const ALL: [Layer; 9] = [
+    pub const ALL: [Layer; 10] = [
         Layer::ConnectionsPerIp,
         Layer::IpBucket,
         Layer::PubkeyBucket,
@@ -49,6 +52,7 @@ impl Layer {
         Layer::ReadBudgetPubkey,
         Layer::ReadBudgetConnection,
         Layer::OutsiderBudget,
+        Layer::Budget,
     ];
 
     /// The `layer` label of the throttle metrics.
@@ -63,6 +67,7 @@ impl Layer {
             Layer::ReadBudgetPubkey => "read_budget_pubkey",
             Layer::ReadBudgetConnection => "read_budget_connection",
             Layer::OutsiderBudget => "outsider_budget",
+            Layer::Budget => "budget",
         }
     }
 }

@@ -14,10 +14,15 @@
 //! `monitor.rs`) ticks the governor every `tick_ms` and calls
 //! [`Limiter::publish`]; SIGHUP swaps the snapshot ([`Limiter::reload`]).
 //!
+//! The budget tree (`[[throttle.budgets]]`, docs/design.md#hierarchical-budgets)
+//! is `budgets.rs`: its routing read without a lock, its buckets behind
+//! one short mutex, taken only by an operation whose class has a budget.
+//!
 //! Invariants: every map here is bounded (`clients.max_tracked_keys`). The
 //! locks are `parking_lot`'s, which do not poison: a panic elsewhere never
 //! stops the relay from taking them.
 
+mod budgets;
 mod usage;
 
 use parking_lot::Mutex;
@@ -31,6 +36,7 @@ use arc_swap::ArcSwap;
 use sluice_throttle::admission::{
     Action, Admission, AuthorRefusal, Bucket, Buckets, Op, Quota, Rates, Tally,
 };
+use sluice_throttle::budgets::{BudgetRefusal, Charge};
 use sluice_throttle::trust::WriteStanding;
 use sluice_throttle::{
     BucketConfig, BucketPools, Direction, GovernorState, KeyedBuckets, KeyedStats, Mode,
@@ -38,6 +44,7 @@ use sluice_throttle::{
 };
 use sluice_throttle::{ClientsConfig, ConnPacer, Layer, Principal, ThrottleConfig, client_key};
 
+pub use budgets::OUTSIDER_RATE;
 pub use usage::{Usage, UsageKey, UsageMap};
 
 use crate::metrics_names as m;
@@ -66,10 +73,15 @@ pub struct Limiter {
     /// Whether the maps a cluster shares count their keys' use
     /// ([`Limiter::track_usage`]).
     usage_tracking: AtomicBool,
-    /// The budget every author outside the web of trust shares
-    /// (`trust.outsider_events_per_s`), and the EVENTs that asked for it
-    /// since the monitor last looked.
-    outsiders: Mutex<TokenBucket>,
+    /// The budget tree, the outsiders' budget among its nodes
+    /// (`trust.outsider_events_per_s` when no budget is written), swapped
+    /// whole on reload; `budgets.rs`.
+    budgets: ArcSwap<budgets::Budgets>,
+    /// `trust.outsider_events_per_s` (f64 bits), for a tree rebuilt by a
+    /// reload.
+    outsider_rate: AtomicU64,
+    /// The EVENTs that asked for the outsiders' budget since the monitor
+    /// last looked.
     outsider_asks: AtomicU64,
 }
 
@@ -165,21 +177,6 @@ fn kind_maps(c: &ClientsConfig) -> Vec<Mutex<KeyedBuckets<[u8; 32]>>> {
         .collect()
 }
 
-/// The outsiders' budget at `per_s` (validated): a second's worth at once.
-fn outsider_bucket(per_s: f64) -> TokenBucket {
-    let b = BucketConfig {
-        rate_per_s: per_s,
-        burst_ratio: 1.0,
-        window_ms: 1000,
-        catch_up_ms: 0,
-    };
-    TokenBucket::new(b, 0).unwrap_or_else(|e| {
-        tracing::error!(error = %e, "invalid outsider budget: using the defaults");
-        TokenBucket::new(BucketConfig::default(), 0)
-            .unwrap_or_else(|_| unreachable!("the default bucket config is valid"))
-    })
-}
-
 /// The policy's bucket maps: the engine's, each behind its mutex.
 pub(crate) struct Maps<'t>(&'t Limiter);
 
@@ -209,8 +206,7 @@ impl Buckets for Maps<'_> {
                 }
             }
             Bucket::Outsiders => {
-                self.0.outsider_asks.fetch_add(1, Ordering::Relaxed);
-                self.0.outsiders.lock().try_take(now_ns, cost)
+                (self.budget(Charge::Outsider, cost, now_ns)).map_err(|r| r.retry_after)
             }
         }
     }
@@ -229,8 +225,13 @@ impl Buckets for Maps<'_> {
                     map.lock().settle(p, now_ns, delta_units);
                 }
             }
-            Bucket::Outsiders => self.0.outsiders.lock().settle(now_ns, delta_units),
+            // Admission never settles a budget: a refusal took nothing.
+            Bucket::Outsiders => {}
         }
+    }
+
+    fn budget(&mut self, charge: Charge, cost: u32, now_ns: u64) -> Result<(), BudgetRefusal> {
+        self.0.charge_budget(charge, cost, now_ns)
     }
 }
 
@@ -272,6 +273,7 @@ impl Limiter {
     pub fn new(cfg: ThrottleConfig) -> Arc<Limiter> {
         let c = &cfg.clients;
         let max = c.max_tracked_keys;
+        let tree = budgets::Budgets::new(&cfg, OUTSIDER_RATE, None, 0);
         let t = Limiter {
             tiers: ArcSwap::from_pointee(TierBuckets::new(&cfg, false)),
             epoch: Instant::now(),
@@ -286,7 +288,8 @@ impl Limiter {
             connections: Mutex::new(HashMap::new()),
             config: ArcSwap::from_pointee(cfg),
             usage_tracking: AtomicBool::new(false),
-            outsiders: Mutex::new(outsider_bucket(50.0)),
+            budgets: ArcSwap::from_pointee(tree),
+            outsider_rate: AtomicU64::new(OUTSIDER_RATE.to_bits()),
             outsider_asks: AtomicU64::new(0),
         };
         t.export_mode();
@@ -361,6 +364,9 @@ impl Limiter {
                     .to_string()
             })?;
         }
+        let rate = f64::from_bits(self.outsider_rate.load(Ordering::Relaxed));
+        sluice_throttle::BudgetTree::new(&cfg.budgets, &cfg.tiers, rate, 0)
+            .map_err(|e| e.to_string())?;
         Ok(PreparedReload { cfg })
     }
 
@@ -392,6 +398,9 @@ impl Limiter {
             // start full again.
             let tracking = self.usage_tracking.load(Ordering::Relaxed);
             self.tiers.store(Arc::new(TierBuckets::new(&cfg, tracking)));
+        }
+        if (&old.budgets, &old.tiers) != (&cfg.budgets, &cfg.tiers) {
+            self.rebuild_budgets(&cfg);
         }
         self.config.store(Arc::new(cfg));
         self.export_mode();
@@ -468,12 +477,6 @@ impl Limiter {
         difficulty: u32,
     ) -> Result<(), AuthorRefusal> {
         self.checks(|c| c.outsiders(standing, difficulty))
-    }
-
-    /// Sets the outsiders' budget (`trust.outsider_events_per_s`): one
-    /// second's worth back to back; it starts full.
-    pub fn set_outsider_rate(&self, per_s: f64) {
-        *self.outsiders.lock() = outsider_bucket(per_s);
     }
 
     /// The outsiders' EVENTs that asked for their budget since the last
@@ -553,6 +556,7 @@ impl Limiter {
         }
         self.read_cost_conn_rate
             .store(rates.read_cost_per_connection.to_bits(), Ordering::Relaxed);
+        self.export_budgets();
         *self.state.lock() = Some(*state);
     }
 

@@ -497,3 +497,81 @@ fn the_read_budget_rate_per_ip_follows_the_config_and_the_controller() {
     assert!(want < 1234.5, "{want}");
     assert_eq!(t.read_cost_rate_per_ip(), want);
 }
+
+#[test]
+fn a_class_budget_caps_every_address_together_and_its_counts_reach_the_metrics() {
+    use sluice_throttle::budgets::{AuthorClass, BudgetConfig, Counted};
+    let anon = BudgetConfig {
+        name: "anon".into(),
+        parent: None,
+        class: Some("anonymous".into()),
+        rate_per_s: 0.01,
+        burst: Some(3.0),
+        ceil_per_s: None,
+        counts: vec![Counted::Events],
+    };
+    let mut cfg = ThrottleConfig {
+        budgets: vec![anon.clone()],
+        ..ThrottleConfig::default()
+    };
+    let t = Limiter::new(cfg.clone());
+    let event = |ip: &str, pubkeys: &[[u8; 32]]| {
+        let who = t.principal(ip.parse().unwrap(), pubkeys);
+        refused_by(&t.admit_event(&who, AuthorClass::None, &mut t.pacer()))
+    };
+    // Three addresses, one EVENT each: the budget's burst; a fourth
+    // address is refused by the budget, an authenticated client is not.
+    for i in 1..=3 {
+        assert_eq!(event(&format!("192.0.2.{i}"), &[]), None);
+    }
+    assert_eq!(event("192.0.2.4", &[]), Some(Layer::Budget));
+    assert_eq!(event("192.0.2.5", &[[5; 32]]), None);
+    // A reload that leaves the budget alone keeps its state and counts.
+    cfg.clients.polite_ops_per_s = 6.0;
+    t.reload(cfg.clone()).unwrap();
+    assert_eq!(event("192.0.2.6", &[]), Some(Layer::Budget));
+    let mut state = *Governor::new(cfg.clone()).unwrap().state();
+    state.write.verdict = Verdict::Allow;
+    let ((), got) = record(|| t.publish(&state));
+    let anon_label = [("budget", "anon")];
+    let counter = |name| got.counter(name, &anon_label);
+    assert_eq!(counter(m::THROTTLE_BUDGET_ADMITTED_TOTAL), 3);
+    assert_eq!(counter(m::THROTTLE_BUDGET_REFUSED_TOTAL), 2);
+    assert_eq!(counter(m::THROTTLE_BUDGET_BORROWED_TOTAL), 0);
+    let rate = [("budget", "anon"), ("limit", "rate")];
+    assert_eq!(
+        got.gauge(m::THROTTLE_BUDGET_OPERATIONS_PER_SECOND, &rate),
+        Some(0.01)
+    );
+    // The outsiders' budget from [trust] is a node too.
+    let outsiders = [("budget", "outsiders"), ("limit", "rate")];
+    assert_eq!(
+        got.gauge(m::THROTTLE_BUDGET_OPERATIONS_PER_SECOND, &outsiders),
+        Some(OUTSIDER_RATE)
+    );
+    // A section whose children outgrow their parent is refused, naming
+    // the keys; nothing changes.
+    let relay = BudgetConfig {
+        name: "relay".into(),
+        class: None,
+        rate_per_s: 0.005,
+        burst: Some(3.0),
+        ..anon
+    };
+    cfg.budgets.insert(0, relay);
+    let err = t.reload(cfg).unwrap_err();
+    assert!(
+        err.starts_with("throttle.budgets[1].rate_per_s = 0.01 is invalid"),
+        "{err}"
+    );
+    assert!(err.contains("throttle.budgets[0].rate_per_s"), "{err}");
+    assert_eq!(t.budget_stats().len(), 2);
+}
+
+#[test]
+fn the_outsiders_default_rate_is_trusts() {
+    assert_eq!(
+        OUTSIDER_RATE,
+        sluice_throttle::TrustConfig::default().outsider_events_per_s
+    );
+}

@@ -6,11 +6,12 @@
 //! The order is fixed, cheapest refusal first: admission's checks before
 //! the signature (the event's limits, the policy, the web of trust's
 //! `deny`, the proof of work an outsider must carry, the outsiders' shared
-//! budget), then this connection's buckets and the write controller
-//! (before the signature: a flood costs a bucket lookup, not curve
-//! arithmetic), then admission's signature, NIP-70, NIP-62 and the author's
-//! bucket (only after the signature: an unsigned claim must not spend
-//! someone else's budget), then the plugin and the writer's queue.
+//! budget), then this connection's buckets, its class's budgets and the
+//! write controller (before the signature: a flood costs a bucket lookup,
+//! not curve arithmetic), then admission's signature, NIP-70, NIP-62 and
+//! the author's bucket and distance's budget (only after the signature: an
+//! unsigned claim must not spend someone else's budget), then the plugin
+//! and the writer's queue.
 //!
 //! A controller delay (`Verdict::Delay`) parks the EVENT in [`Held`] (one at
 //! most: the session reads no client frame while it holds one) with a timer;
@@ -26,7 +27,6 @@ use std::time::{Duration, Instant};
 
 use sluice_engine::mirror_tap::Origin;
 use sluice_proto::{Event, KindClass, RelayMessage};
-use sluice_throttle::admission::Op;
 use sluice_throttle::{ConnPacer, Verdict};
 use tokio::time::Sleep;
 
@@ -153,16 +153,17 @@ impl Session {
     }
 
     /// The checks before the signature (admission's, then this client's
-    /// buckets and write verdict). `Ok(Some(d))`: wait
-    /// `d`, then go on.
+    /// buckets, its class's budgets and the write verdict). `Ok(Some(d))`:
+    /// wait `d`, then go on.
     fn admit(&mut self, ev: &Event) -> Result<Option<Duration>, Refusal> {
-        ingest::before_signature(&self.st, &self.front.event_limits, ev, &self.sender())?;
+        let author =
+            ingest::before_signature(&self.st, &self.front.event_limits, ev, &self.sender())?;
         let who = self.principal();
         let every = self.write_every_ops;
         let pacer = super::extra(&mut self.extra)
             .write_adm
             .get_or_insert_with(|| ConnPacer::new(every));
-        match self.st.engine.limiter().admit(Op::Event, &who, pacer) {
+        match self.st.engine.limiter().admit_event(&who, author, pacer) {
             Verdict::Allow => Ok(None),
             Verdict::Delay(d) => Ok(Some(d)),
             Verdict::Refuse(r) => Err(r.into()),

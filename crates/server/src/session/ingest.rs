@@ -8,10 +8,11 @@
 //! 1. [`before_signature`]: the event's limits, the operator's policy
 //!    (`AccessRules` snapshot), the web of trust's `deny`, the proof of work an
 //!    outsider must carry and the outsiders' shared budget;
-//! 2. (a client: its buckets, the write verdict)
+//! 2. (a client: its buckets, its class's budgets, the write verdict)
 //! 3. [`after_signature`]: the signature, NIP-70, NIP-62's `relay` tag,
-//!    and for a client its author's bucket (after the signature: an
-//!    unsigned claim must not spend someone else's budget);
+//!    and for a client its author's bucket and its distance's budget (after
+//!    the signature: an unsigned claim must not spend someone else's
+//!    budget);
 //! 4. [`hand_on`]: the write-policy plugin, then the live fan-out (an
 //!    ephemeral event) or the writer, with the event's [`Origin`] (the
 //!    writer offers a stored event to every mirror but the one it came
@@ -31,6 +32,7 @@ use sluice_engine::clock::unix_now;
 use sluice_engine::mirror_tap::Origin;
 use sluice_engine::writer::WriteResult;
 use sluice_proto::{Event, EventLimits, KindClass, PubkeyCache, auth};
+use sluice_throttle::budgets::AuthorClass;
 use sluice_throttle::trust::WriteStanding;
 
 use super::refusal::Refusal;
@@ -82,13 +84,15 @@ pub(super) enum HandedOn {
     Ephemeral,
 }
 
-/// The checks before the signature.
+/// The checks before the signature. Returns what the event's author
+/// makes of it in the budget tree (docs/design.md#hierarchical-budgets),
+/// for a client's own step.
 pub(super) fn before_signature(
     st: &AppState,
     limits: &EventLimits,
     ev: &Event,
     from: &Sender<'_>,
-) -> Result<(), Refusal> {
+) -> Result<AuthorClass, Refusal> {
     ev.check_limits(limits, unix_now())
         .map_err(|e| Refusal::Invalid(e.to_string()))?;
     st.engine
@@ -102,7 +106,7 @@ pub(super) fn before_signature(
     let difficulty = sluice_proto::pow::difficulty(ev);
     sluice_throttle::trust::before_signature(&standing, difficulty)?;
     st.engine.limiter().admit_outsider(&standing, difficulty)?;
-    Ok(())
+    Ok(AuthorClass::of(&standing, difficulty))
 }
 
 /// The checks after any delay: the signature, NIP-70, NIP-62, and a
@@ -278,7 +282,7 @@ pub fn admit_mirrored(
     let front = st.front();
     let admitted = Instant::now();
     let handed = before_signature(st, &front.event_limits, &ev, &from)
-        .and_then(|()| after_signature(st, &ev, keys, &from))
+        .and_then(|_| after_signature(st, &ev, keys, &from))
         .and_then(|outsider| hand_on(st, Arc::new(ev), &from, (admitted, false, outsider)));
     match handed {
         Ok(HandedOn::Pending(answer)) => {

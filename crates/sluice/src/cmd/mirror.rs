@@ -11,6 +11,14 @@
 //!    connection's start less `live_overlap_secs`); `up` sends what the
 //!    engine's mirror tap offers (`engine/src/mirror_tap.rs`).
 //!
+//! Up, both parts go through the mirror's one `peer::Uploader`
+//! (`peer/upload.rs`), kept across connections: paced by AIMD from the
+//! peer's answers, `rate-limited` events sent again within a retry budget,
+//! other refusals final and counted by prefix (`up_start_rate_per_s`,
+//! `up_max_rate_per_s`, `up_decrease`). What awaited its OK when a
+//! connection was lost goes again on the next, unless that connection's
+//! reconciliation says what the peer lacks first.
+//!
 //! On a lost connection it tries again after an exponential backoff
 //! (`reconnect_min_ms` doubling to `reconnect_max_ms`, jittered) and
 //! catches up again.
@@ -24,14 +32,15 @@
 //! - Bounded: down, at most `queue_events` events in admission (reading
 //!   the socket pauses while it is full, counted); up, the tap's queue of
 //!   `queue_events` (full: dropped and counted, the next catch-up sends
-//!   them) and at most [`peer::UP_WINDOW`] EVENTs awaiting their OK.
+//!   them), the uploader's own bounded queues, and at most
+//!   [`peer::upload::UP_WINDOW`] EVENTs awaiting their OK.
 //! - Everything a mirror holds is owned by its task (the connection, the
-//!   `connected` gauge's guard, the tap's registration): it stops with the
-//!   shutdown token, and the gauge returns to 0.
+//!   `connected` gauge's guard, the tap's registration, the uploader with
+//!   one `in_flight` guard per EVENT awaiting its OK): it stops with the
+//!   shutdown token, and the gauges return to 0 (`in_flight` also when a
+//!   connection is lost).
 
 use sluice_search::Workers;
-use std::collections::HashSet;
-use std::hash::{BuildHasher, Hasher};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -54,7 +63,8 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, MirrorConfig};
 use crate::metrics_names as m;
 use crate::peer::Direction;
-use crate::peer::{self, Reconciled, Tls, Ws};
+use crate::peer::upload::{self, Ended, IdFeed, Outgoing, UpMetrics};
+use crate::peer::{self, Reconciled, Tls, Uploader, Ws};
 
 /// A peer silent this long (no frame, not even a Pong) is taken as gone.
 const SILENT_FOR: Duration = Duration::from_secs(75);
@@ -110,8 +120,6 @@ struct Tally {
     lag: metrics::Gauge,
     reconnects: metrics::Counter,
     down_full: metrics::Counter,
-    out_accepted: metrics::Counter,
-    out_refused: metrics::Counter,
 }
 
 impl Tally {
@@ -122,9 +130,22 @@ impl Tally {
             lag: metrics::gauge!(m::MIRROR_LAG_SECONDS, "peer" => p.clone()),
             reconnects: metrics::counter!(m::MIRROR_RECONNECTS_TOTAL, "peer" => p.clone()),
             down_full: metrics::counter!(m::MIRROR_QUEUE_FULL_TOTAL, "peer" => p.clone(), "direction" => "down"),
-            out_accepted: metrics::counter!(m::MIRROR_EVENTS_OUT_TOTAL, "peer" => p.clone(), "result" => "accepted"),
-            out_refused: metrics::counter!(m::MIRROR_EVENTS_OUT_TOTAL, "peer" => p.clone(), "result" => "refused"),
             peer: p,
+        }
+    }
+
+    /// The uploader's series.
+    fn up(&self) -> UpMetrics {
+        let p = || self.peer.clone();
+        UpMetrics {
+            peer: p(),
+            rate: metrics::gauge!(m::MIRROR_UP_RATE_EVENTS_PER_SECOND, "peer" => p()),
+            in_flight: metrics::gauge!(m::MIRROR_UP_IN_FLIGHT, "peer" => p()),
+            retried_rate_limited: metrics::counter!(m::MIRROR_UP_RETRIES_TOTAL, "peer" => p(), "cause" => "rate_limited"),
+            retried_reconnect: metrics::counter!(m::MIRROR_UP_RETRIES_TOTAL, "peer" => p(), "cause" => "reconnect"),
+            accepted: metrics::counter!(m::MIRROR_EVENTS_OUT_TOTAL, "peer" => p(), "result" => "accepted"),
+            duplicate: metrics::counter!(m::MIRROR_EVENTS_OUT_TOTAL, "peer" => p(), "result" => "duplicate"),
+            refused: metrics::counter!(m::MIRROR_EVENTS_OUT_TOTAL, "peer" => p(), "result" => "refused"),
         }
     }
 
@@ -219,6 +240,8 @@ struct Mirror {
     st: Arc<AppState>,
     /// The tap of what this relay stores (up), or none (down only).
     tap: Option<MirrorTap>,
+    /// The sender up (up), or none (down only).
+    up: Option<Uploader>,
     down: Down,
     tally: Tally,
 }
@@ -245,12 +268,17 @@ impl Mirror {
             cap: cfg.queue_events,
             newest_seen: 0,
         };
+        let up = cfg
+            .direction
+            .up()
+            .then(|| Uploader::new(cfg.pace(), Some(tally.up())));
         Mirror {
             filter: cfg.filter_value(),
             cfg,
             tls,
             st,
             tap,
+            up,
             down,
             tally,
         }
@@ -267,6 +295,9 @@ impl Mirror {
             };
             if live {
                 failures = 0;
+            }
+            if let Some(up) = &mut self.up {
+                up.connection_lost();
             }
             let why = match ended {
                 Ok(()) => "the peer closed the connection".to_string(),
@@ -293,6 +324,9 @@ impl Mirror {
         let mut ws = peer::connect(&self.cfg.url, &self.tls).await?;
         let ip = peer::peer_ip(&ws);
         let _connected = Connected::hold(&self.tally.connected);
+        if let Some(up) = &mut self.up {
+            up.connected();
+        }
         let started = unix_now();
         let reconciled = self.catch_up(&mut ws, ip).await?;
         if self.cfg.direction.down() {
@@ -338,10 +372,15 @@ impl Mirror {
                 }
             }
         }
-        if self.cfg.direction.up() {
-            let (accepted, refused) = peer::upload(ws, &have, self.st.engine.store()).await?;
-            self.tally.out_accepted.increment(accepted as u64);
-            self.tally.out_refused.increment(refused as u64);
+        if let Some(up) = &mut self.up {
+            // The reconciliation found what the peer lacks, queued or not.
+            up.forget_queued();
+            let store = self.st.engine.store().clone();
+            let mut feed = IdFeed::new(&have);
+            let sent = upload::send_stored(ws, up, &mut feed, &store, &mut |_, _| {}).await;
+            if let Err(Ended::Lost(e) | Ended::Failed(e)) = sent {
+                return Err(e);
+            }
         }
         Ok(true)
     }
@@ -350,24 +389,37 @@ impl Mirror {
     /// up to the peer; a Ping every [`PING_EVERY`]. Returns when the
     /// connection is lost.
     async fn live(&mut self, ws: &mut Ws, ip: IpAddr, eose: &mut bool) -> anyhow::Result<()> {
-        let mut waiting: HashSet<String> = HashSet::new();
-        *eose = !self.cfg.direction.down();
+        let up_only = !self.cfg.direction.down();
+        // Up only: live once the peer answers (or with nothing to send), so
+        // a peer that drops every EVENT meets a growing backoff.
+        *eose = up_only && self.up.as_ref().is_none_or(Uploader::is_idle);
         let mut ping = tokio::time::interval(PING_EVERY);
         let mut heard = tokio::time::Instant::now();
         let down_cap = self.down.cap;
         loop {
+            let up_room = self.up.as_ref().is_some_and(|u| u.room() > 0);
+            let send_in = self.up.as_mut().and_then(Uploader::next_send_in);
+            if let (Some(up), Some(Duration::ZERO)) = (&mut self.up, send_in) {
+                up.send_next(ws).await?;
+                continue;
+            }
+            let nap = send_in.unwrap_or(PING_EVERY);
             tokio::select! {
                 biased;
                 // At most queue_events in admission (the socket is not read while full).
                 Some(a) = self.down.window.next(), if !self.down.window.is_empty() => {
                     self.down.settled(a, &self.tally);
                 }
-                // At most UP_WINDOW awaiting their OK; the tap's queue holds queue_events.
-                ev = next_up(&mut self.tap), if waiting.len() < peer::UP_WINDOW => {
+                // Into the uploader's bounded queue while it has room (the
+                // tap's queue holds queue_events meanwhile).
+                ev = next_up(&mut self.tap), if up_room => {
                     let Some(ev) = ev else { bail!("the engine stopped") };
-                    ws.send(Message::Text(format!("[\"EVENT\",{}]", ev.raw()).into())).await?;
-                    waiting.insert(ev.id_hex());
+                    if let Some(up) = &mut self.up {
+                        up.push(Outgoing { id: ev.id_hex(), raw: ev.raw().to_string() });
+                    }
                 }
+                // The next send, when the pace and the retry budget allow.
+                () = tokio::time::sleep(nap), if send_in.is_some() => {}
                 frame = ws.next(), if self.down.window.len() < down_cap => {
                     heard = tokio::time::Instant::now();
                     let text = match frame {
@@ -378,7 +430,10 @@ impl Mirror {
                         Some(Ok(_)) => continue,
                     };
                     let Ok(v) = serde_json::from_str::<Value>(&text) else { continue };
-                    self.on_message(v, ip, &mut waiting, eose)?;
+                    self.on_message(v, ip, eose)?;
+                    if up_only && self.up.as_ref().is_some_and(Uploader::answered_here) {
+                        *eose = true;
+                    }
                 }
                 _ = ping.tick() => {
                     if self.down.window.len() >= down_cap {
@@ -394,13 +449,7 @@ impl Mirror {
         }
     }
 
-    fn on_message(
-        &mut self,
-        v: Value,
-        ip: IpAddr,
-        waiting: &mut HashSet<String>,
-        eose: &mut bool,
-    ) -> anyhow::Result<()> {
+    fn on_message(&mut self, v: Value, ip: IpAddr, eose: &mut bool) -> anyhow::Result<()> {
         match v[0].as_str() {
             Some("EVENT") if v[1] == LIVE_SUB => {
                 let Ok(ev) = Event::parse(&v[2].to_string()) else {
@@ -421,20 +470,15 @@ impl Mirror {
             Some("CLOSED") if v[1] == LIVE_SUB => {
                 bail!("the peer closed the live subscription: {}", v[2]);
             }
-            Some("OK") => {
-                if let Some(id) = v[1].as_str()
-                    && waiting.remove(id)
-                {
-                    if v[2] == true {
-                        self.tally.out_accepted.increment(1);
-                    } else {
-                        self.tally.out_refused.increment(1);
-                        tracing::debug!(peer = %self.tally.peer, reason = %v[3], "mirror: the peer refused an event");
-                    }
+            Some("OK" | "NOTICE") => {
+                if v[0] == "NOTICE" {
+                    tracing::debug!(peer = %self.tally.peer, notice = %v[1], "mirror: notice from the peer");
+                } else if v[2] != true {
+                    tracing::debug!(peer = %self.tally.peer, reason = %v[3], "mirror: the peer refused an event");
                 }
-            }
-            Some("NOTICE") => {
-                tracing::debug!(peer = %self.tally.peer, notice = %v[1], "mirror: notice from the peer");
+                if let Some(up) = &mut self.up {
+                    up.on_message(&v);
+                }
             }
             _ => {}
         }
@@ -455,15 +499,7 @@ async fn next_up(tap: &mut Option<MirrorTap>) -> Option<Arc<Event>> {
 /// then a random half of it taken off (so mirrors that lost their peer
 /// together do not come back together).
 fn backoff(cfg: &MirrorConfig, failures: u32) -> Duration {
-    let ms = cfg
-        .reconnect_min_ms
-        .saturating_mul(1u64 << failures.min(30))
-        .min(cfg.reconnect_max_ms);
-    let random = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    let jitter = random % (ms / 2 + 1);
-    Duration::from_millis(ms - jitter)
+    peer::backoff(cfg.reconnect_min_ms, cfg.reconnect_max_ms, failures)
 }
 
 #[derive(Args)]
@@ -626,5 +662,8 @@ mod tests {
         );
         assert!(bad(|c| c.queue_events = 0).starts_with("mirror[2].queue_events"));
         assert!(bad(|c| c.reconnect_max_ms = 1).starts_with("mirror[2].reconnect_max_ms"));
+        assert!(bad(|c| c.up_decrease = 1.0).starts_with("mirror[2].up_decrease"));
+        assert!(bad(|c| c.up_start_rate_per_s = 0.0).starts_with("mirror[2].up_start_rate_per_s"));
+        assert!(bad(|c| c.up_max_rate_per_s = 1.0).starts_with("mirror[2].up_max_rate_per_s"));
     }
 }

@@ -7,8 +7,15 @@
 //!   REQ `{"ids": [...]}` in batches of [`peer::FETCH_BATCH`], verified,
 //!   and written through the engine's writer (the import's path: the same
 //!   write rules for duplicates, replaceable events, deletions, expiry).
-//! - `up`: the ids this store has and the remote lacks are sent as EVENT,
-//!   at most [`peer::UP_WINDOW`] awaiting their OK.
+//! - `up`: the ids this store has and the remote lacks are sent as EVENT
+//!   by the one uploader (`peer/upload.rs`): paced by AIMD from the
+//!   remote's answers (`--up-start-rate`, `--up-max-rate`,
+//!   `--up-decrease`), `rate-limited` events sent again within a retry
+//!   budget, other refusals final and counted by prefix, at most
+//!   [`peer::upload::UP_WINDOW`] awaiting their OK; a lost connection is opened
+//!   again with a backoff, a bounded number of times in a row. Every 5 s a
+//!   line gives the pace and the accepted rate (the rate over time); the
+//!   end gives the rate it converged to, the retries and the refusals.
 //!
 //! The connection, ws:// or wss:// (with `--ca-file` for a private CA),
 //! and the NIP-77 rounds are `peer.rs`, shared with the cluster's repairs
@@ -28,8 +35,10 @@ use serde_json::{Value, json};
 use sluice_engine::Engine;
 use sluice_proto::Filter;
 use sluice_store::WriteOutcome;
+use sluice_throttle::aimd::PaceConfig;
 
-use crate::peer::{self, Direction, Item, Reconciled, Tls, Ws};
+use crate::peer::upload::{self, IdFeed, UpCounts};
+use crate::peer::{self, Direction, Item, Reconciled, Tls, Uploader, Ws};
 
 #[derive(Args)]
 pub struct SyncArgs {
@@ -49,6 +58,37 @@ pub struct SyncArgs {
     /// to, besides the usual public roots (a private peer's CA).
     #[arg(long)]
     ca_file: Option<PathBuf>,
+    /// Up: the first pace, EVENTs per second (doubled every half second
+    /// until the remote's first `rate-limited` answer).
+    #[arg(long, default_value_t = PaceConfig::default().start_rate_per_s)]
+    up_start_rate: f64,
+    /// Up: the highest pace, EVENTs per second.
+    #[arg(long, default_value_t = PaceConfig::default().max_rate_per_s)]
+    up_max_rate: f64,
+    /// Up: a `rate-limited` answer cuts the pace to at least this fraction
+    /// of it (to just under the rate the remote admitted, when higher).
+    #[arg(long, default_value_t = PaceConfig::default().decrease)]
+    up_decrease: f64,
+}
+
+impl SyncArgs {
+    /// The pace flags, checked; an error names the flag.
+    fn pace(&self) -> anyhow::Result<PaceConfig> {
+        let pace = PaceConfig {
+            start_rate_per_s: self.up_start_rate,
+            max_rate_per_s: self.up_max_rate,
+            decrease: self.up_decrease,
+        };
+        pace.validate().map_err(|e| {
+            let flag = match e.key.as_str() {
+                "start_rate_per_s" => "--up-start-rate",
+                "max_rate_per_s" => "--up-max-rate",
+                _ => "--up-decrease",
+            };
+            anyhow::anyhow!("{flag} {} is invalid: must be {}", e.value, e.expected)
+        })?;
+        Ok(pace)
+    }
 }
 
 #[derive(Default, Debug)]
@@ -59,8 +99,7 @@ struct Summary {
     downloaded: usize,
     stored: usize,
     not_stored: usize,
-    uploaded: usize,
-    refused_up: usize,
+    up: UpCounts,
     rounds: usize,
     /// No progress lines (a cluster repair inside `serve` logs instead).
     quiet: bool,
@@ -68,6 +107,7 @@ struct Summary {
 
 pub fn run(args: SyncArgs) -> anyhow::Result<()> {
     let cfg = crate::config::Config::load(args.config.as_deref())?;
+    args.pace()?;
     let filter_text = args.filter.as_deref().unwrap_or("{}");
     let mut filter = Filter::parse(filter_text).context("--filter")?;
     filter.limit = None;
@@ -112,8 +152,8 @@ pub fn run(args: SyncArgs) -> anyhow::Result<()> {
         summary.downloaded,
         summary.stored,
         summary.not_stored,
-        summary.uploaded,
-        summary.refused_up,
+        summary.up.accepted,
+        summary.up.refused_total(),
         summary.rounds,
         started.elapsed().as_secs_f64()
     );
@@ -141,10 +181,55 @@ async fn sync(
         download(&mut ws, &need, engine, summary).await?;
     }
     if args.direction.up() {
-        let (accepted, refused) = peer::upload(&mut ws, &have, store).await?;
-        summary.uploaded = accepted;
-        summary.refused_up = refused;
-        eprintln!("sync: uploaded {accepted} ({refused} refused)");
+        let mut up = Uploader::new(args.pace()?, None);
+        let started = Instant::now();
+        let total = have.len();
+        let mut progress = |up: &mut Uploader, feed: &IdFeed<'_>| {
+            let c = up.counts().clone();
+            eprintln!(
+                "sync: up {:.1} s: pace {:.1}/s, accepted {:.1}/s over 10 s; {} of {total} read, \
+                 {} sent, {} accepted, {} already there, {} refused, {} rate-limited, \
+                 {} retried, {} in flight",
+                started.elapsed().as_secs_f64(),
+                up.rate_per_s(),
+                up.accepted_per_s(),
+                feed.taken(),
+                c.first_sends + c.retried,
+                c.accepted,
+                c.already_there,
+                c.refused_total(),
+                c.rate_limited,
+                c.retried,
+                up.in_flight()
+            );
+        };
+        let sent = upload::send_stored_reconnecting(
+            &mut ws,
+            (&args.url, tls),
+            &mut up,
+            &have,
+            store,
+            &mut progress,
+        )
+        .await;
+        let c = up.counts().clone();
+        eprintln!(
+            "sync: uploaded {} ({} refused); {} already there; converged at {:.1}/s \
+             (accepted over the last 10 s with a backlog), pace {:.1}/s; {} first sends, \
+             {} retried after {} rate-limited answers; refused by prefix: {}; {:.1} s",
+            c.accepted,
+            c.refused_total(),
+            c.already_there,
+            up.converged_per_s(),
+            up.rate_per_s(),
+            c.first_sends,
+            c.retried,
+            c.rate_limited,
+            c.refusals(),
+            started.elapsed().as_secs_f64()
+        );
+        summary.up = c;
+        sent.context("uploading")?;
     }
     let _ = ws.close(None).await;
     Ok(())

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use super::*;
+use crate::budgets::{BudgetConfig, BudgetTree, Counted as BudgetCounted};
 use crate::keyed::KeyedBuckets;
 use crate::tiers::{ListedTier, Tiers, TiersConfig};
 use crate::trust::OutsiderRule;
@@ -20,6 +21,9 @@ struct Maps {
     author: KeyedBuckets<[u8; 32]>,
     kinds: HashMap<u8, KeyedBuckets<[u8; 32]>>,
     outsiders: TokenBucket,
+    /// A budget tree, when a test gives one (else the trait's default:
+    /// the outsiders' bucket above).
+    tree: Option<BudgetTree>,
     log: Vec<String>,
 }
 
@@ -48,6 +52,7 @@ impl Maps {
                 0,
             )
             .unwrap(),
+            tree: None,
             log: Vec::new(),
         }
     }
@@ -107,6 +112,28 @@ impl Buckets for Maps {
                 }
             }
             Bucket::Outsiders => self.outsiders.settle(now_ns, delta),
+        }
+    }
+
+    fn budget(&mut self, charge: Charge, cost: u32, now_ns: u64) -> Result<(), BudgetRefusal> {
+        let Some(tree) = self.tree.as_mut() else {
+            return match charge {
+                Charge::Outsider => {
+                    (self.take(Bucket::Outsiders, cost, now_ns)).map_err(|d| BudgetRefusal {
+                        retry_after: d,
+                        message: OUTSIDER_TEXT,
+                        outsiders: true,
+                    })
+                }
+                _ => Ok(()),
+            };
+        };
+        match tree.routing().node(charge) {
+            Some((node, counted)) => {
+                self.log.push(format!("budget {counted:?}"));
+                tree.admit(node, counted, cost, now_ns)
+            }
+            None => Ok(()),
         }
     }
 }
@@ -811,4 +838,72 @@ fn a_heavier_tier_is_polite_up_to_its_weight_times_the_polite_rate() {
         })
         .last();
     assert_eq!(last, Some(delay));
+}
+
+/// Budgets of one EVENT at once, no borrowing: `anon` for anonymous
+/// connections, `friends` for authors at distance 1.
+fn budget_tree() -> BudgetTree {
+    let budget = |name: &str, class: &str| BudgetConfig {
+        name: name.into(),
+        parent: None,
+        class: Some(class.into()),
+        rate_per_s: 0.01,
+        burst: Some(1.0),
+        ceil_per_s: None,
+        counts: vec![BudgetCounted::Events],
+    };
+    let budgets = [budget("anon", "anonymous"), budget("friends", "distance:1")];
+    BudgetTree::new(&budgets, &TiersConfig::default(), 50.0, 0).unwrap()
+}
+
+#[test]
+fn a_class_budget_refuses_naming_itself_and_gives_back_the_leaves() {
+    let who = Principal::anonymous(ip());
+    let address = Bucket::Address(Quota::Events, who.ip);
+    let mut w = World::new(config(Mode::Enforce));
+    w.maps.tree = Some(budget_tree());
+    assert_eq!(w.event(&who, 0), Verdict::Allow);
+    assert_eq!(w.maps.log, ["address Events", "budget Events"]);
+    // The address has a token left; the class's budget has none.
+    let r = refusal(w.event(&who, 0));
+    assert_eq!((r.layer, r.cause), (Layer::Budget, Cause::Rate));
+    assert_eq!(r.message, "too many events for the \"anon\" budget");
+    assert!(w.counted.has("refused write budget rate"));
+    // What the address gave is back: it still has that token.
+    assert!(w.maps.could_take(address, 1, 0));
+    // Shadow: counted, not applied, nothing given back.
+    let mut w = World::new(config(Mode::Shadow));
+    w.maps.tree = Some(budget_tree());
+    assert_eq!(w.event(&who, 0), Verdict::Allow);
+    assert_eq!(w.event(&who, 0), Verdict::Allow);
+    assert!(w.counted.has("decision write budget refuse false"));
+    assert!(!w.maps.could_take(address, 1, 0));
+}
+
+#[test]
+fn an_author_s_class_takes_its_event_after_the_signature_and_the_connection_s_does_not() {
+    let who = Principal::anonymous(ip());
+    let mut w = World::new(config(Mode::Enforce));
+    w.maps.tree = Some(budget_tree());
+    let friend = WriteStanding::Trusted {
+        distance: 1,
+        tier: None,
+    };
+    let mut pacer = ConnPacer::new(1);
+    let author = AuthorClass::of(&friend, 0);
+    let v = w.at(0, |c| c.event(&who, author, &mut pacer, Verdict::Allow));
+    assert_eq!(v, Verdict::Allow);
+    assert_eq!(w.maps.log, ["address Events"]);
+    w.at(0, |c| c.author(&PUBKEY, 1, &friend)).unwrap();
+    assert_eq!(w.maps.log[1..], ["author", "budget Events"]);
+    // The next one of that author: the distance's budget is spent; the
+    // author's bucket gets its token back.
+    let r = match w.at(0, |c| c.author(&PUBKEY, 1, &friend)) {
+        Err(AuthorRefusal::Limited(r)) => r,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(r.message, "too many events for the \"friends\" budget");
+    assert!(w.maps.could_take(Bucket::Author(&PUBKEY), 1, 0));
+    // The anonymous class was never charged: its one EVENT is still there.
+    assert_eq!(w.event(&who, SECOND), Verdict::Allow);
 }
