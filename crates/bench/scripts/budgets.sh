@@ -2,8 +2,9 @@
 # Budgets in a hierarchy (docs/throttling.md, "Budgets in a hierarchy"): anonymous writers capped
 # at 100 EVENTs/s together, 300 anonymous addresses flooding (each under its own per-address rate,
 # every event by a fresh key) beside authenticated (NIP-42) clients; one release relay per run on
-# a fresh store, without budgets and with them. Prints the anonymous total rate (target: at most
-# 110/s with the cap), the authenticated clients' success and OK p99, and the budgets' counters.
+# a fresh store: the authenticated clients alone, then beside the flood without budgets and with
+# them. Prints the anonymous total rate (target: at most 110/s with the cap), the authenticated
+# clients' success and OK p99, and the budgets' counters.
 #   crates/bench/scripts/budgets.sh OUT_DIR      (after cargo build --release -p sluice -p sluice-bench)
 # SOURCES, RATE (per source), SECS, AUTHED, AUTHED_RATE override the flood's shape.
 set -eu
@@ -20,8 +21,8 @@ burst = 100
 name = "authenticated"
 class = "authenticated"
 rate_per_s = 1000'
-run() { # TAG CONFIG
-  local tag=$1 cfg=$2
+run() { # TAG CONFIG [SOURCES]
+  local tag=$1 cfg=$2 sources=${3:-$SOURCES}
   local d; d=$(mktemp -d); local port=$((20000 + RANDOM % 10000))
   printf '%s\n' "$cfg" > "$d/c.toml"
   # SLUICE_BENCH would read as a [bench] section: not the relay's.
@@ -30,7 +31,7 @@ run() { # TAG CONFIG
   for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && break; sleep 0.1; done
   kill -0 $pid 2>/dev/null || { echo "the relay did not start"; exit 1; }
   "$B" sybil "ws://127.0.0.1:$port" --pid $pid --json "$OUT/$tag.json" \
-      --sources "$SOURCES" --rate-per-source "$RATE" --secs "$SECS" \
+      --sources "$sources" --rate-per-source "$RATE" --secs "$SECS" \
       --polite "$AUTHED" --polite-rate "$AUTHED_RATE" --polite-auth --polite-untrusted | tee "$OUT/$tag.txt"
   sleep 0.3 # one monitor tick: the budgets' counters on /metrics
   curl -s "http://127.0.0.1:$port/metrics" | grep -E '^sluice_throttle_budget_(admitted|refused|borrowed)_total' \
@@ -48,5 +49,7 @@ print(f"{sys.argv[2]}: anonymous {r['spam_accepted_per_sec']:.1f}/s taken "
       f"OK p50 {p['accepted_latency']['p50_ms']:.1f} ms, p99 {p['accepted_latency']['p99_ms']:.1f} ms")
 EOF
 }
+# The authenticated clients alone first: the p99 they keep beside the flood.
+run alone "$CAPPED" 0
 run nobudgets ""
 run capped "$CAPPED"
