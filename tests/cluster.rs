@@ -34,10 +34,14 @@ use serde_json::{Value, json};
 use sluice_proto::Event;
 use support::*;
 
-/// A Redis server of its own, on a free loopback port; killed on drop.
+/// A Redis server of its own, on a free loopback port, in an empty
+/// directory of its own (a `dump.rdb` where the test runs, left by any
+/// other Redis, would be loaded: another cluster's stream, groups and
+/// registry); killed on drop.
 struct Redis {
     child: Option<Child>,
     port: u16,
+    dir: tempfile::TempDir,
 }
 
 impl Redis {
@@ -62,7 +66,11 @@ impl Redis {
             .local_addr()
             .unwrap()
             .port();
-        let mut r = Redis { child: None, port };
+        let mut r = Redis {
+            child: None,
+            port,
+            dir: tempfile::tempdir().unwrap(),
+        };
         r.spawn();
         Some(r)
     }
@@ -71,6 +79,8 @@ impl Redis {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -430,6 +430,13 @@ const NOT_PER_CLIENT: &[&str] = &[
     "sluice_cluster_stream_lag_entries",
     "sluice_cluster_limits_keys",
     "sluice_cluster_outbound_queued",
+    // Cluster mode only: the Redis primary followed and when it changed
+    // (Sentinel), a lease's share and divisor (Redis' reach and the nodes
+    // alive, not who is connected).
+    "sluice_cluster_primary",
+    "sluice_cluster_primary_changed_timestamp_seconds",
+    "sluice_cluster_lease_share",
+    "sluice_cluster_lease_nodes",
     // The per-IP read budget's current rate: scaled by the read controller.
     "sluice_query_read_budget_units_per_second",
     // The web of trust's size and cap (the store's follow lists, not who is

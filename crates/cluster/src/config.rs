@@ -53,6 +53,17 @@ pub struct ClusterConfig {
     /// Longest wait for one Redis command (the blocking stream read waits
     /// this long for news).
     pub redis_timeout_ms: u64,
+    /// Find the Redis primary through these Sentinels (`host:port` each)
+    /// and follow its failovers. Empty: `redis_url` is the Redis server.
+    /// With Sentinels, `redis_url` gives only the primary's user, password
+    /// and database; its host and port are the ones Sentinel names.
+    pub sentinels: Vec<String>,
+    /// The name the Sentinels monitor the primary by (`sentinel monitor
+    /// NAME …`); required with `sentinels`.
+    pub sentinel_master: String,
+    /// Password of the Sentinels themselves (`requirepass` in their
+    /// config), if any; the primary's own is in `redis_url`.
+    pub sentinel_password: String,
 }
 
 impl Default for ClusterConfig {
@@ -74,6 +85,9 @@ impl Default for ClusterConfig {
             repair_every_secs: 3_600,
             repair_secret_key: String::new(),
             redis_timeout_ms: 1_000,
+            sentinels: Vec::new(),
+            sentinel_master: String::new(),
+            sentinel_password: String::new(),
         }
     }
 }
@@ -97,6 +111,7 @@ impl ClusterConfig {
                 self.redis_url
             ));
         }
+        self.validate_sentinels()?;
         let ok_id = |s: &str| {
             s.chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
@@ -147,4 +162,57 @@ impl ClusterConfig {
         }
         Ok(())
     }
+
+    fn validate_sentinels(&self) -> Result<(), String> {
+        if self.sentinels.is_empty() {
+            if !self.sentinel_master.is_empty() {
+                return Err(format!(
+                    "cluster.sentinel_master = {:?} without cluster.sentinels: list the \
+                     Sentinels (\"host:port\") or remove sentinel_master",
+                    self.sentinel_master
+                ));
+            }
+            if !self.sentinel_password.is_empty() {
+                return Err("cluster.sentinel_password without cluster.sentinels".into());
+            }
+            return Ok(());
+        }
+        if self.sentinel_master.is_empty() {
+            return Err(
+                "cluster.sentinels without cluster.sentinel_master: name the primary the \
+                 Sentinels monitor (sentinel monitor NAME ...)"
+                    .into(),
+            );
+        }
+        if self.sentinel_master.chars().any(|c| c.is_whitespace()) {
+            return Err(format!(
+                "cluster.sentinel_master = {:?}: no spaces",
+                self.sentinel_master
+            ));
+        }
+        if self.redis_url.starts_with("unix://") {
+            return Err(format!(
+                "cluster.redis_url = {:?} conflicts with cluster.sentinels: a unix socket \
+                 cannot follow a failover; with Sentinels, redis_url gives only the \
+                 password and database (redis://[:PASSWORD@]any[/DB])",
+                self.redis_url
+            ));
+        }
+        for s in &self.sentinels {
+            if split_host_port(s).is_none() {
+                return Err(format!(
+                    "cluster.sentinels: {s:?} is not host:port (e.g. \"10.0.0.5:26379\")"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `host:port` (an IPv6 host in brackets) split, or `None`.
+pub(crate) fn split_host_port(s: &str) -> Option<(&str, u16)> {
+    let (host, port) = s.rsplit_once(':')?;
+    let port = port.parse::<u16>().ok().filter(|p| *p != 0)?;
+    let ok = !host.is_empty() && !host.contains('/') && !host.contains('@');
+    ok.then_some((host, port))
 }

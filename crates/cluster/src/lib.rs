@@ -19,6 +19,14 @@
 //! - **Registry** (`registry.rs`): each node's advertised URL (for
 //!   repair) and heartbeat, the stream lag gauge.
 //!
+//! - **Sentinel** (`sentinel.rs`, with `cluster.sentinels`): the primary
+//!   is whatever the Sentinels name; the node asks them at start, on any
+//!   Redis error, and hears `+switch-master` from them. On a switch every
+//!   task drops its connection (the generation moves), the consumer joins
+//!   its group again on the new primary (replicated, or created), and a
+//!   repair runs: what the old primary acknowledged but had not replicated
+//!   is fetched from the peers that hold it.
+//!
 //! Redis away: the node serves on local limits, holds outbound events in
 //! the tap's bounded channel, says so on /metrics and /readyz, reconnects
 //! with backoff, and repairs from a peer when Redis is back.
@@ -26,9 +34,11 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod config;
+mod lease;
 mod limits;
 pub mod metrics_names;
 mod registry;
+mod sentinel;
 mod stream;
 
 use std::future::Future;
@@ -37,6 +47,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use sluice_engine::Engine;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -82,7 +93,14 @@ pub(crate) struct Shared {
     pub node_id: String,
     pub advertise_url: String,
     pub engine: Arc<Engine>,
-    pub client: redis::Client,
+    /// The Redis server the tasks connect to: fixed (`redis_url`), or the
+    /// primary the Sentinels last named.
+    primary: Mutex<Primary>,
+    /// Moves each time the primary changes: a connection made under an
+    /// older generation is dropped.
+    generation: AtomicU64,
+    /// Wakes the Sentinel task to ask the Sentinels again (a Redis error).
+    pub sentinel_wake: Notify,
     pub repair: RepairFn,
     /// The pubkeys this node shows every private event to (hex), in its
     /// heartbeat; `None` when nothing is private here.
@@ -95,8 +113,21 @@ pub(crate) struct Shared {
     /// Set when something calls for a repair (a gap, a new group, Redis
     /// back after an outage); the registry task runs it.
     pub repair_wanted: AtomicBool,
-    pub repair_wake: Notify,
+    /// Wakes the heartbeat at once (a repair wanted: the registry's view
+    /// made fresh for it).
+    pub beat_wake: Notify,
+    /// Each global limit's share enforced here while Redis is away.
+    pub lease: lease::Lease,
     pub stop: CancellationToken,
+}
+
+/// The Redis server currently followed.
+pub(crate) struct Primary {
+    /// `host:port` (empty before the Sentinels first answered).
+    pub addr: String,
+    pub client: Option<redis::Client>,
+    /// Unix ms of the last change (0: never changed since start).
+    pub changed_ms: u64,
 }
 
 impl Shared {
@@ -118,15 +149,102 @@ impl Shared {
         let opts = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(t))
             .set_response_timeout(Some(t + extra));
-        self.client
+        let client = self.primary.lock().client.clone();
+        let Some(client) = client else {
+            return Err(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "no Redis primary known yet (the Sentinels have not answered)",
+            )));
+        };
+        client
             .get_multiplexed_async_connection_with_config(&opts)
             .await
+    }
+
+    /// The primary's generation: compare with the one a connection was
+    /// made under ([`Shared::stale`]).
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Drops `conn` when the primary changed since `made` (its
+    /// generation), and brings `made` up to date.
+    pub(crate) fn drop_stale<C>(&self, conn: &mut Option<C>, made: &mut u64) {
+        let now = self.generation();
+        if *made != now {
+            *conn = None;
+            *made = now;
+        }
+    }
+
+    /// Follows the primary at `addr` (`host:port`, as the Sentinels name
+    /// it); true when it changed. A change after the first is a failover:
+    /// every task reconnects, and a repair fetches what the old primary
+    /// had acknowledged but not replicated.
+    pub(crate) fn set_primary(&self, addr: &str, why: &str) -> bool {
+        let url = sentinel::primary_url(&self.cfg.redis_url, addr);
+        let client = match redis::Client::open(url.as_str()) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(primary = addr, error = %e, "cluster: cannot use the primary the Sentinels name");
+                return false;
+            }
+        };
+        let now = now_ms();
+        let (old, first) = {
+            let mut p = self.primary.lock();
+            if p.addr == addr {
+                return false;
+            }
+            let old = std::mem::replace(&mut p.addr, addr.to_string());
+            p.client = Some(client);
+            p.changed_ms = now;
+            (old.clone(), old.is_empty())
+        };
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        metrics::gauge!(m::CLUSTER_PRIMARY, "addr" => addr.to_string()).set(1.0);
+        if !first {
+            metrics::gauge!(m::CLUSTER_PRIMARY, "addr" => old.clone()).set(0.0);
+            metrics::counter!(m::CLUSTER_PRIMARY_CHANGES_TOTAL).increment(1);
+        }
+        metrics::gauge!(m::CLUSTER_PRIMARY_CHANGED_TIMESTAMP_SECONDS).set(now as f64 / 1000.0);
+        self.engine.set_note(
+            "cluster-primary",
+            Some(format!(
+                "Redis primary {addr} (Sentinel master {:?}), since unix ms {now}{}",
+                self.cfg.sentinel_master,
+                if first {
+                    String::new()
+                } else {
+                    format!(", after a failover from {old}")
+                }
+            )),
+        );
+        if first {
+            tracing::info!(
+                primary = addr,
+                "cluster: the Sentinels name the Redis primary"
+            );
+        } else {
+            tracing::warn!(
+                from = %old,
+                to = addr,
+                why,
+                "cluster: Redis primary changed (failover); reconnecting and repairing from the peers"
+            );
+            self.want_repair();
+        }
+        true
     }
 
     /// Records the outcome of a task's Redis command: metrics, the
     /// /readyz note, and a repair once Redis is back after an outage.
     pub(crate) fn report(&self, task: Task, ok: bool, err: Option<&redis::RedisError>) {
         if let Some(e) = err {
+            if !self.cfg.sentinels.is_empty() {
+                // The primary may have moved: ask the Sentinels again.
+                self.sentinel_wake.notify_one();
+            }
             metrics::counter!(m::CLUSTER_REDIS_ERRORS_TOTAL, "task" => task.label()).increment(1);
             if self.up[task as usize].load(Ordering::Relaxed) {
                 tracing::warn!(task = task.label(), error = %e, "cluster: Redis command failed");
@@ -143,6 +261,7 @@ impl Shared {
                     "cluster: Redis reachable again; global limits back, repairing from a peer"
                 );
                 self.engine.set_note("cluster", None);
+                self.lease_end();
                 self.want_repair();
             }
         } else if self
@@ -151,22 +270,43 @@ impl Shared {
             .is_ok()
         {
             tracing::error!(
-                "cluster: Redis unreachable; serving with local limits only, replication held \
-                 (up to cluster.outbound_buffer events)"
+                "cluster: Redis unreachable; serving with local limits (each global limit's \
+                 leased share), replication held (up to cluster.outbound_buffer events)"
             );
+            self.lease_start();
+            let lease = if self.lease.active() {
+                format!(
+                    " (each global limit's share: {:.3})",
+                    self.engine.limiter().lease_share()
+                )
+            } else {
+                String::new()
+            };
             self.engine.set_note(
                 "cluster",
                 Some(format!(
-                    "Redis {} unreachable: local limits only, replication paused",
-                    redact(&self.cfg.redis_url)
+                    "Redis {} unreachable: local limits only{lease}, replication paused",
+                    self.redis_name()
                 )),
             );
         }
     }
 
+    /// What the logs and /readyz call the Redis server followed.
+    fn redis_name(&self) -> String {
+        if self.cfg.sentinels.is_empty() {
+            return redact(&self.cfg.redis_url);
+        }
+        let addr = self.primary.lock().addr.clone();
+        format!(
+            "primary {addr} (Sentinel master {:?})",
+            self.cfg.sentinel_master
+        )
+    }
+
     pub(crate) fn want_repair(&self) {
         self.repair_wanted.store(true, Ordering::Relaxed);
-        self.repair_wake.notify_one();
+        self.beat_wake.notify_one();
     }
 }
 
@@ -208,8 +348,17 @@ impl Cluster {
         repair: RepairFn,
         full_readers: Option<Vec<[u8; 32]>>,
     ) -> Result<Cluster, String> {
-        let client = redis::Client::open(cfg.redis_url.as_str())
-            .map_err(|e| format!("cluster.redis_url: {e}"))?;
+        let client = if cfg.sentinels.is_empty() {
+            Some(
+                redis::Client::open(cfg.redis_url.as_str())
+                    .map_err(|e| format!("cluster.redis_url: {e}"))?,
+            )
+        } else {
+            // The address comes from the Sentinels; check the rest now.
+            let probe = sentinel::primary_url(&cfg.redis_url, "127.0.0.1:6379");
+            redis::Client::open(probe.as_str()).map_err(|e| format!("cluster.redis_url: {e}"))?;
+            None
+        };
         let node_id = if cfg.node_id.is_empty() {
             host_name()
         } else {
@@ -230,7 +379,13 @@ impl Cluster {
             node_id,
             advertise_url,
             engine: engine.clone(),
-            client,
+            primary: Mutex::new(Primary {
+                addr: String::new(),
+                client,
+                changed_ms: 0,
+            }),
+            generation: AtomicU64::new(0),
+            sentinel_wake: Notify::new(),
             repair,
             full_readers: full_readers.map(|pks| {
                 pks.iter()
@@ -240,14 +395,19 @@ impl Cluster {
             up: std::array::from_fn(|_| AtomicBool::new(true)),
             down_since_ms: AtomicU64::new(0),
             repair_wanted: AtomicBool::new(false),
-            repair_wake: Notify::new(),
+            beat_wake: Notify::new(),
+            lease: lease::Lease::new(),
             stop: stop.clone(),
             cfg,
         });
         metrics::gauge!(m::CLUSTER_REDIS_UP).set(1.0);
+        metrics::gauge!(m::CLUSTER_LEASE_SHARE).set(1.0);
+        metrics::gauge!(m::CLUSTER_LEASE_NODES).set(1.0);
+        metrics::counter!(m::CLUSTER_LEASES_TOTAL).increment(0);
+        metrics::counter!(m::CLUSTER_LEASE_OPS_TOTAL).increment(0);
         tracing::info!(
             node = %shared.node_id,
-            redis = %redact(&shared.cfg.redis_url),
+            redis = %shared.redis_name(),
             advertise = %shared.advertise_url,
             "cluster mode"
         );
@@ -257,6 +417,9 @@ impl Cluster {
             engine.limiter().track_usage();
         }
         let tracker = TaskTracker::new();
+        if !shared.cfg.sentinels.is_empty() {
+            sentinel::spawn(&tracker, shared.clone());
+        }
         tracker.spawn(stream::publish(shared.clone(), rx));
         tracker.spawn(stream::consume(shared.clone()));
         if shared.cfg.global_limits {

@@ -9,9 +9,10 @@
 //! across them all; the error is what the nodes admit in one tick before
 //! they hear of each other, plus one burst per node.
 //!
-//! Redis away: the use of that tick is not shared (each node then admits
-//! at its local rate), the counters' memory here starts over, and the
-//! /readyz note says so (see `Shared::report`).
+//! Redis away: the use of that tick is not shared, the counters' memory
+//! here starts over, the /readyz note says so (see `Shared::report`), and
+//! each node enforces its leased share of every limit (`lease.rs`) until
+//! Redis answers again.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -56,6 +57,8 @@ pub(crate) async fn reconcile(sh: Arc<Shared>) {
     let script = redis::Script::new(SCRIPT);
     let mut conn: Option<MultiplexedConnection> = None;
     let mut seen: HashMap<(UsageMap, UsageKey), Seen> = HashMap::new();
+    // The counters live on whatever primary is current.
+    let mut made = sh.generation();
     let mut every = tokio::time::interval(Duration::from_millis(sh.cfg.limits_tick_ms));
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -65,6 +68,10 @@ pub(crate) async fn reconcile(sh: Arc<Shared>) {
             _ = every.tick() => {}
         }
         let usage = sh.engine.limiter().drain_usage();
+        if sh.lease.active() {
+            let ops: u64 = usage.iter().map(|u| u.used).sum();
+            metrics::counter!(m::CLUSTER_LEASE_OPS_TOTAL).increment(ops);
+        }
         let now = Instant::now();
         // This tick's own use, plus the keys followed without use.
         let mut own: HashMap<(UsageMap, UsageKey), u64> =
@@ -78,6 +85,11 @@ pub(crate) async fn reconcile(sh: Arc<Shared>) {
         if own.is_empty() {
             continue;
         }
+        if made != sh.generation() {
+            // A new primary: its counters are not the ones seen here.
+            seen.clear();
+        }
+        sh.drop_stale(&mut conn, &mut made);
         if conn.is_none() {
             match sh.connect(Duration::ZERO).await {
                 Ok(c) => conn = Some(c),

@@ -10,7 +10,15 @@
 //! A repair's peer list is the registry as it stands; after Redis comes
 //! back empty the peers register again one heartbeat at a time, so for
 //! [`SETTLE`] after a repair, a peer that appears in the registry and was
-//! not repaired from is repaired from too.
+//! not repaired from is repaired from too. At any time, a peer whose
+//! heartbeat is fresh and was not at the last heartbeat (a node that
+//! joined, or one back after its heartbeat aged out: paused, cut off) is
+//! repaired from at once: it may hold events the stream never carried.
+//!
+//! The heartbeat and the repairs are two tasks: a repair waiting on a
+//! peer that does not answer (paused, cut off; bounded by the connection's
+//! timeouts) never holds back this node's heartbeat, by which the others
+//! count it alive (and divide a lease).
 //!
 //! A heartbeat also names who reads every private event on its node (its
 //! full readers, when it has private kinds). A peer that does not list this
@@ -21,10 +29,12 @@
 //! failure (the peer unreachable, no challenge, AUTH refused) is tried
 //! again at the next heartbeat.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use redis::Value;
 use redis::aio::MultiplexedConnection;
 
@@ -51,13 +61,35 @@ struct Settling {
     done: std::collections::HashSet<String>,
 }
 
+/// The registry: the heartbeat task and the repair loop it feeds. They
+/// are apart so that a repair waiting on a peer (paused, cut off: up to a
+/// connection's timeouts) never delays this node's heartbeat, which is
+/// what the others count it alive by.
 pub(crate) async fn run(sh: Arc<Shared>) {
+    let (tx, rx) = tokio::sync::watch::channel(None);
+    let appeared = Arc::new(Mutex::new(HashSet::new()));
+    let repairs = tokio::spawn(repairs(sh.clone(), rx, appeared.clone()));
+    heartbeats(&sh, tx, &appeared).await;
+    let _ = repairs.await;
+}
+
+/// What the last heartbeat saw: the peers with a fresh heartbeat (`None`:
+/// it did not reach Redis).
+type Beat = Option<Vec<Peer>>;
+
+/// Every [`HEARTBEAT`]: this node's heartbeat and the registry's view, to
+/// the repair loop, with the peers that appeared (fresh, and not at the
+/// heartbeat before) added to `appeared` until the loop takes them.
+/// Leaving cleanly, drops out of the registry.
+async fn heartbeats(
+    sh: &Shared,
+    tx: tokio::sync::watch::Sender<Beat>,
+    appeared: &Mutex<HashSet<String>>,
+) {
     let mut conn: Option<MultiplexedConnection> = None;
-    // Since when a repair has waited for a peer.
-    let mut waiting: Option<Instant> = None;
-    let mut last_repair = Instant::now();
-    let mut settling: Option<Settling> = None;
-    let every_repair = Duration::from_secs(sh.cfg.repair_every_secs);
+    // The peers fresh at the last heartbeat that reached Redis.
+    let mut fresh: Option<HashSet<String>> = None;
+    let mut made = sh.generation();
     let mut every = tokio::time::interval(HEARTBEAT);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -65,18 +97,69 @@ pub(crate) async fn run(sh: Arc<Shared>) {
             biased;
             _ = sh.stop.cancelled() => break,
             _ = every.tick() => {}
-            _ = sh.repair_wake.notified() => {}
+            _ = sh.beat_wake.notified() => {}
         }
-        let peers = match beat(&sh, &mut conn).await {
+        sh.drop_stale(&mut conn, &mut made);
+        match beat(sh, &mut conn).await {
             Ok(peers) => {
                 sh.report(Task::Registry, true, None);
-                peers
+                // Peers fresh now and not at the last heartbeat: a node
+                // that joined, or one back after its heartbeat aged out
+                // (paused, cut off, restarted). Not at the first heartbeat.
+                let now_fresh: HashSet<String> = peers.iter().map(|p| p.url.clone()).collect();
+                if let Some(before) = &fresh {
+                    appeared
+                        .lock()
+                        .extend(now_fresh.difference(before).cloned());
+                }
+                fresh = Some(now_fresh);
+                tx.send_replace(Some(peers));
             }
             Err(e) => {
                 sh.report(Task::Registry, false, Some(&e));
                 conn = None;
-                continue;
+                tx.send_replace(None);
             }
+        }
+    }
+    // Leaving cleanly: drop out of the registry (best effort).
+    if let Some(c) = conn.as_mut() {
+        let _: redis::RedisResult<()> = redis::cmd("HDEL")
+            .arg(sh.key("nodes"))
+            .arg(&sh.node_id)
+            .query_async(c)
+            .await;
+    }
+}
+
+/// Runs the repairs the node wants, after each heartbeat (one is asked
+/// for: the heartbeat runs at once).
+async fn repairs(
+    sh: Arc<Shared>,
+    mut rx: tokio::sync::watch::Receiver<Beat>,
+    appeared: Arc<Mutex<HashSet<String>>>,
+) {
+    // Since when a repair has waited for a peer.
+    let mut waiting: Option<Instant> = None;
+    let mut last_repair = Instant::now();
+    let mut settling: Option<Settling> = None;
+    let every_repair = Duration::from_secs(sh.cfg.repair_every_secs);
+    loop {
+        tokio::select! {
+            biased;
+            _ = sh.stop.cancelled() => return,
+            changed = rx.changed() => if changed.is_err() { return },
+        }
+        let Some(peers) = rx.borrow_and_update().clone() else {
+            continue;
+        };
+        let appeared = std::mem::take(&mut *appeared.lock());
+        // A peer that appeared may hold events that never reached the
+        // stream (its clients' while it was cut off): repaired from at once.
+        let appeared = if sh.cfg.repair_peers.is_empty() {
+            appeared
+        } else {
+            HashSet::new()
         };
         if !every_repair.is_zero() && last_repair.elapsed() >= every_repair {
             sh.repair_wanted.store(true, Ordering::Relaxed);
@@ -91,38 +174,49 @@ pub(crate) async fn run(sh: Arc<Shared>) {
             }
             waiting = None;
             last_repair = Instant::now();
-            let done = repair(&sh, peers).await;
+            let done = tokio::select! {
+                _ = sh.stop.cancelled() => return,
+                done = repair(&sh, peers) => done,
+            };
             settling = Some(Settling {
                 since: last_repair,
                 done,
             });
-        } else if let Some(s) = settling.as_mut() {
-            if s.since.elapsed() > SETTLE || !sh.cfg.repair_peers.is_empty() {
+        } else {
+            if settling
+                .as_ref()
+                .is_some_and(|s| s.since.elapsed() > SETTLE || !sh.cfg.repair_peers.is_empty())
+            {
                 settling = None;
-            } else {
-                let late: Vec<Peer> = peers
-                    .into_iter()
-                    .filter(|p| !s.done.contains(&p.url))
-                    .collect();
-                if !late.is_empty() {
-                    let urls: Vec<&str> = late.iter().map(|p| p.url.as_str()).collect();
-                    tracing::info!(peers = ?urls, "cluster: peers registered after the repair; repairing from them too");
-                    s.done.extend(repair(&sh, late).await);
+            }
+            let late: Vec<Peer> = peers
+                .into_iter()
+                .filter(|p| {
+                    appeared.contains(&p.url)
+                        || settling.as_ref().is_some_and(|s| !s.done.contains(&p.url))
+                })
+                .collect();
+            if !late.is_empty() {
+                let urls: Vec<&str> = late.iter().map(|p| p.url.as_str()).collect();
+                tracing::info!(
+                    peers = ?urls,
+                    "cluster: peers registered (new, back after their heartbeat aged out, or \
+                     after the repair); repairing from them"
+                );
+                let done = tokio::select! {
+                    _ = sh.stop.cancelled() => return,
+                    done = repair(&sh, late) => done,
+                };
+                if let Some(s) = settling.as_mut() {
+                    s.done.extend(done);
                 }
             }
         }
     }
-    // Leaving cleanly: drop out of the registry (best effort).
-    if let Some(c) = conn.as_mut() {
-        let _: redis::RedisResult<()> = redis::cmd("HDEL")
-            .arg(sh.key("nodes"))
-            .arg(&sh.node_id)
-            .query_async(c)
-            .await;
-    }
 }
 
 /// Another node, as its last heartbeat describes it.
+#[derive(Clone)]
 struct Peer {
     url: String,
     /// Who reads every private event there (hex pubkeys); `None`: nothing
@@ -174,11 +268,20 @@ async fn beat(
     {
         metrics::gauge!(m::CLUSTER_STREAM_LAG_ENTRIES).set(lag);
     }
-    let peers = all
+    let others: Vec<serde_json::Value> = all
         .into_iter()
         .filter(|(id, _)| *id != sh.node_id)
-        .filter_map(|(_, v)| {
-            let v: serde_json::Value = serde_json::from_str(&v).ok()?;
+        .filter_map(|(_, v)| serde_json::from_str(&v).ok())
+        .collect();
+    // What a lease divides each global limit by, should Redis go away.
+    sh.lease_count(crate::lease::alive(
+        others.iter().filter_map(|v| v["ms"].as_u64()),
+        now,
+        PEER_FRESH_MS,
+    ));
+    let peers = others
+        .into_iter()
+        .filter_map(|v| {
             let fresh = now.saturating_sub(v["ms"].as_u64()?) < PEER_FRESH_MS;
             let url = fresh.then(|| v["url"].as_str().map(String::from))??;
             let full_readers = v["full_readers"].as_array().map(|a| {

@@ -43,6 +43,7 @@ pub(crate) async fn publish(sh: Arc<Shared>, mut rx: Receiver<Arc<Event>>) {
     let mut conn: Option<MultiplexedConnection> = None;
     let mut batch: Vec<Arc<Event>> = Vec::new();
     let mut backoff = BACKOFF_MIN;
+    let mut made = sh.generation();
     loop {
         if batch.is_empty() {
             tokio::select! {
@@ -61,6 +62,7 @@ pub(crate) async fn publish(sh: Arc<Shared>, mut rx: Receiver<Arc<Event>>) {
             }
         }
         metrics::gauge!(m::CLUSTER_OUTBOUND_QUEUED).set((rx.len() + batch.len()) as f64);
+        sh.drop_stale(&mut conn, &mut made);
         match send(&sh, &mut conn, &batch, &mut seq).await {
             Ok(()) => {
                 batch.clear();
@@ -81,6 +83,7 @@ pub(crate) async fn publish(sh: Arc<Shared>, mut rx: Receiver<Arc<Event>>) {
     while let Ok(ev) = rx.try_recv() {
         batch.push(ev);
     }
+    sh.drop_stale(&mut conn, &mut made);
     for chunk in batch.chunks(PUBLISH_BATCH) {
         if send(&sh, &mut conn, chunk, &mut seq).await.is_err() {
             tracing::warn!(
@@ -204,6 +207,8 @@ pub(crate) async fn consume(sh: Arc<Shared>) {
     let mut backoff = BACKOFF_MIN;
     let mut seen = Seen::default();
     while !sh.stop.is_cancelled() {
+        // The primary this connection goes to (a failover moves it).
+        let made = sh.generation();
         let mut conn = match sh.connect(block).await {
             Ok(c) => c,
             Err(e) => {
@@ -223,6 +228,11 @@ pub(crate) async fn consume(sh: Arc<Shared>) {
         // killed, or lost Redis, before its commit), then new entries.
         let mut cursor = "0";
         loop {
+            if sh.generation() != made {
+                // Failover: join the group again on the new primary (its
+                // replicated position, or a new group and a repair).
+                break;
+            }
             let read = tokio::select! {
                 biased;
                 _ = sh.stop.cancelled() => return,

@@ -83,6 +83,9 @@ pub struct Limiter {
     /// The EVENTs that asked for the outsiders' budget since the monitor
     /// last looked.
     outsider_asks: AtomicU64,
+    /// The fraction of each shared map's rate this node enforces alone
+    /// (f64 bits; 1 but while a cluster leases: `usage.rs`).
+    lease_share: AtomicU64,
 }
 
 /// The tiers and, for each tier above anonymous (`tier.index - 1`), its
@@ -291,6 +294,7 @@ impl Limiter {
             budgets: ArcSwap::from_pointee(tree),
             outsider_rate: AtomicU64::new(OUTSIDER_RATE.to_bits()),
             outsider_asks: AtomicU64::new(0),
+            lease_share: AtomicU64::new(1.0f64.to_bits()),
         };
         t.export_mode();
         Arc::new(t)
@@ -541,23 +545,38 @@ impl Limiter {
     pub(crate) fn publish(&self, state: &GovernorState) {
         self.verdicts[0].store(state.write.verdict.to_bits(), Ordering::Relaxed);
         self.verdicts[1].store(state.read.verdict.to_bits(), Ordering::Relaxed);
+        // Held while the rates are set: a lease's share and a tick's rates
+        // are applied one after the other, never interleaved.
+        let mut last = self.state.lock();
+        self.set_rates(state.write.pid.output, state.read.pid.output);
+        *last = Some(*state);
+        drop(last);
+        self.export_budgets();
+    }
+
+    /// Sets every map's rate after the controllers' outputs; the maps a
+    /// cluster shares at the leased share of it (`usage.rs`). Called with
+    /// the state's lock held.
+    fn set_rates(&self, write_output: f64, read_output: f64) {
         let cfg = self.config.load();
-        let rates = Rates::after(&cfg.clients, state.write.pid.output, state.read.pid.output);
-        self.events_ip.lock().set_rate(rates.events_per_ip);
-        self.events_pubkey.lock().set_rate(rates.events_per_pubkey);
-        self.reqs_ip.lock().set_rate(rates.reqs_per_ip);
+        let rates = Rates::after(&cfg.clients, write_output, read_output);
+        let share = f64::from_bits(self.lease_share.load(Ordering::Relaxed));
+        self.events_ip.lock().set_rate(rates.events_per_ip * share);
+        self.events_pubkey
+            .lock()
+            .set_rate(rates.events_per_pubkey * share);
+        self.reqs_ip.lock().set_rate(rates.reqs_per_ip * share);
         self.read_cost_ip.lock().set_rate(rates.read_cost_per_ip);
         for b in self.tiers.load().buckets.iter() {
             for quota in QUOTAS {
+                let shared = if quota == Quota::ReadCost { 1.0 } else { share };
                 b.map(quota)
                     .lock()
-                    .set_rate(rates.tier(quota, b.multiplier));
+                    .set_rate(rates.tier(quota, b.multiplier) * shared);
             }
         }
         self.read_cost_conn_rate
             .store(rates.read_cost_per_connection.to_bits(), Ordering::Relaxed);
-        self.export_budgets();
-        *self.state.lock() = Some(*state);
     }
 
     /// The last governor state, if a tick has run.

@@ -575,3 +575,60 @@ fn the_outsiders_default_rate_is_trusts() {
         sluice_throttle::TrustConfig::default().outsider_events_per_s
     );
 }
+
+#[test]
+fn a_lease_runs_the_shared_maps_at_their_share_through_the_controller_ticks() {
+    let mut cfg = ThrottleConfig::default();
+    cfg.clients.events_per_ip.rate_per_s = 30.0;
+    cfg.clients.reqs_per_ip.rate_per_s = 60.0;
+    cfg.clients.events_per_pubkey.rate_per_s = 90.0;
+    cfg.clients.read_cost_per_ip.rate_per_s = 1200.0;
+    cfg.clients.min_rate_fraction = 0.1;
+    let t = Limiter::new(cfg.clone());
+    let rates = |t: &Limiter| {
+        [
+            t.events_ip.lock().rate_per_s(),
+            t.reqs_ip.lock().rate_per_s(),
+            t.events_pubkey.lock().rate_per_s(),
+            t.read_cost_ip.lock().rate_per_s(),
+        ]
+    };
+    let close = |a: [f64; 4], b: [f64; 4]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-9);
+    // At once, before any tick: a third of each shared map; the read
+    // budget (not shared) untouched.
+    t.set_lease_share(1.0 / 3.0);
+    assert_eq!(t.lease_share(), 1.0 / 3.0);
+    assert!(
+        close(rates(&t), [10.0, 20.0, 30.0, 1200.0]),
+        "{:?}",
+        rates(&t)
+    );
+    // A controller tick keeps the share over its own scaling.
+    let mut state = *Governor::new(cfg.clone()).unwrap().state();
+    state.write.pid.output = 0.5;
+    t.publish(&state);
+    let half = |r: f64| sluice_throttle::scaled_rate(r, 0.5, 0.1);
+    assert!(
+        close(
+            rates(&t),
+            [half(30.0) / 3.0, 20.0, half(90.0) / 3.0, 1200.0]
+        ),
+        "{:?}",
+        rates(&t)
+    );
+    // The tier maps too (events and requests, not read cost).
+    for b in t.tiers.load().buckets.iter() {
+        let want = sluice_throttle::admission::Rates::after(&cfg.clients, 0.5, 0.0);
+        let got = b.map(Quota::Events).lock().rate_per_s();
+        assert!((got - want.tier(Quota::Events, b.multiplier) / 3.0).abs() < 1e-9);
+        let got = b.map(Quota::ReadCost).lock().rate_per_s();
+        assert!((got - want.tier(Quota::ReadCost, b.multiplier)).abs() < 1e-9);
+    }
+    // Back to the full rates, at once; nonsense shares are clamped.
+    t.set_lease_share(1.0);
+    assert!(close(rates(&t), [half(30.0), 60.0, half(90.0), 1200.0]));
+    t.set_lease_share(f64::NAN);
+    assert_eq!(t.lease_share(), 1.0);
+    t.set_lease_share(0.0);
+    assert_eq!(t.lease_share(), 0.001);
+}

@@ -3,6 +3,11 @@
 //! use charged to the same keys ([`Limiter::charge_remote`]). Off until
 //! [`Limiter::track_usage`]; then the hot path adds one counter update
 //! under the bucket's lock it already holds.
+//!
+//! While the cluster cannot share use (its Redis unreachable), it leases:
+//! [`Limiter::set_lease_share`] runs every shared map at a fraction of its
+//! rate (its pools, held as time, hold that fraction of the operations),
+//! so the nodes together stay near the one global rate.
 
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
@@ -146,5 +151,28 @@ impl Limiter {
             known += usize::from(hit);
         }
         known
+    }
+
+    /// Runs the maps a cluster shares (events and requests per address and
+    /// per tier pubkey, events per author) at `share` of their rate, at
+    /// once and at every governor tick after, until set back to 1. `share`
+    /// is clamped to `0.001..=1` (NaN: 1).
+    pub fn set_lease_share(&self, share: f64) {
+        let share = if share.is_nan() {
+            1.0
+        } else {
+            share.clamp(0.001, 1.0)
+        };
+        let last = self.state.lock();
+        self.lease_share.store(share.to_bits(), Ordering::Relaxed);
+        let (w, r) = last
+            .map(|s| (s.write.pid.output, s.read.pid.output))
+            .unwrap_or((0.0, 0.0));
+        self.set_rates(w, r);
+    }
+
+    /// The share [`Limiter::set_lease_share`] set (1: not leasing).
+    pub fn lease_share(&self) -> f64 {
+        f64::from_bits(self.lease_share.load(Ordering::Relaxed))
     }
 }
