@@ -907,3 +907,85 @@ fn an_author_s_class_takes_its_event_after_the_signature_and_the_connection_s_do
     // The anonymous class was never charged: its one EVENT is still there.
     assert_eq!(w.event(&who, SECOND), Verdict::Allow);
 }
+
+/// Buckets that keep only the trait's own `budget`: the outsiders' bucket
+/// answers `outsiders`, every take is logged.
+struct NoTree {
+    outsiders: Result<(), Duration>,
+    log: Vec<(String, u32, u64)>,
+}
+
+impl Buckets for NoTree {
+    fn take(&mut self, bucket: Bucket<'_>, cost: u32, now_ns: u64) -> Result<(), Duration> {
+        let outsiders = matches!(bucket, Bucket::Outsiders);
+        let name = if outsiders { "outsiders" } else { "other" };
+        self.log.push((name.into(), cost, now_ns));
+        if outsiders { self.outsiders } else { Ok(()) }
+    }
+
+    fn settle(&mut self, _: Bucket<'_>, _: i64, _: u64) {}
+}
+
+#[test]
+fn without_a_tree_only_the_outsiders_charge_takes_from_the_outsiders_bucket() {
+    let wait = Duration::from_millis(1500);
+    let mut b = NoTree {
+        outsiders: Err(wait),
+        log: Vec::new(),
+    };
+    let others = [
+        Charge::Signed(1),
+        Charge::Connection {
+            counted: BudgetCounted::Events,
+            tier: 0,
+            author: AuthorClass::Outsider,
+        },
+    ];
+    for charge in others {
+        assert_eq!(b.budget(charge, 3, 5), Ok(()), "{charge:?}");
+    }
+    assert!(b.log.is_empty(), "{:?}", b.log);
+    let refusal = BudgetRefusal {
+        retry_after: wait,
+        message: OUTSIDER_TEXT,
+        outsiders: true,
+    };
+    assert_eq!(b.budget(Charge::Outsider, 3, 5), Err(refusal));
+    b.outsiders = Ok(());
+    assert_eq!(b.budget(Charge::Outsider, 2, 7), Ok(()));
+    assert_eq!(
+        b.log,
+        [("outsiders".into(), 3, 5), ("outsiders".into(), 2, 7)]
+    );
+}
+
+#[test]
+fn a_class_budget_s_refusal_gives_back_the_pubkey_s_token_too() {
+    let tiers = tiers();
+    let who = tiers.principal(ip(), &[PUBKEY]);
+    let budgets = [BudgetConfig {
+        name: "authed".into(),
+        parent: None,
+        class: Some("authenticated".into()),
+        rate_per_s: 0.01,
+        burst: Some(1.0),
+        ceil_per_s: None,
+        counts: vec![BudgetCounted::Events],
+    }];
+    let mut w = World::new(config(Mode::Enforce));
+    w.maps.tree = Some(BudgetTree::new(&budgets, &TiersConfig::default(), 50.0, 0).unwrap());
+    assert_eq!(w.event(&who, 0), Verdict::Allow);
+    let r = refusal(w.event(&who, 0));
+    assert_eq!(r.message, "too many events for the \"authed\" budget");
+    assert_eq!(
+        w.maps.log,
+        ["address Events", "tier 1 Events", "budget Events"].repeat(2)
+    );
+    // Each bucket has the second of its two tokens back, and no more.
+    let pubkey = Bucket::Pubkey(Quota::Events, 1, &PUBKEY);
+    let address = Bucket::Address(Quota::Events, who.ip);
+    for bucket in [pubkey, address] {
+        assert!(w.maps.could_take(bucket, 1, 0));
+        assert!(!w.maps.could_take(bucket, 2, 0));
+    }
+}

@@ -424,3 +424,71 @@ fn a_bad_setting_is_named() {
     );
     assert_eq!(p.rate_per_s(0), MIN_RATE_PER_S);
 }
+
+#[test]
+fn a_full_window_s_rate_is_over_its_full_slots_and_now_s_part() {
+    // Ten slots of 100 ms, running for longer than its span: the rate is
+    // over the nine full slots before now's and now's part so far.
+    let mut w = Window::new(100 * MS, 10);
+    w.add(9 * S + 500 * MS, 90);
+    assert_eq!(w.rate_per_s(10 * S, 0), 100.0, "90 over 0.9 s");
+    w.add(10 * S + 50 * MS, 5);
+    assert_eq!(w.rate_per_s(10 * S + 50 * MS, 0), 100.0, "95 over 0.95 s");
+}
+
+#[test]
+fn a_cut_takes_at_least_2_percent_off_whatever_the_peer_admitted() {
+    let cfg = PaceConfig {
+        start_rate_per_s: 100.0,
+        max_rate_per_s: 1000.0,
+        decrease: 0.5,
+    };
+    let mut p = SendPace::new(cfg, 0);
+    // The peer admitted 200/s over the first second (more than the pace:
+    // a backlog of earlier sends answered).
+    for i in 0..200 {
+        p.admitted(i * 5 * MS);
+    }
+    assert_eq!(p.admitted_per_s(S), 200.0);
+    assert!(p.rate_limited(S, S - MS));
+    // min(0.95 × 200, 0.98 × 100) = 98, above the floor of 50.
+    assert_eq!(p.rate_per_s(S), 100.0 * LEAST_CUT);
+    assert_eq!(p.cuts(), 1);
+}
+
+#[test]
+fn after_a_cut_to_the_least_rate_a_paced_interval_adds_its_least_step() {
+    let cfg = PaceConfig {
+        start_rate_per_s: MIN_RATE_PER_S,
+        max_rate_per_s: 10.0,
+        decrease: 0.5,
+    };
+    let mut p = SendPace::new(cfg, 0);
+    // Nothing admitted: the cut lands on the least rate, whose step is
+    // 2% of it.
+    assert!(p.rate_limited(0, 0));
+    assert_eq!(p.rate_per_s(0), MIN_RATE_PER_S);
+    // The interval of the cut raises nothing; the next, with a send (all
+    // that 0.1/s allows), adds the step.
+    assert_eq!(p.rate_per_s(INTERVAL_NS), MIN_RATE_PER_S);
+    p.sent(INTERVAL_NS + 100 * MS);
+    assert_eq!(
+        p.rate_per_s(2 * INTERVAL_NS),
+        MIN_RATE_PER_S + MIN_RATE_PER_S * ADD_FRACTION
+    );
+}
+
+#[test]
+fn an_event_sent_at_the_instant_of_the_cut_is_after_it_and_cuts_again() {
+    let mut p = SendPace::new(PaceConfig::default(), 0);
+    let cut = S;
+    assert!(p.rate_limited(cut, cut - MS));
+    assert_eq!(p.cuts(), 1);
+    // Sent a nanosecond before the cut: answered already.
+    assert!(!p.rate_limited(cut + 10 * MS, cut - 1));
+    assert_eq!(p.cuts(), 1);
+    // Sent at the cut's instant: a new signal.
+    assert!(p.rate_limited(cut + 20 * MS, cut));
+    assert_eq!(p.cuts(), 2);
+    assert_eq!(p.rate_per_s(cut + 20 * MS), 2.5, "10 halved twice");
+}

@@ -544,3 +544,183 @@ fn the_outsiders_budget_from_trust_must_fit_under_a_written_root() {
     check_outsiders(&[root, anon.clone(), own], 1e6).unwrap();
     check_outsiders(&[anon], 1e6).unwrap();
 }
+
+#[test]
+fn an_author_s_class_is_the_distance_or_an_unmined_limited_outsider() {
+    let trusted = WriteStanding::Trusted {
+        distance: 2,
+        tier: None,
+    };
+    assert_eq!(AuthorClass::of(&trusted, 0), AuthorClass::Distance(2));
+    let rule = |writes| {
+        WriteStanding::Outsider(crate::trust::OutsiderRule {
+            writes,
+            floor: 0,
+            current: 8,
+            adaptive: true,
+        })
+    };
+    // Limited: the outsiders' budget, unless it carries the work asked.
+    let limited = rule(OutsiderWrites::Limited);
+    assert_eq!(AuthorClass::of(&limited, 7), AuthorClass::Outsider);
+    assert_eq!(AuthorClass::of(&limited, 8), AuthorClass::None);
+    // Any other rule: the connection's class decides, mined or not.
+    for writes in [
+        OutsiderWrites::Allow,
+        OutsiderWrites::Pow,
+        OutsiderWrites::Deny,
+    ] {
+        for difficulty in [0, 8] {
+            let of = AuthorClass::of(&rule(writes), difficulty);
+            assert_eq!(of, AuthorClass::None, "{writes:?} {difficulty}");
+        }
+    }
+}
+
+#[test]
+fn an_entry_without_counts_counts_events() {
+    let b: BudgetConfig =
+        serde_json::from_str(r#"{"name": "anon", "class": "anonymous", "rate_per_s": 5}"#).unwrap();
+    assert_eq!(b.counts, [Counted::Events]);
+    assert_eq!((b.burst(), b.ceil()), (5.0, 5.0));
+}
+
+#[test]
+fn a_tier_s_budget_may_count_requests_too_and_names_take_digits_and_underscores() {
+    let mut b = budget("anon_1", None, Some("anonymous"), (1.0, 1.0, 1.0));
+    b.counts = vec![Counted::Events, Counted::Requests];
+    validate(&[b], &TiersConfig::default()).unwrap();
+    // 64 budgets are allowed (65 are not: above).
+    let anon = |i: usize| budget(&format!("b{i}"), None, None, (1.0, 1.0, 1.0));
+    let most: Vec<BudgetConfig> = (0..MAX_BUDGETS).map(anon).collect();
+    validate(&most, &TiersConfig::default()).unwrap();
+}
+
+#[test]
+fn children_s_rates_sum_up_to_their_parent_s_and_the_error_names_the_last_child_s_value() {
+    let g = |rate, burst| budget("g", None, None, (rate, burst, rate));
+    let a = budget("a", Some("g"), Some("anonymous"), (40.0, 7.0, 40.0));
+    let b = |rate, burst| budget("b", Some("g"), Some("authenticated"), (rate, burst, rate));
+    let tiers = TiersConfig::default();
+    // Exactly the parent's rate and burst: 40 + 60 = 100, 7 + 13 = 20.
+    validate(&[g(100.0, 20.0), a.clone(), b(60.0, 13.0)], &tiers).unwrap();
+    // Half an operation a second above.
+    let e = error(&[g(100.0, 200.0), a.clone(), b(60.5, 8.0)]);
+    assert_eq!(
+        (e.key.as_str(), e.value),
+        ("throttle.budgets[2].rate_per_s", 60.5)
+    );
+    assert_eq!(
+        e.to_string(),
+        "throttle.budgets[2].rate_per_s = 60.5 is invalid: must be within its parent's: the \
+         children of \"g\" guarantee 100.5/s (throttle.budgets[1].rate_per_s + \
+         throttle.budgets[2].rate_per_s) > its 100/s (throttle.budgets[0].rate_per_s)"
+    );
+    // Half an operation of burst above.
+    let e = error(&[g(100.0, 20.0), a.clone(), b(60.0, 13.5)]);
+    assert_eq!(
+        (e.key.as_str(), e.value),
+        ("throttle.budgets[2].burst", 13.5)
+    );
+    assert_eq!(
+        e.to_string(),
+        "throttle.budgets[2].burst = 13.5 is invalid: must be within its parent's: the \
+         children of \"g\" guarantee 20.5 (throttle.budgets[1].burst + \
+         throttle.budgets[2].burst) > its 20 (throttle.budgets[0].burst)"
+    );
+    // The tolerance for rounding is a billionth of the parent's, and
+    // reaching it is still within.
+    let g = budget("g", None, None, (100.0, 200.0, 200.0));
+    let at = 100.0 * (1.0 + 1e-9);
+    let one = budget("a", Some("g"), Some("anonymous"), (at, 1.0, at));
+    validate(&[g.clone(), one], &tiers).unwrap();
+    let above = 100.0 * (1.0 + 2e-9);
+    let one = budget("a", Some("g"), Some("anonymous"), (above, 1.0, above));
+    assert_eq!(error(&[g, one]).key, "throttle.budgets[1].rate_per_s");
+}
+
+#[test]
+fn a_tier_index_beyond_the_last_listed_and_a_distance_beyond_4_enter_nowhere() {
+    let budgets = [
+        budget("relay", None, None, (100.0, 100.0, 100.0)),
+        budget("far", None, Some("distance:4"), (10.0, 10.0, 10.0)),
+    ];
+    let t = tree(&budgets);
+    let at = |tier| conn_at(&t, tier).map(|(n, _)| n);
+    assert_eq!(at(MAX_TIERS as u8 - 1), t.id("relay"));
+    assert_eq!(at(MAX_TIERS as u8), None);
+    assert_eq!(MAX_TIERS, 16);
+    let signed = |d| t.routing().node(Charge::Signed(d)).map(|(n, _)| n);
+    assert_eq!(signed(MAX_DISTANCE), t.id("far"));
+    assert_eq!(signed(MAX_DISTANCE + 1), None);
+}
+
+fn conn_at(t: &BudgetTree, tier: u8) -> Option<(NodeId, Counted)> {
+    t.routing().node(Charge::Connection {
+        counted: Counted::Events,
+        tier,
+        author: AuthorClass::None,
+    })
+}
+
+#[test]
+fn a_reload_gives_each_budget_its_own_counts_by_name() {
+    let a = budget("anon", None, Some("anonymous"), (10.0, 10.0, 10.0));
+    let b = budget("authed", None, Some("authenticated"), (10.0, 10.0, 10.0));
+    let mut old = tree(&[a.clone(), b.clone()]);
+    for (tier, n) in [(0, 1), (1, 3)] {
+        let (node, c) = conn(&old, tier);
+        for _ in 0..n {
+            old.admit(node, c, 1, 0).unwrap();
+        }
+    }
+    // The same budgets, written the other way round.
+    let mut new = tree(&[b, a]);
+    new.carry(&old);
+    let (anon, authed) = (stats(&new, "anon", 0), stats(&new, "authed", 0));
+    assert_eq!((anon.admitted, anon.tokens), (1, 9.0));
+    assert_eq!((authed.admitted, authed.tokens), (3, 7.0));
+}
+
+#[test]
+fn the_outsiders_budget_from_trust_fits_the_root_s_rate_and_burst_to_a_billionth() {
+    let root = |rate, burst| budget("relay", None, None, (rate, burst, rate));
+    // A child naming the root as its parent counts as much as one that
+    // names none: 150 + 60 > 200.
+    let named = budget(
+        "anon",
+        Some("relay"),
+        Some("anonymous"),
+        (150.0, 150.0, 150.0),
+    );
+    let e = check_outsiders(&[root(200.0, 400.0), named.clone()], 60.0).unwrap_err();
+    assert_eq!((e.key.as_str(), e.value), ("outsider_events_per_s", 60.0));
+    assert!(e.to_string().contains("guarantee 210/s (burst 210)"), "{e}");
+    check_outsiders(&[root(200.0, 400.0), named], 50.0).unwrap();
+    // The rate alone: at the root's rate and its billionth, within; half
+    // an operation a second above, not.
+    let at = 200.0 * (1.0 + 1e-9);
+    check_outsiders(&[root(200.0, 400.0)], 200.0).unwrap();
+    check_outsiders(&[root(200.0, 400.0)], at).unwrap();
+    let e = check_outsiders(&[root(200.0, 400.0)], 200.5).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("guarantee 200.5/s (burst 200.5) > its 200/s (burst 400)"),
+        "{e}"
+    );
+    // The burst alone: 150 + 10 fits a burst of 160 exactly; 150 + 10.5
+    // does not.
+    let anon = budget("anon", None, Some("anonymous"), (100.0, 150.0, 100.0));
+    check_outsiders(&[root(1000.0, 160.0), anon.clone()], 10.0).unwrap();
+    let e = check_outsiders(&[root(1000.0, 160.0), anon], 10.5).unwrap_err();
+    assert_eq!((e.key.as_str(), e.value), ("outsider_events_per_s", 10.5));
+    assert!(
+        e.to_string()
+            .contains("guarantee 110.5/s (burst 160.5) > its 1000/s (burst 160)"),
+        "{e}"
+    );
+    // Its burst at the root's and its billionth, within.
+    let at = 160.0 * (1.0 + 1e-9);
+    check_outsiders(&[root(1000.0, 160.0)], at).unwrap();
+    assert!(check_outsiders(&[root(1000.0, 160.0)], 160.5).is_err());
+}
