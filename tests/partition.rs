@@ -464,6 +464,63 @@ async fn a_node_cut_from_redis_and_its_peers_heals_in_seconds() {
     assert!(healed < Duration::from_secs(10), "healed in {healed:?}");
 }
 
+/// A node whose Redis and Sentinels hang (SIGSTOP: connections open, no
+/// answer), with a client publishing, stops promptly on SIGTERM: no task
+/// waits out its Redis timeouts, let alone one after the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_redis_and_sentinels_hang_stops_promptly() {
+    if !netns::available() {
+        return;
+    }
+    let mut net = Net::new();
+    let r = net.host();
+    let s: Vec<Host> = (0..3).map(|_| net.host()).collect();
+    let n = net.host();
+    let redis = netns::redis(&net, &r, None);
+    let sentinels: Vec<Proc> = s.iter().map(|h| netns::sentinel(&net, h, &r)).collect();
+    let list: Vec<String> = s.iter().map(|h| format!("\"{}:26379\"", h.ip)).collect();
+    let via = format!(
+        "sentinels = [{}]\nsentinel_master = \"sluice\"",
+        list.join(", ")
+    );
+    // Redis timeouts of 2 s: waited out one after the other (a Sentinel,
+    // the next, the next), they would hold the exit for 6 s and more.
+    let toml = node_toml("a", &via).replace("redis_timeout_ms = 500", "redis_timeout_ms = 2000");
+    let mut node = netns::node(&net, &n, "a", &toml);
+    let want = format!("Redis primary {}:6379", r.ip);
+    let started = Instant::now();
+    while !readyz(&n).await.contains(&want) {
+        assert!(started.elapsed() < Duration::from_secs(20), "no primary");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut c = Client::connect(&url(&n)).await;
+    redis.signal("STOP");
+    for p in &sentinels {
+        p.signal("STOP");
+    }
+    // The node's client still publishes while its Redis commands time out.
+    for i in 0..20 {
+        let (ok, why) = c
+            .publish(&ev(21, now(), 1, &[], &format!("hung {i}")))
+            .await;
+        assert!(ok, "{why}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The client leaves first: with a client that does not answer the
+    // close, the relay waits `server.shutdown_grace_ms` (5 s) for it.
+    drop(c);
+    let took = node.terminate(Duration::from_secs(30));
+    eprintln!("shutdown with Redis and the Sentinels hung: {took:?}");
+    redis.signal("CONT");
+    for p in &sentinels {
+        p.signal("CONT");
+    }
+    // The publisher's last flush is bounded by one `redis_timeout_ms`;
+    // every other wait on Redis or a Sentinel ends at the stop.
+    let took = took.expect("the node did not exit within 30 s of SIGTERM");
+    assert!(took < Duration::from_secs(4), "exit took {took:?}");
+}
+
 /// One series of a node's /metrics (summed over its labels), if present.
 async fn metric(h: &Host, name: &str) -> Option<f64> {
     let (status, _, body) = http_get(&format!("{}:7000", h.ip), "/metrics", None).await;

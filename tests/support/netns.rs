@@ -278,6 +278,23 @@ impl Proc {
         assert!(ok, "kill -{sig} {}", self.name);
     }
 
+    /// SIGTERM, then waits up to `limit` for the process to exit; how
+    /// long it took, or `None` (it is then SIGKILLed).
+    pub fn terminate(&mut self, limit: Duration) -> Option<Duration> {
+        self.signal("TERM");
+        let started = Instant::now();
+        let child = self.child.as_mut()?;
+        while started.elapsed() < limit {
+            if child.try_wait().ok().flatten().is_some() {
+                self.child = None;
+                return Some(started.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+        None
+    }
+
     /// SIGKILL and reap.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {

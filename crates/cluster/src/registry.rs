@@ -100,7 +100,15 @@ async fn heartbeats(
             _ = sh.beat_wake.notified() => {}
         }
         sh.drop_stale(&mut conn, &mut made);
-        match beat(sh, &mut conn).await {
+        // A heartbeat waiting on an unreachable Redis does not hold up a
+        // shutdown (nor does the registry entry it would have refreshed:
+        // it ages out).
+        let beat = tokio::select! {
+            biased;
+            _ = sh.stop.cancelled() => break,
+            b = beat(sh, &mut conn) => b,
+        };
+        match beat {
             Ok(peers) => {
                 sh.report(Task::Registry, true, None);
                 // Peers fresh now and not at the last heartbeat: a node

@@ -114,7 +114,14 @@ async fn ask(sh: &Shared) -> Option<String> {
 async fn ask_loop(sh: Arc<Shared>) {
     let mut warned = false;
     loop {
-        match ask(&sh).await {
+        // Each Sentinel unreachable costs a connection timeout: a shutdown
+        // does not wait for them.
+        let answer = tokio::select! {
+            biased;
+            _ = sh.stop.cancelled() => return,
+            a = ask(&sh) => a,
+        };
+        match answer {
             Some(addr) => {
                 warned = false;
                 sh.set_primary(&addr, "asked");
