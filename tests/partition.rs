@@ -962,3 +962,125 @@ async fn a_partition_during_a_sentinel_failover_heals_in_seconds() {
     );
     drop(redis);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cut_from_one_node_only_its_clients_events_cross_once_it_reconnects() {
+    if !netns::available() {
+        return;
+    }
+    let t = Three::start();
+    let mut a = Client::connect(&t.urls[0]).await;
+    let mut c = Client::connect(&t.urls[2]).await;
+    let before = t.seed(&mut a).await;
+    // c loses Redis only: its peers (and their repairs) stay reachable.
+    t.net.cut_from(&t.n[2], &[&t.redis]);
+    t.both_sides(&mut [&mut a, &mut c], 15).await;
+    t.delete_and_vanish(&mut c, &mut a, &before).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    t.net.heal_from(&t.n[2], &[&t.redis]);
+    t.converged("Redis cut from one node").await;
+}
+
+/// One node cut from Redis and its peers, `SLUICE_PARTITION_ROUNDS` times
+/// (default 1) for `SLUICE_PARTITION_CUT_SECS` each (default 2): both sides
+/// publish throughout, one side deletes (NIP-09) and the other vanishes an
+/// author (NIP-62), the sides swapping each round; after each heal every
+/// node holds exactly the history's events within 10 s
+/// (`crates/bench/scripts/partition.sh` runs 20 rounds of 30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_node_partitioned_round_after_round_heals_every_time() {
+    if !netns::available() {
+        return;
+    }
+    let env = |k: &str, d: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let rounds = env("SLUICE_PARTITION_ROUNDS", 1);
+    let cut_secs = env("SLUICE_PARTITION_CUT_SECS", 2);
+    assert!(
+        rounds <= 40,
+        "at most 40 rounds (authors are numbered per round)"
+    );
+    let t = Three::start();
+    let mut a = Client::connect(&t.urls[0]).await;
+    let mut c = Client::connect(&t.urls[2]).await;
+    let (r, n) = (&t.redis, &t.n);
+    let cut = [r, &n[0], &n[1]];
+    let mut worst = Duration::ZERO;
+    for round in 0..rounds {
+        // Authors of this round: one deletes, one vanishes, one per side.
+        let base = 100 + (round as u8) * 4;
+        let at = now() - 10;
+        let mut mine = Vec::new();
+        for i in 0..5 {
+            for author in [base, base + 1] {
+                let e = ev(
+                    author,
+                    at,
+                    1,
+                    &[],
+                    &format!("round {round} before {author} {i}"),
+                );
+                mine.push(t.publish(&mut a, e).await);
+            }
+        }
+        converge(&t.history, &t.urls, Duration::from_secs(20)).await;
+        t.net.cut_from(&n[2], &cut);
+        let started = Instant::now();
+        let mut i = 0;
+        while started.elapsed() < Duration::from_secs(cut_secs) {
+            for (s, cl) in [&mut a, &mut c].into_iter().enumerate() {
+                let e = ev(
+                    base + 2 + s as u8,
+                    now(),
+                    1,
+                    &[],
+                    &format!("round {round} side {s} {i}"),
+                );
+                t.publish(cl, e).await;
+            }
+            i += 1;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // The deletion on one side, the vanish on the other, swapping.
+        let ids: Vec<String> = mine
+            .iter()
+            .filter(|e| e.raw().contains(&format!("before {base} ")))
+            .take(3)
+            .map(|e| e.id_hex())
+            .collect();
+        let tags: Vec<[&str; 2]> = ids.iter().map(|id| ["e", id.as_str()]).collect();
+        let tags: Vec<&[&str]> = tags.iter().map(|t| &t[..]).collect();
+        let (del, van) = if round % 2 == 0 {
+            (&mut c, &mut a)
+        } else {
+            (&mut a, &mut c)
+        };
+        t.publish(del, ev(base, now(), 5, &tags, "")).await;
+        t.publish(
+            van,
+            ev(base + 1, now(), 62, &[&["relay", "ALL_RELAYS"]], ""),
+        )
+        .await;
+        t.net.heal_from(&n[2], &cut);
+        let healed = converge(&t.history, &t.urls, Duration::from_secs(20)).await;
+        eprintln!(
+            "partition round {}/{rounds} ({cut_secs} s cut, {i} events a side): every node \
+             matches the history {:.2} s after the heal",
+            round + 1,
+            healed.as_secs_f64()
+        );
+        assert!(
+            healed < Duration::from_secs(10),
+            "round {round}: healed in {healed:?}"
+        );
+        worst = worst.max(healed);
+    }
+    eprintln!(
+        "partition: {rounds} of {rounds} rounds healed, the slowest {:.2} s after its heal",
+        worst.as_secs_f64()
+    );
+}
