@@ -780,24 +780,33 @@ async fn two_nodes_cut_at_once_heal_in_either_order() {
     if !netns::available() {
         return;
     }
-    let t = Three::start();
-    let mut a = Client::connect(&t.urls[0]).await;
-    let mut b = Client::connect(&t.urls[1]).await;
-    let mut c = Client::connect(&t.urls[2]).await;
-    let before = t.seed(&mut a).await;
-    // b and c each alone: no Redis, no peer; the test reaches all three.
-    let (r, n) = (&t.redis, &t.n);
-    t.net.cut_from(&n[1], &[r, &n[0], &n[2]]);
-    t.net.cut_from(&n[2], &[r, &n[0], &n[1]]);
-    t.both_sides(&mut [&mut a, &mut b, &mut c], 10).await;
-    // The deletion on b's side, the vanish on c's: each cut off.
-    t.delete_and_vanish(&mut b, &mut c, &before).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    // c back first, then b.
-    t.net.heal_from(&n[2], &[r, &n[0], &n[1]]);
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    t.net.heal_from(&n[1], &[r, &n[0], &n[2]]);
-    t.converged("two nodes cut").await;
+    // The deletion is made on b's side, the vanish on c's; the sides come
+    // back c first, then b first.
+    for c_first in [true, false] {
+        let t = Three::start();
+        let mut a = Client::connect(&t.urls[0]).await;
+        let mut b = Client::connect(&t.urls[1]).await;
+        let mut c = Client::connect(&t.urls[2]).await;
+        let before = t.seed(&mut a).await;
+        // b and c each alone: no Redis, no peer; the test reaches all three.
+        let (r, n) = (&t.redis, &t.n);
+        t.net.cut_from(&n[1], &[r, &n[0], &n[2]]);
+        t.net.cut_from(&n[2], &[r, &n[0], &n[1]]);
+        t.both_sides(&mut [&mut a, &mut b, &mut c], 10).await;
+        t.delete_and_vanish(&mut b, &mut c, &before).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (first, second) = if c_first { (2, 1) } else { (1, 2) };
+        let rest = |i: usize| -> Vec<&Host> {
+            std::iter::once(r)
+                .chain((0..3).filter(|&j| j != i).map(|j| &n[j]))
+                .collect()
+        };
+        t.net.heal_from(&n[first], &rest(first));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        t.net.heal_from(&n[second], &rest(second));
+        let order = if c_first { "c then b" } else { "b then c" };
+        t.converged(&format!("two nodes cut, healed {order}")).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
