@@ -209,6 +209,62 @@ fn load(
         .collect()
 }
 
+/// The `[cluster]` lines that find Redis through `sentinels`.
+fn via_sentinels(sentinels: &[Host]) -> String {
+    let list: Vec<String> = sentinels
+        .iter()
+        .map(|h| format!("\"{}:26379\"", h.ip))
+        .collect();
+    format!(
+        "sentinels = [{}]\nsentinel_master = \"sluice\"",
+        list.join(", ")
+    )
+}
+
+/// A Redis primary and its replica, three Sentinels watching them, and
+/// namespaces for three nodes (not started): the failover tests' setup.
+struct Sentinelled {
+    net: Net,
+    /// The primary, then the replica.
+    r: Vec<Host>,
+    s: Vec<Host>,
+    n: Vec<Host>,
+    redis: Vec<Proc>,
+    sentinels: Vec<Proc>,
+    /// The nodes' `[cluster]` lines: through the Sentinels.
+    via: String,
+}
+
+impl Sentinelled {
+    async fn start() -> Sentinelled {
+        let mut net = Net::new();
+        let r: Vec<Host> = (0..2).map(|_| net.host()).collect();
+        let s: Vec<Host> = (0..3).map(|_| net.host()).collect();
+        let n: Vec<Host> = (0..3).map(|_| net.host()).collect();
+        let redis: Vec<Proc> = vec![
+            netns::redis(&net, &r[0], None),
+            netns::redis(&net, &r[1], Some(&r[0])),
+        ];
+        let sentinels: Vec<Proc> = s.iter().map(|h| netns::sentinel(&net, h, &r[0])).collect();
+        wait_for(
+            "the Sentinels see the replica",
+            Duration::from_secs(30),
+            || sentinels_settled(&s, &r[0], 1),
+        )
+        .await;
+        let via = via_sentinels(&s);
+        Sentinelled {
+            net,
+            r,
+            s,
+            n,
+            redis,
+            sentinels,
+            via,
+        }
+    }
+}
+
 /// Whether every Sentinel names `primary` and sees every replica healthy
 /// (so that the next failover can happen).
 fn sentinels_settled(sentinels: &[Host], primary: &Host, replicas: usize) -> bool {
@@ -256,26 +312,15 @@ async fn the_cluster_follows_a_sentinel_failover() {
     };
     let rounds = env("SLUICE_FAILOVER_ROUNDS", 2);
     let rate = env("SLUICE_FAILOVER_RATE", 50);
-    let mut net = Net::new();
-    let r: Vec<Host> = (0..2).map(|_| net.host()).collect();
-    let s: Vec<Host> = (0..3).map(|_| net.host()).collect();
-    let n: Vec<Host> = (0..3).map(|_| net.host()).collect();
-    let mut redis: Vec<Proc> = vec![
-        netns::redis(&net, &r[0], None),
-        netns::redis(&net, &r[1], Some(&r[0])),
-    ];
-    let _sentinels: Vec<Proc> = s.iter().map(|h| netns::sentinel(&net, h, &r[0])).collect();
-    wait_for(
-        "the Sentinels see the replica",
-        Duration::from_secs(30),
-        || sentinels_settled(&s, &r[0], 1),
-    )
-    .await;
-    let list: Vec<String> = s.iter().map(|h| format!("\"{}:26379\"", h.ip)).collect();
-    let via = format!(
-        "sentinels = [{}]\nsentinel_master = \"sluice\"",
-        list.join(", ")
-    );
+    let Sentinelled {
+        net,
+        r,
+        s,
+        n,
+        mut redis,
+        sentinels: _sentinels,
+        via,
+    } = Sentinelled::start().await;
     let nodes: Vec<Proc> = ["a", "b", "c"]
         .iter()
         .zip(&n)
@@ -478,11 +523,7 @@ async fn a_node_whose_redis_and_sentinels_hang_stops_promptly() {
     let n = net.host();
     let redis = netns::redis(&net, &r, None);
     let sentinels: Vec<Proc> = s.iter().map(|h| netns::sentinel(&net, h, &r)).collect();
-    let list: Vec<String> = s.iter().map(|h| format!("\"{}:26379\"", h.ip)).collect();
-    let via = format!(
-        "sentinels = [{}]\nsentinel_master = \"sluice\"",
-        list.join(", ")
-    );
+    let via = via_sentinels(&s);
     // Redis timeouts of 2 s: waited out one after the other (a Sentinel,
     // the next, the next), they would hold the exit for 6 s and more.
     let toml = node_toml("a", &via).replace("redis_timeout_ms = 500", "redis_timeout_ms = 2000");
@@ -869,26 +910,15 @@ async fn a_partition_during_a_sentinel_failover_heals_in_seconds() {
     if !netns::available() {
         return;
     }
-    let mut net = Net::new();
-    let r: Vec<Host> = (0..2).map(|_| net.host()).collect();
-    let s: Vec<Host> = (0..3).map(|_| net.host()).collect();
-    let n: Vec<Host> = (0..3).map(|_| net.host()).collect();
-    let mut redis: Vec<Proc> = vec![
-        netns::redis(&net, &r[0], None),
-        netns::redis(&net, &r[1], Some(&r[0])),
-    ];
-    let _sentinels: Vec<Proc> = s.iter().map(|h| netns::sentinel(&net, h, &r[0])).collect();
-    wait_for(
-        "the Sentinels see the replica",
-        Duration::from_secs(30),
-        || sentinels_settled(&s, &r[0], 1),
-    )
-    .await;
-    let list: Vec<String> = s.iter().map(|h| format!("\"{}:26379\"", h.ip)).collect();
-    let via = format!(
-        "sentinels = [{}]\nsentinel_master = \"sluice\"",
-        list.join(", ")
-    );
+    let Sentinelled {
+        net,
+        r,
+        s,
+        n,
+        mut redis,
+        sentinels: _sentinels,
+        via,
+    } = Sentinelled::start().await;
     let _nodes: Vec<Proc> = ["a", "b", "c"]
         .iter()
         .zip(&n)
