@@ -7,9 +7,11 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::time::Duration;
 
+use sluice_throttle::budgets::{AuthorClass, BudgetConfig, Charge, Counted};
+use sluice_throttle::tiers::TiersConfig;
 use sluice_throttle::{
-    AfterStep, BucketConfig, Cause, DelayBatcher, FairQueue, KeyedBuckets, Mode, QueriesConfig,
-    TokenBucket, Verdict, scaled_rate,
+    AfterStep, BucketConfig, BudgetTree, Cause, DelayBatcher, FairQueue, KeyedBuckets, Mode,
+    QueriesConfig, TokenBucket, Verdict, scaled_rate,
 };
 
 struct Counting;
@@ -238,4 +240,48 @@ fn admission_policy_does_not_allocate() {
     });
     assert_eq!(n, 0, "admission allocated {n} times");
     assert!(count.0 > 0, "some decisions were made");
+}
+
+/// The budget tree's admission: the routing of a charge and the walk up
+/// its path, admitted, borrowed or refused.
+#[test]
+fn a_budget_tree_admits_and_refuses_without_allocating() {
+    let budget = |name: &str, class: Option<&str>, (rate, ceil): (f64, f64)| BudgetConfig {
+        name: name.into(),
+        parent: None,
+        class: class.map(str::to_owned),
+        rate_per_s: rate,
+        burst: Some(rate),
+        ceil_per_s: Some(ceil),
+        counts: vec![Counted::Events],
+    };
+    let budgets = [
+        budget("relay", None, (300.0, 300.0)),
+        budget("anonymous", Some("anonymous"), (100.0, 300.0)),
+        budget("authenticated", Some("authenticated"), (200.0, 200.0)),
+    ];
+    let mut tree = BudgetTree::new(&budgets, &TiersConfig::default(), 50.0, 0).unwrap();
+    let routing = tree.routing();
+    let charges = [0u8, 1].map(|tier| Charge::Connection {
+        counted: Counted::Events,
+        tier,
+        author: AuthorClass::None,
+    });
+    let (mut admitted, mut refused) = (0u32, 0u32);
+    let n = allocations_in(|| {
+        for i in 0..10_000u64 {
+            for charge in charges {
+                let Some((node, counted)) = routing.node(charge) else {
+                    continue;
+                };
+                match tree.admit(node, counted, 1, i * 100_000) {
+                    Ok(()) => admitted += 1,
+                    Err(_) => refused += 1,
+                }
+            }
+            let _ = routing.node(Charge::Outsider);
+        }
+    });
+    assert_eq!(n, 0);
+    assert!(admitted > 0 && refused > 0, "{admitted} {refused}");
 }
