@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sluice_proto::Event;
-use support::{BIN, Relay, ev, import_events, now, pubkey_hex};
+use support::{BIN, Relay, ev, import_events, now, pubkey_hex, sync};
 
 /// The failure bound of every wait for a state.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -133,24 +133,6 @@ fn tls_endpoint(ca: &TestCa, backend: &str) -> String {
         });
     });
     format!("wss://127.0.0.1:{port}")
-}
-
-/// `sluice sync` with `args` on the store at `store`: (success, stderr).
-async fn sync(store: &Path, args: &[&str]) -> (bool, String) {
-    let out = tokio::process::Command::new(BIN)
-        .arg("sync")
-        .args(args)
-        .env_clear()
-        .env("SLUICE_STORE__PATH", store)
-        .env("SLUICE_STORE__MAP_SIZE_MB", "512")
-        .env("SLUICE_STORE__MIN_FREE_DISK_MB", "64")
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

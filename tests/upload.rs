@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use sluice_proto::Event;
-use support::{BIN, Relay, ev, import_events, now, pubkey_hex};
+use support::{Relay, ev, import_events, now, pubkey_hex};
 use tokio_tungstenite::tungstenite::Message;
 
 /// The failure bound of every wait for a state.
@@ -35,20 +35,11 @@ fn notes(n: u64, tag: &str) -> Vec<Event> {
 /// `sluice sync URL --direction up` on the store at `store`, with `extra`
 /// arguments: (success, stderr).
 async fn sync_up(store: &Path, url: &str, extra: &[&str]) -> (bool, String) {
-    let out = tokio::process::Command::new(BIN)
-        .args(["sync", url, "--direction", "up"])
-        .args(extra)
-        .env_clear()
-        .env("SLUICE_STORE__PATH", store)
-        .env("SLUICE_STORE__MAP_SIZE_MB", "512")
-        .env("SLUICE_STORE__MIN_FREE_DISK_MB", "64")
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let args: Vec<&str> = [url, "--direction", "up"]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    support::sync(store, &args).await
 }
 
 /// The number after `word` in the sync's last summary of the upload (the

@@ -795,3 +795,21 @@ where
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+/// `sluice sync` with `args` on the store at `store`: (success, stderr).
+pub async fn sync(store: &Path, args: &[&str]) -> (bool, String) {
+    let out = tokio::process::Command::new(BIN)
+        .arg("sync")
+        .args(args)
+        .env_clear()
+        .env("SLUICE_STORE__PATH", store)
+        .env("SLUICE_STORE__MAP_SIZE_MB", "512")
+        .env("SLUICE_STORE__MIN_FREE_DISK_MB", "64")
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
