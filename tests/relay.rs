@@ -567,6 +567,11 @@ async fn close_ends_a_subscription() {
     sub.req("a", &[json!({"kinds":[1]})]).await;
     sub.req("b", &[json!({"kinds":[1]})]).await;
     sub.send(json!(["CLOSE", "a"])).await;
+    // The CLOSE is read before the publish below: the session reads its
+    // messages in order, and this one answers.
+    sub.send(json!(["REQ", "closed", {"kinds": [40000], "limit": 0}]))
+        .await;
+    assert_eq!(sub.recv().await, json!(["EOSE", "closed"]));
     let mut p = relay.client().await;
     assert!(p.publish(&ev(1, now(), 1, &[], "x")).await.0);
     let got = sub.expect("EVENT").await;

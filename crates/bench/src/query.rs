@@ -390,7 +390,26 @@ async fn query_connection(relay: RelayUrl, shared: Arc<Shared>, mut rng: Rng) {
     }
 }
 
+/// Runs queries until the time or the budget is up. The connection's tallies
+/// are its own until it ends (a histogram per query would cost the client
+/// more than many a query costs the relay), then merged into the run's,
+/// whether it ended well or not.
 async fn query_loop(ws: &mut Ws, shared: &Shared, rng: &mut Rng) -> anyhow::Result<()> {
+    let mut tallies = vec![TypeTally::default(); QUERY_TYPES.len()];
+    let result = query_until_done(ws, shared, rng, &mut tallies).await;
+    let mut all = shared.tallies.lock().expect("tallies lock");
+    for (sum, t) in all.iter_mut().zip(&tallies) {
+        sum.merge(t);
+    }
+    result
+}
+
+async fn query_until_done(
+    ws: &mut Ws,
+    shared: &Shared,
+    rng: &mut Rng,
+    tallies: &mut [TypeTally],
+) -> anyhow::Result<()> {
     let mut n = 0u64;
     while shared.take() {
         let ty = rng.weighted(&shared.weights);
@@ -399,9 +418,7 @@ async fn query_loop(ws: &mut Ws, shared: &Shared, rng: &mut Rng) -> anyhow::Resu
         };
         n += 1;
         let sub = format!("q{n}");
-        let mut t = TypeTally::default();
-        one_query(ws, &sub, &filter, shared.timeout, &mut t).await?;
-        shared.tallies.lock().expect("tallies lock")[ty].merge(&t);
+        one_query(ws, &sub, &filter, shared.timeout, &mut tallies[ty]).await?;
     }
     Ok(())
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use sluice_proto::{Filter, Readers};
 use sluice_store::{
-    CountCursor, QueryCursor, QueryOptions, SerialLookup, StepLimits, StepOutput, Store,
+    CountCursor, EventChunk, QueryCursor, QueryOptions, SerialLookup, StepLimits, StepOutput, Store,
 };
 use tantivy::Searcher;
 
@@ -170,7 +170,7 @@ impl SearchCursor {
         &mut self,
         store: &Store,
         limits: StepLimits,
-        out: &mut Vec<String>,
+        out: &mut EventChunk,
     ) -> Result<StepOutput, SearchError> {
         let mut did = StepOutput::default();
         if self.snapshot.is_none() {
@@ -179,7 +179,7 @@ impl SearchCursor {
         loop {
             while let Some(raw) = self.ready.pop_front() {
                 did.bytes += raw.len() as u64;
-                out.push(raw);
+                out.push(&raw);
                 if did.bytes >= limits.bytes {
                     return Ok(did);
                 }

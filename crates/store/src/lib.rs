@@ -64,8 +64,8 @@ use crate::codec::{Be64, StoredEvent, index_key};
 use crate::tables::{META_VERSION, TABLE_COUNT, Tables};
 
 pub use query::{
-    CountCursor, PlanShape, QueryCursor, QueryOptions, QueryOutput, StepLimits, StepOutput,
-    plan_shape,
+    CountCursor, EventChunk, EventSink, PlanShape, QueryCursor, QueryOptions, QueryOutput,
+    StepLimits, StepOutput, plan_shape,
 };
 pub use retention::{Picked, Pruned, Retention, Rule, Scan, Scope, VANISH, is_replaceable};
 pub use serials::{SerialLookup, StoredRef};

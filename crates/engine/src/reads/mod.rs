@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use sluice_proto::{Filter, Readers};
 use sluice_search::{SearchCursor, SearchIndex};
 use sluice_store::{
-    CountCursor, PlanShape, QueryCursor, QueryOptions, Store, StoreError, plan_shape,
+    CountCursor, EventChunk, PlanShape, QueryCursor, QueryOptions, Store, StoreError, plan_shape,
 };
 use sluice_throttle::{
     ClientKey, FairQueue, FairStats, FilterShape, JobId, Principal, QueriesConfig, RateLimited,
@@ -90,7 +90,15 @@ struct Inner {
     /// The NIP-50 index, once started: REQs and COUNTs with a `search`
     /// run on it.
     search: Arc<crate::search::SearchSlot>,
+    /// Answer buffers the sessions gave back, for the next steps: a step
+    /// fills one without allocating (bounded by [`SPARE_CHUNKS`]).
+    spare: Mutex<Vec<EventChunk>>,
 }
+
+/// Most answer buffers kept for reuse.
+const SPARE_CHUNKS: usize = 64;
+/// A buffer grown past this (a step of very large events) is not kept.
+const SPARE_CHUNK_MAX_BYTES: usize = 1 << 20;
 
 struct State {
     sched: FairQueue<ClientKey>,
@@ -153,6 +161,7 @@ impl Reads {
             max_scan_rows: engine.max_scan_rows,
             max_count_rows: engine.max_count_rows,
             search,
+            spare: Mutex::new(Vec::new()),
         });
         let reads = Reads {
             inner,
@@ -409,4 +418,23 @@ fn shapes(filters: &[Filter], search: Option<&Arc<SearchIndex>>) -> Vec<FilterSh
             },
         })
         .collect()
+}
+
+impl Inner {
+    /// An empty answer buffer, one given back if any.
+    fn chunk(&self) -> EventChunk {
+        self.spare.lock().pop().unwrap_or_default()
+    }
+
+    /// Keeps a delivered answer's buffer for a later step.
+    fn give_back(&self, mut chunk: EventChunk) {
+        if chunk.capacity() == 0 || chunk.capacity() > SPARE_CHUNK_MAX_BYTES {
+            return;
+        }
+        chunk.clear();
+        let mut spare = self.spare.lock();
+        if spare.len() < SPARE_CHUNKS {
+            spare.push(chunk);
+        }
+    }
 }

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use sluice_store::EventChunk;
 use sluice_throttle::room;
 use sluice_throttle::{JobId, RateLimited};
 
@@ -30,7 +31,7 @@ pub enum ReadEnd {
 /// One answer chunk (and/or the end) of a query, for the session.
 pub struct ReadMsg {
     pub job: JobId,
-    pub events: Vec<String>,
+    pub events: EventChunk,
     pub end: Option<ReadEnd>,
     /// Units to charge (positive) or refund (negative) to the connection's
     /// read budget, settling the estimate charged at admission.
@@ -44,6 +45,15 @@ pub(super) struct Credit {
     pub(super) permit: Option<CreditPermit>,
     pub(super) inner: Arc<Inner>,
     pub(super) sink: u64,
+}
+
+impl Drop for ReadMsg {
+    /// The answer's buffer goes back to the workers for a later step.
+    fn drop(&mut self) {
+        if let Some(c) = &self._credit {
+            c.inner.give_back(std::mem::take(&mut self.events));
+        }
+    }
 }
 
 impl Drop for Credit {

@@ -6,7 +6,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Instant;
 
-use sluice_store::StepLimits;
+use sluice_store::{EventChunk, StepLimits};
 use sluice_throttle::room;
 use sluice_throttle::{AfterStep, StepFate};
 
@@ -17,7 +17,7 @@ use crate::metrics_names as m;
 
 /// What one step produced.
 pub(super) struct StepResult {
-    events: Vec<String>,
+    events: EventChunk,
     rows: u64,
     bytes: u64,
     end: Option<ReadEnd>,
@@ -43,7 +43,7 @@ impl Inner {
                     let refusal = self.throttle.checks(|c| c.timed_out(&st.sched));
                     let _ = body.sink_home.sink().queue.try_send(Box::new(ReadMsg {
                         job: id,
-                        events: Vec::new(),
+                        events: EventChunk::new(),
                         end: Some(ReadEnd::Refused(refusal)),
                         settle_units: 0,
                         _credit: None,
@@ -111,7 +111,7 @@ impl Inner {
             body.work_ns += took.as_nanos() as u64;
             metrics::histogram!(m::QUERY_STEP_SECONDS).record(took.as_secs_f64());
             let step = result.unwrap_or_else(|()| StepResult {
-                events: Vec::new(),
+                events: EventChunk::new(),
                 rows: 0,
                 bytes: 0,
                 end: Some(ReadEnd::Failed),
@@ -181,7 +181,7 @@ impl Inner {
         };
         match work {
             Work::Query(cur) => {
-                let mut events = Vec::new();
+                let mut events = self.chunk();
                 let did = self
                     .store
                     .query_step(cur, limits, &mut events)
@@ -203,7 +203,7 @@ impl Inner {
                 })
             }
             Work::Search(cur) => {
-                let mut events = Vec::new();
+                let mut events = self.chunk();
                 let did = cur
                     .step(&self.store, limits, &mut events)
                     .map_err(|e| tracing::warn!(error = %e, "search failed"))?;
@@ -242,7 +242,7 @@ impl Inner {
                     }
                 });
                 Ok(StepResult {
-                    events: Vec::new(),
+                    events: EventChunk::new(),
                     rows: did.rows,
                     bytes: 0,
                     end,

@@ -175,7 +175,7 @@ impl Session {
         let State::Collecting { items, .. } = &mut session.state else {
             return Ok(());
         };
-        for raw in &msg.events {
+        for raw in msg.events.iter() {
             let Ok(it) = serde_json::from_str::<IdAndTime>(raw) else {
                 continue;
             };

@@ -159,14 +159,13 @@ impl Session {
             // A query closed or replaced since: its answer is dropped.
             return Ok(());
         };
-        let events = std::mem::take(&mut msg.events);
-        let n = events.len();
+        let n = msg.events.len();
         // The chunk (and its EOSE and held live events) is fed, held until
         // the flush or send that ends every path below: one write.
         if n > 0 {
             let prefix = RelayMessage::event_prefix(&sub_id);
-            for raw in events {
-                out.feed_event(&prefix, &raw).await?;
+            for raw in msg.events.iter() {
+                out.feed_event(&prefix, raw).await?;
             }
         }
         match msg.end.take() {

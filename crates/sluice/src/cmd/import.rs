@@ -24,6 +24,9 @@
 //!                       (one txn per batch), counts the outcomes
 //! progress: every throttle.tick_ms draws progress and notes the heap the
 //!           engine's monitor measured
+//! search:   the engine's indexer (one tantivy thread per core), started
+//!           once the last batch is handed to the writer; the import
+//!           returns when it has indexed everything stored
 //! ```
 //! Who waits when a bound is hit: the reader, always. It takes a token
 //! before sending a chunk and the batcher returns it when it takes that
@@ -120,6 +123,12 @@ struct Plan {
     batch_events: usize,
     batch_bytes: usize,
     strict: bool,
+    /// The store held events when the import began: worth looking each
+    /// chunk's ids up before verifying (a re-run after a crash). Into an
+    /// empty store only this import's earlier batches could hold one (a
+    /// line repeated in the dump), and the lookups would cost more than
+    /// the verifications they spare.
+    look_up_stored: bool,
 }
 
 pub fn run(args: ImportArgs) -> anyhow::Result<()> {
@@ -163,6 +172,7 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
             .map_or(args.batch_mb << 20, |cap| cap.min(args.batch_mb << 20))
             as usize,
         strict: args.strict,
+        look_up_stored: store.stats().map_or(true, |s| s.events > 0),
         sources,
     };
     // The import profile of the one governor.
@@ -187,12 +197,20 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     engine.bulk_backlog().set_bound(plan.max_in_flight as u64);
     let limiter = BulkPacer::new(engine.limiter().clone());
     let started = Instant::now();
-    let result = pipeline(&plan, &engine, &limiter, &reporter);
     // Searchable once imported: the NIP-50 index takes what was stored, on
-    // every core, once the import's own threads have finished (indexing
-    // beside them, on the same cores, cost more); beside a running relay,
-    // the relay's indexer does it (it reads what is committed).
-    let indexed = crate::runtime::start_indexer(&engine, &cfg.search, "the import", Workers::Cores);
+    // every core, from when the parse threads have finished (indexing
+    // beside them, on the same cores, cost more) while the writer writes
+    // the last batches; beside a running relay, the relay's indexer does
+    // it (it reads what is committed).
+    let start_indexer =
+        || crate::runtime::start_indexer(&engine, &cfg.search, "the import", Workers::Cores);
+    let mut indexed = None;
+    let result = pipeline(&plan, &engine, &limiter, &reporter, &mut || {
+        indexed.get_or_insert_with(start_indexer);
+    });
+    // The pipeline ended before the last batch (a store error, a spawn
+    // failure): what was stored is indexed all the same.
+    let indexed = indexed.unwrap_or_else(start_indexer);
     match &indexed {
         Ok(()) if !engine.wait_search_caught_up() => {
             tracing::warn!("the search indexer stopped; run `sluice reindex`")

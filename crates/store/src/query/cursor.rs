@@ -11,6 +11,7 @@ use std::sync::Arc;
 use heed::RoTxn;
 use sluice_proto::{Filter, Readers};
 
+use crate::query::chunk::EventSink;
 use crate::query::walk::{Budget, Flow, Hit, StepRows, Walk, WalkCtx, WalkEnd};
 use crate::tables::{META_NEXT_SERIAL, Tables};
 use crate::{Store, StoreError};
@@ -362,7 +363,7 @@ impl Store {
         &self,
         cur: &mut QueryCursor,
         limits: StepLimits,
-        out: &mut Vec<String>,
+        out: &mut impl EventSink,
     ) -> Result<StepOutput, StoreError> {
         let mut did = StepOutput::default();
         let Some((rtxn, ctx)) = self.open_step(
@@ -414,7 +415,7 @@ impl Store {
                 continue;
             }
             did.bytes += hit.raw.len() as u64;
-            out.push(hit.raw);
+            out.push_event(&hit.raw);
             if did.bytes >= limits.bytes {
                 break;
             }

@@ -24,15 +24,18 @@
 //! - `walk.rs`: one filter's resumable walk over its plan (id lookups, or a
 //!   newest-first merge of index ranges), the scan budget, and the full
 //!   filter applied to each row's event.
+//! - `chunk.rs`: [`EventChunk`], a step's events in one buffer.
 //! - `cursor.rs`: the cursors of a REQ and a COUNT, each filter's rows put
 //!   in final order, the merge of a REQ's filters, and the steps
 //!   ([`Store::query_step`](crate::Store::query_step),
 //!   [`Store::count_step`](crate::Store::count_step)) that run them.
 
+mod chunk;
 mod cursor;
 mod planner;
 mod walk;
 
+pub use chunk::{EventChunk, EventSink};
 pub use cursor::{CountCursor, QueryCursor, QueryOptions, QueryOutput, StepLimits, StepOutput};
 pub use planner::{PlanShape, plan_shape};
 pub(crate) use walk::header_matches;

@@ -73,10 +73,15 @@ impl<'a> Batcher<'a> {
         }
     }
 
+    /// Batches every parsed chunk in order and waits for the writer.
+    /// `parsed_all` is called once the last batch is handed to the writer,
+    /// before waiting for it: the parse threads are done, and a core is
+    /// free for what follows the import (its search index).
     pub(super) fn run(
         &mut self,
         results: Receiver<Parsed>,
         tokens: Receiver<()>,
+        parsed_all: &mut dyn FnMut(),
     ) -> anyhow::Result<()> {
         let mut next_seq = 0u64;
         // Chunks that arrived ahead of their turn; bounded by the tokens.
@@ -119,6 +124,7 @@ impl<'a> Batcher<'a> {
             }
         }
         self.flush()?;
+        parsed_all();
         self.settle()
     }
 

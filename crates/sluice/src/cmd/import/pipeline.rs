@@ -36,11 +36,14 @@ struct Chunk {
 
 /// Runs reader, workers, progress and batcher; returns the counts even
 /// when the store failed, so the operator sees how far it got.
+/// `parsed_all` is called once every line is parsed and handed to the
+/// writer, while the writer may still be writing the last batches.
 pub(super) fn pipeline(
     plan: &Plan,
     engine: &Engine,
     limiter: &BulkPacer,
     reporter: &Reporter,
+    parsed_all: &mut dyn FnMut(),
 ) -> (Summary, anyhow::Result<()>) {
     let store = engine.store();
     let live = Live::default();
@@ -118,7 +121,7 @@ pub(super) fn pipeline(
         let outcome = {
             // Set however run ends, a panic included.
             let _done = SetOnDrop(batcher_done);
-            batcher.run(results_rx, tokens_rx)
+            batcher.run(results_rx, tokens_rx, parsed_all)
         };
         // Receivers are dropped: the reader and workers see closed channels
         // and end (this matters when --strict or a store error stops early).
@@ -277,7 +280,12 @@ fn work(plan: &Plan, store: &Store, chunks: &Mutex<Receiver<Chunk>>, results: &S
             }
         }
         if plan.checks.verify {
-            let mut stored = stored_flags(store, &items).into_iter();
+            let mut stored = if plan.look_up_stored {
+                stored_flags(store, &items)
+            } else {
+                Vec::new()
+            }
+            .into_iter();
             for item in &mut items {
                 let held = matches!(item, Item::Event { .. }) && stored.next() == Some(true);
                 if !held {
