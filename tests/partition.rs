@@ -149,9 +149,22 @@ fn repair_key_hex() -> String {
     hex::encode(key(99))
 }
 
+/// The body of `[throttle]` for a node without limits.
+const THROTTLE_OFF: &str = "mode = \"off\"\n";
+
+/// Nodes a, b and c on `hosts`, each with `cluster` (the Redis or
+/// Sentinel lines) and `throttle` as the body of `[throttle]`.
+fn three_nodes(net: &Net, hosts: &[Host], cluster: &str, throttle: &str) -> Vec<Proc> {
+    ["a", "b", "c"]
+        .iter()
+        .zip(hosts)
+        .map(|(name, h)| netns::node(net, h, name, &node_toml_throttled(name, cluster, throttle)))
+        .collect()
+}
+
 /// A node's config: through the Sentinels, or one Redis; no throttle.
 fn node_toml(name: &str, redis: &str) -> String {
-    node_toml_throttled(name, redis, "mode = \"off\"\n")
+    node_toml_throttled(name, redis, THROTTLE_OFF)
 }
 
 /// A node's config with `throttle` as the body of `[throttle]`; the test
@@ -321,11 +334,7 @@ async fn the_cluster_follows_a_sentinel_failover() {
         sentinels: _sentinels,
         via,
     } = Sentinelled::start().await;
-    let nodes: Vec<Proc> = ["a", "b", "c"]
-        .iter()
-        .zip(&n)
-        .map(|(name, h)| netns::node(&net, h, name, &node_toml(name, &via)))
-        .collect();
+    let nodes: Vec<Proc> = three_nodes(&net, &n, &via, THROTTLE_OFF);
     for h in &n {
         let want = format!("Redis primary {}:6379", r[0].ip);
         let mut last = String::new();
@@ -454,11 +463,7 @@ async fn a_node_cut_from_redis_and_its_peers_heals_in_seconds() {
     let n: Vec<Host> = (0..3).map(|_| net.host()).collect();
     let _redis = netns::redis(&net, &r, None);
     let to = format!("redis_url = \"redis://{}:6379\"", r.ip);
-    let _nodes: Vec<Proc> = ["a", "b", "c"]
-        .iter()
-        .zip(&n)
-        .map(|(name, h)| netns::node(&net, h, name, &node_toml(name, &to)))
-        .collect();
+    let _nodes: Vec<Proc> = three_nodes(&net, &n, &to, THROTTLE_OFF);
     let urls: Vec<String> = n.iter().map(url).collect();
     let history = Mutex::new(History::default());
     let mut a = Client::connect(&urls[0]).await;
@@ -596,11 +601,7 @@ async fn a_flood_while_redis_is_unreachable_takes_about_one_node_s_limit() {
     let n: Vec<Host> = (0..3).map(|_| net.host()).collect();
     let _redis = netns::redis(&net, &r, None);
     let to = format!("redis_url = \"redis://{}:6379\"", r.ip);
-    let _nodes: Vec<Proc> = ["a", "b", "c"]
-        .iter()
-        .zip(&n)
-        .map(|(name, h)| netns::node(&net, h, name, &node_toml_throttled(name, &to, throttle)))
-        .collect();
+    let _nodes: Vec<Proc> = three_nodes(&net, &n, &to, throttle);
     // Every node has seen the three heartbeats: a lease divides by 3.
     let started = Instant::now();
     for h in &n {
@@ -717,12 +718,7 @@ impl Three {
         let n: Vec<Host> = (0..3).map(|_| net.host()).collect();
         let to = format!("redis_url = \"redis://{}:6379\"", redis.ip);
         let mut nodes = vec![netns::redis(&net, &redis, None)];
-        nodes.extend(
-            ["a", "b", "c"]
-                .iter()
-                .zip(&n)
-                .map(|(name, h)| netns::node(&net, h, name, &node_toml(name, &to))),
-        );
+        nodes.extend(three_nodes(&net, &n, &to, THROTTLE_OFF));
         let urls = n.iter().map(url).collect();
         Three {
             net,
@@ -919,11 +915,7 @@ async fn a_partition_during_a_sentinel_failover_heals_in_seconds() {
         sentinels: _sentinels,
         via,
     } = Sentinelled::start().await;
-    let _nodes: Vec<Proc> = ["a", "b", "c"]
-        .iter()
-        .zip(&n)
-        .map(|(name, h)| netns::node(&net, h, name, &node_toml(name, &via)))
-        .collect();
+    let _nodes: Vec<Proc> = three_nodes(&net, &n, &via, THROTTLE_OFF);
     let urls: Vec<String> = n.iter().map(url).collect();
     let history = Mutex::new(History::default());
     let mut a = Client::connect(&urls[0]).await;
