@@ -735,11 +735,8 @@ async fn a_request_to_vanish_reaches_every_node_and_no_sync_undoes_it() {
     let (ok, why) = cb.publish(&mine[0]).await;
     assert!(!ok && why.starts_with("blocked:"), "{why}");
     // `sluice sync` down from the mirror into b's store brings nothing back.
-    let out = Command::new(support::BIN)
+    let out = support::sluice_on(&b.dir)
         .args(["sync", &mirror.url(), "--direction", "down"])
-        .env_clear()
-        .env("SLUICE_STORE__PATH", &b.dir)
-        .env("SLUICE_STORE__MAP_SIZE_MB", "512")
         .output()
         .unwrap();
     assert!(

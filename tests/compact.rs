@@ -5,7 +5,7 @@ mod support;
 
 use std::collections::HashSet;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -14,12 +14,9 @@ use support::*;
 
 /// Runs `sluice compact OUT` on the store in `store` (the relay's options).
 fn compact(store: &Path, out: &Path) -> Output {
-    Command::new(BIN)
+    sluice_on(store)
         .arg("compact")
         .arg(out)
-        .env_clear()
-        .env("SLUICE_STORE__PATH", store)
-        .env("SLUICE_STORE__MAP_SIZE_MB", "512")
         .env("RUST_LOG", "warn")
         .output()
         .unwrap()

@@ -12,13 +12,13 @@ mod support;
 use std::future::Future;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sluice_proto::Event;
-use support::{BIN, Relay, ev, import_events, now, pubkey_hex, sync};
+use support::{Relay, ev, import_events, now, pubkey_hex, sluice_on, sync};
 
 /// The failure bound of every wait for a state.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -525,12 +525,8 @@ async fn sluice_mirror_alone_over_wss_brings_events_into_its_store_until_interru
     publish(&remote, &before).await;
     let url = tls_endpoint(&ca, &remote.addr);
     let store = tmp.path().join("local");
-    let mut child = Command::new(BIN)
+    let mut child = sluice_on(&store)
         .args(["mirror", &url, "--ca-file", ca.ca_file.to_str().unwrap()])
-        .env_clear()
-        .env("SLUICE_STORE__PATH", &store)
-        .env("SLUICE_STORE__MAP_SIZE_MB", "512")
-        .env("SLUICE_STORE__MIN_FREE_DISK_MB", "64")
         .env("SLUICE_METRICS__LISTEN", "127.0.0.1:0")
         .env("RUST_LOG", "info")
         .stderr(Stdio::piped())

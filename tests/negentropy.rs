@@ -156,11 +156,8 @@ async fn sluice_sync_both_ways_makes_two_stores_the_same() {
         .collect();
     import_events(&local_store, &local_events);
 
-    let out = std::process::Command::new(BIN)
+    let out = sluice_on(&local_store)
         .args(["sync", &remote.url(), "--direction", "both"])
-        .env_clear()
-        .env("SLUICE_STORE__PATH", &local_store)
-        .env("SLUICE_STORE__MAP_SIZE_MB", "512")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

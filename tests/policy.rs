@@ -333,12 +333,9 @@ async fn sluice_admin_store_changes_a_stopped_relays_policy() {
     drop(c);
     relay.stop();
     let run = |args: &[&str]| {
-        let out = std::process::Command::new(BIN)
+        let out = sluice_on(&store)
             .args(["admin", "--store"])
             .args(args)
-            .env_clear()
-            .env("SLUICE_STORE__PATH", &store)
-            .env("SLUICE_STORE__MAP_SIZE_MB", "512")
             .output()
             .unwrap();
         assert!(

@@ -498,6 +498,8 @@ fn sluice(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
     let out = std::process::Command::new(support::BIN)
         .args(args)
         .env_clear()
+        // The floor `support::sluice_on` sets: a nearly full CI disk clears it.
+        .env("SLUICE_STORE__MIN_FREE_DISK_MB", "64")
         .envs(env.iter().copied())
         .output()
         .unwrap();

@@ -10,7 +10,6 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -366,13 +365,8 @@ fn corpus(n: usize) -> Vec<Event> {
 }
 
 fn run_sluice(args: &[&str], store: &std::path::Path, env: &[(&str, &str)]) -> String {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args)
-        .env_clear()
-        .env("SLUICE_STORE__PATH", store)
-        .env("SLUICE_STORE__MAP_SIZE_MB", "512")
-        .env("SLUICE_STORE__MIN_FREE_DISK_MB", "64")
-        .env("RUST_LOG", "info");
+    let mut cmd = sluice_on(store);
+    cmd.args(args).env("RUST_LOG", "info");
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -23,6 +23,19 @@ pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(20);
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
+/// `sluice` with a clean environment, on the store at `store`: a 512 MB map
+/// and a free-disk floor of 64 MB, which a nearly full CI disk still clears
+/// (the default is 1 GiB, and a run once failed on 1,009 MB free). The disk
+/// tests set their own floor.
+pub fn sluice_on(store: &Path) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env_clear()
+        .env("SLUICE_STORE__PATH", store)
+        .env("SLUICE_STORE__MAP_SIZE_MB", "512")
+        .env("SLUICE_STORE__MIN_FREE_DISK_MB", "64");
+    cmd
+}
+
 /// A running relay process; killed on drop.
 pub struct Relay {
     child: Option<Child>,
@@ -110,12 +123,11 @@ impl Relay {
         if let Some(f) = config {
             cmd.arg("--config").arg(f);
         }
+        // The same environment as `sluice_on` (prlimit may run first).
         cmd.env_clear()
             .env("SLUICE_SERVER__LISTEN", "127.0.0.1:0")
             .env("SLUICE_STORE__PATH", dir)
             .env("SLUICE_STORE__MAP_SIZE_MB", "512")
-            // A floor a nearly full CI disk still clears (the default is
-            // 1 GiB); the disk tests set their own.
             .env("SLUICE_STORE__MIN_FREE_DISK_MB", "64")
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
@@ -612,13 +624,9 @@ pub fn import_events(store: &Path, events: &[Event]) {
     }
     let path = tmp.path().join("events.jsonl");
     std::fs::write(&path, file).unwrap();
-    let out = Command::new(BIN)
+    let out = sluice_on(store)
         .arg("import")
         .arg(&path)
-        .env_clear()
-        .env("SLUICE_STORE__PATH", store)
-        .env("SLUICE_STORE__MAP_SIZE_MB", "512")
-        .env("SLUICE_STORE__MIN_FREE_DISK_MB", "64")
         .env("RUST_LOG", "info")
         .output()
         .unwrap();
@@ -798,16 +806,9 @@ where
 
 /// `sluice sync` with `args` on the store at `store`: (success, stderr).
 pub async fn sync(store: &Path, args: &[&str]) -> (bool, String) {
-    let out = tokio::process::Command::new(BIN)
-        .arg("sync")
-        .args(args)
-        .env_clear()
-        .env("SLUICE_STORE__PATH", store)
-        .env("SLUICE_STORE__MAP_SIZE_MB", "512")
-        .env("SLUICE_STORE__MIN_FREE_DISK_MB", "64")
-        .output()
-        .await
-        .unwrap();
+    let mut cmd = sluice_on(store);
+    cmd.arg("sync").args(args);
+    let out = tokio::process::Command::from(cmd).output().await.unwrap();
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stderr).into_owned(),

@@ -161,6 +161,12 @@ impl Reserve {
         Ok(())
     }
 
+    /// Bytes allocated past `end` (the last page's end now): reserved for
+    /// this store and not yet written.
+    pub(crate) fn unwritten(&self, end: u64) -> u64 {
+        self.state.lock().allocated.saturating_sub(end)
+    }
+
     /// Records the end of the last page after a commit: where the file is
     /// cut when the store closes.
     pub(crate) fn committed_at(&self, end: u64) {

@@ -229,7 +229,8 @@ fn open_alone(
 /// Space on the filesystem that holds the store.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DiskSpace {
-    /// Bytes an unprivileged writer may still use.
+    /// Bytes an unprivileged writer may still use, with the blocks the
+    /// store reserved ahead of its last page and has not written yet.
     pub free_bytes: u64,
     pub total_bytes: u64,
     /// `store.min_free_disk_mb` in bytes.
@@ -463,11 +464,18 @@ impl Store {
     }
 
     /// Free and total space of the filesystem holding the store
-    /// (statvfs), with the configured floor.
+    /// (statvfs), with the configured floor. Free space includes the blocks
+    /// this store has reserved ahead of its last page (an import alone in
+    /// the map): they are this store's to write into, so its own reserve
+    /// never puts it under the floor.
     pub fn disk_space(&self) -> Result<DiskSpace, StoreError> {
         let (free_bytes, total_bytes) = statvfs(&self.path)?;
+        let reserved = match &*self.hold {
+            alone::Hold::Alone(r) => r.unwritten(self.end_bytes()),
+            alone::Hold::Shared(_) => 0,
+        };
         Ok(DiskSpace {
-            free_bytes,
+            free_bytes: free_bytes.saturating_add(reserved),
             total_bytes,
             min_free_bytes: self.min_free_disk_bytes,
         })
