@@ -2,25 +2,44 @@
 //! signatures). NIP-01 requires lowercase; uppercase is refused.
 
 /// Decodes exactly `N` bytes from `2 * N` lowercase hex characters.
+///
+/// One table lookup per character and no branch per byte: every id,
+/// pubkey, signature and tag value of an import goes through here (the
+/// writer classifies each tag value by it).
 pub fn decode<const N: usize>(s: &str) -> Option<[u8; N]> {
     let bytes = s.as_bytes();
     if bytes.len() != 2 * N {
         return None;
     }
     let mut out = [0u8; N];
-    for (i, pair) in bytes.chunks_exact(2).enumerate() {
-        out[i] = (nibble(pair[0])? << 4) | nibble(pair[1])?;
+    // A digit's value is under 16; `NOT_HEX` has the high bits set.
+    let mut seen = 0u8;
+    for (o, pair) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+        let (hi, lo) = (NIBBLE[pair[0] as usize], NIBBLE[pair[1] as usize]);
+        seen |= hi | lo;
+        *o = (hi << 4) | lo;
     }
-    Some(out)
+    (seen < 16).then_some(out)
 }
 
-fn nibble(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
+/// What [`NIBBLE`] holds for a byte that is not a lowercase hex digit.
+const NOT_HEX: u8 = 0xff;
+
+/// Each byte's value as a lowercase hex digit, or [`NOT_HEX`].
+const NIBBLE: [u8; 256] = {
+    let mut t = [NOT_HEX; 256];
+    let mut i = 0;
+    while i < 10 {
+        t[b'0' as usize + i] = i as u8;
+        i += 1;
     }
-}
+    let mut i = 0;
+    while i < 6 {
+        t[b'a' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    t
+};
 
 /// Lowercase hex of any byte string.
 pub fn encode(bytes: &[u8]) -> String {
@@ -56,5 +75,19 @@ mod tests {
         assert_eq!(all, [0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef]);
         let swapped: [u8; 8] = decode("1032547698badcfe").unwrap();
         assert_eq!(swapped, [0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe]);
+    }
+
+    #[test]
+    fn every_byte_is_a_digit_only_where_lowercase_hex_says_so() {
+        for c in 0..=255u8 {
+            let s = [b'0', c];
+            let got = std::str::from_utf8(&s).ok().and_then(decode::<1>);
+            let want = (c as char).to_digit(16).filter(|_| !c.is_ascii_uppercase());
+            assert_eq!(got, want.map(|d| [d as u8]), "{c}");
+        }
+        // A bad character anywhere, alone or with others, in any pair.
+        for s in ["zz00", "00zz", "zzzz", "z0z0", "0z0z", "GGGG", "ffz0"] {
+            assert!(decode::<2>(s).is_none(), "{s:?}");
+        }
     }
 }

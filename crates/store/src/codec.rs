@@ -331,8 +331,7 @@ impl<P: Prefix> BytesDecode<'_> for IndexKeyCodec<P> {
 pub fn index_key(prefix: &[u8], created_at: u64, serial: u64) -> Vec<u8> {
     let mut k = Vec::with_capacity(prefix.len() + TIME_SERIAL_LEN);
     k.extend_from_slice(prefix);
-    k.extend_from_slice(&created_at.to_be_bytes());
-    k.extend_from_slice(&serial.to_be_bytes());
+    time_serial_into(&mut k, created_at, serial);
     k
 }
 
@@ -356,6 +355,12 @@ pub fn author_kind_prefix(pubkey: &[u8; 32], kind: u16) -> Vec<u8> {
 /// sha256` for a long one.
 pub fn tag_prefix(letter: u8, value: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(40);
+    tag_prefix_into(&mut k, letter, value);
+    k
+}
+
+/// Appends [`tag_prefix`] to `k` (an index key built in a reused buffer).
+pub fn tag_prefix_into(k: &mut Vec<u8>, letter: u8, value: &str) {
     k.push(letter);
     match TagValue::classify(value) {
         TagValue::Hex32(b) => {
@@ -372,7 +377,12 @@ pub fn tag_prefix(letter: u8, value: &str) -> Vec<u8> {
             k.extend_from_slice(&Sha256::digest(s.as_bytes()));
         }
     }
-    k
+}
+
+/// Appends `created_at ‖ serial`, the end of every index key, to `k`.
+pub fn time_serial_into(k: &mut Vec<u8>, created_at: u64, serial: u64) {
+    k.extend_from_slice(&created_at.to_be_bytes());
+    k.extend_from_slice(&serial.to_be_bytes());
 }
 
 #[cfg(test)]

@@ -3,13 +3,21 @@
 //! removed in the same batch takes back out first (`write.rs` adds them,
 //! the delete path in `remove.rs` cancels them).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::hash::BuildHasher;
 
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 use heed::RwTxn;
+use sluice_proto::Event;
 
 use crate::StoreError;
 use crate::codec::Be64;
-use crate::tables::{Index, Tables};
+use crate::tables::{Index, Tables, for_each_index_key};
+
+/// Room for one index key in a reused buffer: the longest, a tag key with
+/// an inline value, is 1 + 2 + `MAX_INLINE_TAG_BYTES` + 16 bytes.
+pub(crate) const KEY_CAPACITY: usize = 256;
 
 /// The time-ordered index entries of a batch's new events, inserted in key
 /// order at the end of the batch's transaction: sorted inserts walk each
@@ -25,10 +33,79 @@ type Hashing = foldhash::fast::RandomState;
 #[derive(Default)]
 pub(crate) struct Pending {
     /// Per index; sorted once, at the flush.
-    keys: [HashSet<Vec<u8>, Hashing>; 5],
+    keys: [Keys; 5],
+    hashing: Hashing,
+    /// Where each key is built before it is added.
+    buf: Vec<u8>,
     /// New events' ids → serials (the `ids` table's entries), looked up
     /// before the table by the batch's duplicate and deletion checks.
     pub(crate) ids: HashMap<[u8; 32], u64, Hashing>,
+}
+
+/// One index's pending keys: their bytes end to end in one buffer (an
+/// import's batch adds millions of keys: one allocation per key was a
+/// tenth of the writer's time), found by their content through a table of
+/// where each one is. A cancelled key's bytes stay in the buffer until the
+/// batch ends.
+#[derive(Default)]
+struct Keys {
+    bytes: Vec<u8>,
+    spans: HashTable<Span>,
+}
+
+/// Where one key is in [`Keys::bytes`].
+#[derive(Clone, Copy)]
+struct Span {
+    start: usize,
+    len: usize,
+}
+
+impl Span {
+    fn of(self, bytes: &[u8]) -> &[u8] {
+        &bytes[self.start..self.start + self.len]
+    }
+}
+
+impl Keys {
+    /// Adds `key` unless it is pending already.
+    fn add(&mut self, hashing: &Hashing, key: &[u8]) {
+        let bytes = &self.bytes;
+        let entry = self.spans.entry(
+            hashing.hash_one(key),
+            |s| s.of(bytes) == key,
+            |s| hashing.hash_one(s.of(bytes)),
+        );
+        if let Entry::Vacant(v) = entry {
+            let span = Span {
+                start: self.bytes.len(),
+                len: key.len(),
+            };
+            v.insert(span);
+            self.bytes.extend_from_slice(key);
+        }
+    }
+
+    /// Drops `key`; false when it was not pending.
+    fn cancel(&mut self, hashing: &Hashing, key: &[u8]) -> bool {
+        let bytes = &self.bytes;
+        match self
+            .spans
+            .find_entry(hashing.hash_one(key), |s| s.of(bytes) == key)
+        {
+            Ok(found) => {
+                found.remove();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The pending keys in ascending order.
+    fn sorted(&self) -> impl Iterator<Item = &[u8]> {
+        let mut spans: Vec<Span> = self.spans.iter().copied().collect();
+        spans.sort_unstable_by(|a, b| a.of(&self.bytes).cmp(b.of(&self.bytes)));
+        spans.into_iter().map(|s| s.of(&self.bytes))
+    }
 }
 
 impl Pending {
@@ -42,14 +119,23 @@ impl Pending {
         }
     }
 
-    pub(crate) fn add(&mut self, index: Index, key: Vec<u8>) {
-        self.keys[Self::slot(index)].insert(key);
+    /// Adds every index entry of `ev`, stored under `serial`.
+    pub(crate) fn add_keys_of(&mut self, ev: &Event, serial: u64) {
+        let Pending {
+            keys, hashing, buf, ..
+        } = self;
+        let added: Result<(), std::convert::Infallible> =
+            for_each_index_key(ev, serial, buf, |index, key| {
+                keys[Self::slot(index)].add(hashing, key);
+                Ok(())
+            });
+        let Ok(()) = added;
     }
 
     /// Drops a pending entry; false when it was not pending (it is in the
     /// table).
     pub(crate) fn cancel(&mut self, index: Index, key: &[u8]) -> bool {
-        self.keys[Self::slot(index)].remove(key)
+        self.keys[Self::slot(index)].cancel(&self.hashing, key)
     }
 
     /// The serial of `id`, stored in this batch or before.
@@ -78,11 +164,12 @@ impl Pending {
             Index::AuthorKind,
             Index::Tag,
         ];
-        for (keys, index) in self.keys.into_iter().zip(ORDER) {
-            let mut keys: Vec<Vec<u8>> = keys.into_iter().collect();
-            keys.sort_unstable();
-            t.index_put_ascending(wtxn, index, &keys)?;
+        for (keys, index) in self.keys.iter().zip(ORDER) {
+            t.index_put_ascending(wtxn, index, keys.sorted())?;
         }
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

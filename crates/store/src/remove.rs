@@ -8,8 +8,9 @@ use sluice_proto::{Event, KindClass};
 
 use crate::StoreError;
 use crate::codec::{Address, Be64, StoredEvent, index_key};
+use crate::pending::KEY_CAPACITY;
 use crate::pending::Pending;
-use crate::tables::{Tables, index_keys};
+use crate::tables::{Tables, for_each_index_key};
 
 /// Removes the events of the first `max` rows of `range` in `index` (with
 /// all their index entries); returns how many rows there were.
@@ -69,11 +70,13 @@ pub(crate) fn delete_serial_pending(
             return t.events.delete(wtxn, &sk);
         }
     };
-    for (index, key) in index_keys(&ev, serial) {
-        if !pending.as_mut().is_some_and(|p| p.cancel(index, &key)) {
-            t.index_delete(wtxn, index, &key)?;
+    let mut buf = Vec::with_capacity(KEY_CAPACITY);
+    for_each_index_key(&ev, serial, &mut buf, |index, key| {
+        if pending.as_mut().is_some_and(|p| p.cancel(index, key)) {
+            return Ok(());
         }
-    }
+        t.index_delete(wtxn, index, key)
+    })?;
     if pending
         .as_mut()
         .is_none_or(|p| p.ids.remove(&ev.id).is_none())

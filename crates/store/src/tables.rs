@@ -35,8 +35,7 @@ use sluice_proto::Event;
 use crate::StoreError;
 use crate::codec::{
     AddressCodec, AuthorKindPrefix, AuthorPrefix, EventCodec, IdCodec, IndexKeyCodec, KindPrefix,
-    NoPrefix, TagPrefix, TombstoneCodec, U64Codec, author_kind_prefix, author_prefix, hex_prefix,
-    index_key, kind_prefix, tag_prefix,
+    NoPrefix, TagPrefix, TombstoneCodec, U64Codec, hex_prefix, tag_prefix_into, time_serial_into,
 };
 
 /// How many tables [`Tables`] has: the environment must allow them.
@@ -82,27 +81,40 @@ pub(crate) enum Index {
 }
 
 /// Every index entry of an event: the single source for insert and delete.
-pub(crate) fn index_keys(ev: &Event, serial: u64) -> Vec<(Index, Vec<u8>)> {
+/// Each key is built in `buf` (cleared first, reused from key to key and
+/// event to event: no allocation per key) and handed to `f`; the first
+/// error stops the walk. The keys are [`crate::codec::index_key`] over
+/// [`crate::codec::author_prefix`], [`crate::codec::kind_prefix`],
+/// [`crate::codec::author_kind_prefix`] and [`crate::codec::tag_prefix`].
+pub(crate) fn for_each_index_key<E>(
+    ev: &Event,
+    serial: u64,
+    buf: &mut Vec<u8>,
+    mut f: impl FnMut(Index, &[u8]) -> Result<(), E>,
+) -> Result<(), E> {
     let ca = ev.created_at;
-    let mut v = vec![
-        (Index::Created, index_key(&[], ca, serial)),
-        (
-            Index::Author,
-            index_key(&author_prefix(&ev.pubkey), ca, serial),
-        ),
-        (Index::Kind, index_key(&kind_prefix(ev.kind), ca, serial)),
-        (
-            Index::AuthorKind,
-            index_key(&author_kind_prefix(&ev.pubkey, ev.kind), ca, serial),
-        ),
+    let kind = ev.kind.to_be_bytes();
+    let fixed: [(Index, &[&[u8]]); 4] = [
+        (Index::Created, &[]),
+        (Index::Author, &[&ev.pubkey]),
+        (Index::Kind, &[&kind]),
+        (Index::AuthorKind, &[&ev.pubkey, &kind]),
     ];
-    for (letter, value) in ev.indexed_tags() {
-        v.push((
-            Index::Tag,
-            index_key(&tag_prefix(letter, value), ca, serial),
-        ));
+    for (index, parts) in fixed {
+        buf.clear();
+        for part in parts {
+            buf.extend_from_slice(part);
+        }
+        time_serial_into(buf, ca, serial);
+        f(index, buf)?;
     }
-    v
+    for (letter, value) in ev.indexed_tags() {
+        buf.clear();
+        tag_prefix_into(buf, letter, value);
+        time_serial_into(buf, ca, serial);
+        f(Index::Tag, buf)?;
+    }
+    Ok(())
 }
 
 impl Tables<'static> {
@@ -182,13 +194,13 @@ impl Tables<'_> {
     }
 
     /// [`Table::put_ascending`] for one of the indexes; `keys` sorted.
-    pub(crate) fn index_put_ascending(
+    pub(crate) fn index_put_ascending<'k>(
         &self,
         wtxn: &mut RwTxn<'_>,
         index: Index,
-        keys: &[Vec<u8>],
+        keys: impl Iterator<Item = &'k [u8]>,
     ) -> Result<(), StoreError> {
-        let entries = keys.iter().map(|k| (&k[..], &()));
+        let entries = keys.map(|k| (k, &()));
         match index {
             Index::Created => self.by_created.put_ascending(wtxn, entries),
             Index::Author => self.by_author.put_ascending(wtxn, entries),

@@ -17,7 +17,7 @@ use crate::codec::{
 use crate::pending::Pending;
 use crate::remove::{delete_indexed, delete_serial, delete_serial_pending};
 use crate::retention::{Pruned, Retention, Scan, Scope, VANISH};
-use crate::tables::{META_NEXT_SERIAL, Tables, index_keys};
+use crate::tables::{META_NEXT_SERIAL, Tables};
 
 /// Kind of NIP-59 gift wraps.
 const GIFT_WRAP: u16 = 1059;
@@ -306,9 +306,7 @@ fn insert(
     // Serials only grow: appended, no search.
     t.events.append(wtxn, &Be64::new(serial), &value)?;
     pending.ids.insert(ev.id, serial);
-    for (index, key) in index_keys(ev, serial) {
-        pending.add(index, key);
-    }
+    pending.add_keys_of(ev, serial);
     if expires_at != 0 {
         t.expiry
             .put(wtxn, &index_key(&[], expires_at, serial), &())?;
