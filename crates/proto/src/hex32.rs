@@ -12,14 +12,15 @@ pub fn decode<const N: usize>(s: &str) -> Option<[u8; N]> {
         return None;
     }
     let mut out = [0u8; N];
-    // A digit's value is under 16; `NOT_HEX` has the high bits set.
+    // Digits' values are under 16, so their union is too; one `NOT_HEX`
+    // (all bits set) makes it `NOT_HEX`.
     let mut seen = 0u8;
     for (o, pair) in out.iter_mut().zip(bytes.chunks_exact(2)) {
         let (hi, lo) = (NIBBLE[pair[0] as usize], NIBBLE[pair[1] as usize]);
         seen |= hi | lo;
         *o = (hi << 4) | lo;
     }
-    (seen < 16).then_some(out)
+    (seen != NOT_HEX).then_some(out)
 }
 
 /// What [`NIBBLE`] holds for a byte that is not a lowercase hex digit.
