@@ -33,6 +33,14 @@ impl Place {
         }
     }
 
+    /// A store on a tmpfs of `mb` MiB mounted in this place (`None`: the
+    /// test skips, see `support::tmpfs`).
+    fn store_on_tmpfs(&self, mb: u64) -> Option<(Mount, PathBuf)> {
+        let fs = self.tmp.path().join("fs");
+        let mount = tmpfs(&fs, mb)?;
+        Some((mount, fs.join("store")))
+    }
+
     fn store(&self) -> PathBuf {
         self.tmp.path().join("store")
     }
@@ -876,11 +884,9 @@ async fn import_beside_a_running_relay_is_served_by_it() {
 #[test]
 fn an_import_is_not_refused_for_its_own_reserve() {
     let place = Place::new();
-    let fs = place.tmp.path().join("fs");
-    let Some(_mount) = tmpfs(&fs, 128) else {
+    let Some((_mount, store)) = place.store_on_tmpfs(128) else {
         return;
     };
-    let store = fs.join("store");
     let file = place.file(
         "notes.jsonl",
         &jsonl(&notes(2000, now() - 9000).iter().collect::<Vec<_>>()),
@@ -900,11 +906,9 @@ fn an_import_is_not_refused_for_its_own_reserve() {
 #[test]
 fn an_import_alone_that_fills_the_disk_stops_with_an_error_and_keeps_the_store() {
     let place = Place::new();
-    let fs = place.tmp.path().join("fs");
-    let Some(_mount) = tmpfs(&fs, 48) else {
+    let Some((_mount, store)) = place.store_on_tmpfs(48) else {
         return;
     };
-    let store = fs.join("store");
     // About 90 MB of events for a 48 MiB filesystem.
     let big = "z".repeat(30_000);
     let events: Vec<Event> = (0..3000u64)
