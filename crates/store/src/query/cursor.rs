@@ -76,6 +76,8 @@ struct Grouping {
     group: Vec<Hit>,
     /// Rows in final order, waiting for the merge.
     ready: VecDeque<Hit>,
+    /// Bytes of JSON in `ready`.
+    ready_bytes: usize,
     /// Rows passed to `ready` so far (against the limit).
     passed: u64,
 }
@@ -102,11 +104,35 @@ impl Grouping {
     fn flush(&mut self) {
         self.group.sort_unstable_by_key(|h| h.id);
         let take = (self.limit - self.passed).min(self.group.len() as u64) as usize;
+        self.ready_bytes += self.group[..take]
+            .iter()
+            .map(|h| h.raw.len())
+            .sum::<usize>();
         self.ready.extend(self.group.drain(..take));
-        self.group.clear();
+        self.group.drain(..).for_each(Hit::recycle);
         self.passed += take as u64;
     }
+
+    /// The walk may go on: `ready` holds less than the most a filter reads
+    /// ahead of the merge.
+    fn wants_more(&self) -> bool {
+        self.ready.len() < READ_AHEAD_ROWS && self.ready_bytes < READ_AHEAD_BYTES
+    }
+
+    /// The next row in final order.
+    fn pop(&mut self) -> Option<Hit> {
+        let hit = self.ready.pop_front()?;
+        self.ready_bytes -= hit.raw.len();
+        Some(hit)
+    }
 }
+
+/// Rows and bytes one filter reads ahead of the merge, at most (a timestamp
+/// collected whole may exceed them). A walk that stopped at every ready row
+/// opened its index range again for the next one: a seek from the root
+/// and a cursor per row, a sixth of a query's work.
+const READ_AHEAD_ROWS: usize = 32;
+const READ_AHEAD_BYTES: usize = 64 << 10;
 
 /// One filter of a REQ in progress.
 struct FilterCursor {
@@ -128,14 +154,15 @@ impl FilterCursor {
                 limit,
                 group: Vec::new(),
                 ready: VecDeque::new(),
+                ready_bytes: 0,
                 passed: 0,
             },
             complete,
         }
     }
 
-    /// Walks until a row is ready, the filter is complete or the step's
-    /// rows run out.
+    /// Walks until the filter has read as far ahead of the merge as it may
+    /// (`Grouping::wants_more`), is complete, or the step's rows run out.
     fn fill(
         &mut self,
         t: &Tables,
@@ -152,7 +179,7 @@ impl FilterCursor {
                 if !rows.accept(hit) {
                     wants_more = false;
                     Flow::Stop
-                } else if rows.ready.is_empty() {
+                } else if rows.wants_more() {
                     Flow::Continue
                 } else {
                     Flow::Pause
@@ -354,6 +381,7 @@ impl Store {
             now: opts.now,
             snapshot_serial: serial,
             readers,
+            with_json: true,
         };
         Ok(Some((rtxn, ctx)))
     }
@@ -403,19 +431,19 @@ impl Store {
                 cur.done = true;
                 break;
             };
-            let Some(hit) = cur.filters[i].rows.ready.pop_front() else {
+            let Some(hit) = cur.filters[i].rows.pop() else {
                 continue;
             };
             let key = (hit.created_at, hit.id);
-            if cur.last_sent == Some(key) {
+            if cur.last_sent == Some(key) || cur.skip.contains(&hit.serial) {
+                cur.last_sent = Some(key);
+                hit.recycle();
                 continue;
             }
             cur.last_sent = Some(key);
-            if cur.skip.contains(&hit.serial) {
-                continue;
-            }
             did.bytes += hit.raw.len() as u64;
             out.push_event(&hit.raw);
+            hit.recycle();
             if did.bytes >= limits.bytes {
                 break;
             }
@@ -446,7 +474,7 @@ impl Store {
         limits: StepLimits,
     ) -> Result<StepOutput, StoreError> {
         let mut did = StepOutput::default();
-        let Some((rtxn, ctx)) = self.open_step(
+        let Some((rtxn, mut ctx)) = self.open_step(
             cur.done,
             &mut cur.snapshot_serial,
             &cur.opts,
@@ -456,6 +484,8 @@ impl Store {
             did.done = true;
             return Ok(did);
         };
+        // A count needs the serials, not the events' JSON.
+        ctx.with_json = false;
         let rows_before = cur.budget.used;
         let mut step = StepRows(limits.rows);
         while let Some((f, walk)) = cur.filters.get_mut(cur.next_filter) {
