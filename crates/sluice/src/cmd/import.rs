@@ -25,8 +25,9 @@
 //! progress: every throttle.tick_ms draws progress and notes the heap the
 //!           engine's monitor measured
 //! search:   the engine's indexer (one tantivy thread per core), started
-//!           once the last batch is handed to the writer; the import
-//!           returns when it has indexed everything stored
+//!           once the last line is parsed (the writer still writing the
+//!           last two batches); the import returns when it has indexed
+//!           everything stored
 //! ```
 //! Who waits when a bound is hit: the reader, always. It takes a token
 //! before sending a chunk and the batcher returns it when it takes that

@@ -74,9 +74,11 @@ impl<'a> Batcher<'a> {
     }
 
     /// Batches every parsed chunk in order and waits for the writer.
-    /// `parsed_all` is called once the last batch is handed to the writer,
-    /// before waiting for it: the parse threads are done, and a core is
-    /// free for what follows the import (its search index).
+    /// `parsed_all` is called once every chunk is taken, before the last
+    /// batch waits for the one before it to commit: the parse threads are
+    /// done, and a core is free for what follows the import (its search
+    /// index, which reads what is committed) while the writer writes the
+    /// last two batches.
     pub(super) fn run(
         &mut self,
         results: Receiver<Parsed>,
@@ -123,8 +125,8 @@ impl<'a> Batcher<'a> {
                 break;
             }
         }
-        self.flush()?;
         parsed_all();
+        self.flush()?;
         self.settle()
     }
 

@@ -36,8 +36,8 @@ struct Chunk {
 
 /// Runs reader, workers, progress and batcher; returns the counts even
 /// when the store failed, so the operator sees how far it got.
-/// `parsed_all` is called once every line is parsed and handed to the
-/// writer, while the writer may still be writing the last batches.
+/// `parsed_all` is called once every line is parsed, while the writer may
+/// still be writing the last batches.
 pub(super) fn pipeline(
     plan: &Plan,
     engine: &Engine,
