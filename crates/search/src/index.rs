@@ -176,6 +176,10 @@ pub(crate) struct Pending {
     /// Serials the store no longer holds, found by searches.
     pub removals: Vec<u64>,
     pub stopping: bool,
+    /// Threads waiting for the index to catch up (`Indexer::wait_caught_up`):
+    /// while there are any, what is read is committed at once, not at the
+    /// next commit interval.
+    pub waiters: usize,
 }
 
 /// The full-text index: shared by the indexer thread (which writes it)

@@ -199,6 +199,7 @@ impl Indexer {
     /// Blocks until the index has committed every event below `next`
     /// (the store's next serial) or the thread stopped; false if it did.
     pub fn wait_caught_up(&self, next: u64) -> bool {
+        let _waiting = Waiting::new(&self.index);
         self.index.ring();
         while self.indexed_serial() + 1 < next {
             if !self.alive() {
@@ -223,6 +224,25 @@ impl Indexer {
 impl Drop for Indexer {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// One thread in [`Indexer::wait_caught_up`], counted in the index's
+/// `waiters` until it returns, however.
+struct Waiting<'a>(&'a SearchIndex);
+
+impl<'a> Waiting<'a> {
+    fn new(index: &'a SearchIndex) -> Waiting<'a> {
+        index.lock().waiters += 1;
+        // An indexer sleeping out its commit interval looks again.
+        index.wake.notify_all();
+        Waiting(index)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.lock().waiters -= 1;
     }
 }
 
@@ -256,10 +276,10 @@ impl Run {
         let mut since_commit = Instant::now();
         let mut dirty = false;
         loop {
-            let (stopping, removals) = {
+            let (stopping, removals, hurry) = {
                 let mut p = self.index.lock();
                 p.rung = false;
-                (p.stopping, std::mem::take(&mut p.removals))
+                (p.stopping, std::mem::take(&mut p.removals), p.waiters > 0)
             };
             for serial in &removals {
                 self.writer
@@ -287,7 +307,10 @@ impl Run {
                 }
             };
             let due = since_commit.elapsed() >= if behind { CATCH_UP_COMMIT } else { interval };
-            if dirty && (due || stopping) {
+            // Someone waits for the index to catch up: what was read is
+            // committed once the batches run out.
+            let hurried = hurry && !behind;
+            if dirty && (due || stopping || hurried) {
                 if let Err(e) = self.commit() {
                     metrics::counter!(m::SEARCH_ERRORS_TOTAL).increment(1);
                     tracing::error!(error = %e, "search index commit failed; indexer stopped");
@@ -305,8 +328,10 @@ impl Run {
                 // before then does not wake the indexer), so a steady trickle
                 // costs one read and one commit per interval, not one read per
                 // writer commit. They become searchable no later than before.
+                // While someone waits for it to catch up, the indexer reads
+                // each commit of the writer's as it rings.
                 let since = since_commit.elapsed();
-                if since < interval {
+                if since < interval && !hurry {
                     self.sleep(interval - since);
                 } else {
                     self.wait(Duration::from_secs(1));
@@ -324,11 +349,12 @@ impl Run {
         self.index.wake.wait_for(&mut p, d);
     }
 
-    /// Sleeps `d`, rings or not, unless asked to stop or remove.
+    /// Sleeps `d`, rings or not, unless asked to stop or remove, or
+    /// someone waits for the index to catch up.
     fn sleep(&self, d: Duration) {
         let until = Instant::now() + d;
         let mut p = self.index.lock();
-        while !p.stopping && p.removals.is_empty() {
+        while !p.stopping && p.removals.is_empty() && p.waiters == 0 {
             if self.index.wake.wait_until(&mut p, until).timed_out() {
                 return;
             }
