@@ -8,24 +8,10 @@ use std::path::Path;
 
 use sluice_proto::{Event, Filter};
 use sluice_search::{Indexer, SearchConfig, SearchIndex, Workers};
-use sluice_store::{Store, StoreOptions};
+use sluice_store::Store;
 
-fn open_store(dir: &Path) -> Store {
-    let opts = StoreOptions {
-        map_size_bytes: 64 << 20,
-        min_free_disk_bytes: 0,
-        ..StoreOptions::default()
-    };
-    Store::open(dir, &opts).unwrap()
-}
-
-#[expect(
-    clippy::disallowed_methods,
-    reason = "the test fills a store of its own, with no writer thread"
-)]
-fn write(store: &Store, events: &[Event]) {
-    store.write_batch(events, 1_700_000_000).unwrap();
-}
+mod support;
+use support::{open_store, write};
 
 fn config(kinds: &[u16]) -> SearchConfig {
     SearchConfig {
