@@ -32,6 +32,7 @@ pub mod access;
 pub mod clock;
 pub mod config;
 pub mod gauge;
+pub mod handles;
 pub mod health;
 pub mod limiter;
 pub mod live;

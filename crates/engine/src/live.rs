@@ -37,6 +37,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use self::packed::{Packed, Searches, View};
+use crate::handles::{CounterHandle, HistogramHandle};
 use crate::mailbox::Mailbox;
 use crate::metrics_names as m;
 use crate::reads::{ReadSink, Reads, SinkHome, SinkShared};
@@ -93,6 +94,10 @@ pub struct LiveHub {
     queue_bytes: usize,
     /// Set once by [`LiveHub::stop`]: every connection's `recv` ends.
     stopping: AtomicBool,
+    /// What each publish records, its handles looked up once.
+    candidates_total: CounterHandle,
+    queued_total: CounterHandle,
+    match_seconds: HistogramHandle,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -166,6 +171,9 @@ impl LiveHub {
             queue_events: queue_events.max(1),
             queue_bytes: queue_bytes.max(1),
             stopping: AtomicBool::new(false),
+            candidates_total: CounterHandle::new(m::LIVE_CANDIDATES_TOTAL),
+            queued_total: CounterHandle::new(m::LIVE_QUEUED_TOTAL),
+            match_seconds: HistogramHandle::new(m::LIVE_MATCH_SECONDS),
         })
     }
 
@@ -264,12 +272,12 @@ impl LiveHub {
             }
         }
         drop(index);
-        metrics::counter!(m::LIVE_CANDIDATES_TOTAL).increment(candidates);
-        metrics::counter!(m::LIVE_QUEUED_TOTAL).increment(deliveries);
+        self.candidates_total.increment(candidates);
+        self.queued_total.increment(deliveries);
         if full > 0 {
             metrics::counter!(m::LIVE_QUEUE_FULL_TOTAL).increment(full);
         }
-        metrics::histogram!(m::LIVE_MATCH_SECONDS).record(started.elapsed().as_secs_f64());
+        (self.match_seconds).record(started.elapsed().as_secs_f64());
     }
 
     /// Subscriptions in the index.

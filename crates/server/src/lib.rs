@@ -71,6 +71,8 @@ pub struct AppState {
     http_slots: Arc<accept::HttpSlots>,
     /// The connections' compression windows, bounded together.
     deflate_windows: Arc<sluice_ws::deflate::WindowBudget>,
+    /// The series sessions record per message, their handles looked up once.
+    pub(crate) recorded: session::Recorded,
 }
 
 /// The config sections the front end owns.
@@ -130,6 +132,7 @@ impl AppState {
             landing,
         } = sections;
         Arc::new(AppState {
+            recorded: session::Recorded::default(),
             front: ArcSwap::from_pointee(Reloadable::new(limits, relay)),
             connections: Arc::new(Semaphore::new(server.max_connections)),
             deflate_windows: sluice_ws::deflate::WindowBudget::new(

@@ -12,7 +12,6 @@ use super::msg::Bulk;
 use super::thread::Writer;
 use crate::clock::unix_now;
 use crate::live::LiveEvent;
-use crate::metrics_names as m;
 
 #[expect(
     clippy::disallowed_methods,
@@ -33,19 +32,18 @@ impl Writer {
         let started = Instant::now();
         let n = bulk.events.len();
         let waited = started.duration_since(bulk.enqueued);
-        let wait = metrics::histogram!(m::WRITER_QUEUE_WAIT_SECONDS);
         for _ in 0..n {
-            wait.record(waited.as_secs_f64());
+            self.metrics.queue_wait.record(waited.as_secs_f64());
         }
         self.signals
             .max_wait_ns
             .fetch_max(waited.as_nanos() as u64, Ordering::Relaxed);
-        metrics::histogram!(m::WRITER_BATCH_EVENTS).record(n as f64);
+        self.metrics.batch_events.record(n as f64);
         let result = self
             .store
             .write_batch_ruled(bulk.events.iter(), unix_now(), &plan.rules);
         let commit = started.elapsed();
-        metrics::histogram!(m::WRITER_COMMIT_SECONDS).record(commit.as_secs_f64());
+        self.metrics.commit.record(commit.as_secs_f64());
         let outcomes = match result {
             Ok(outcomes) => outcomes,
             Err(e) => {
@@ -68,7 +66,9 @@ impl Writer {
             s.bulk_baseline_secs
                 .store(c.baseline.to_bits(), Ordering::Relaxed);
         }
-        outcomes.iter().for_each(count_outcome);
+        for o in &outcomes {
+            count_outcome(&self.metrics.outcomes, o);
+        }
         let stored_events = || {
             bulk.events
                 .iter()

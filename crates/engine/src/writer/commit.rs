@@ -11,9 +11,32 @@ use sluice_store::{StoreError, WriteOutcome};
 use super::msg::{Msg, Request, WriteError};
 use super::thread::Writer;
 use crate::clock::unix_now;
+use crate::handles::{GaugeHandle, HistogramHandle, LabelledCounter};
 use crate::live::LiveEvent;
 use crate::metrics_names as m;
 use crate::mirror_tap::Origin;
+
+/// The series the writer records per batch and per event, their handles
+/// looked up once ([`crate::handles`]).
+pub(super) struct WriterMetrics {
+    pub(super) queue_wait: HistogramHandle,
+    pub(super) batch_events: HistogramHandle,
+    pub(super) commit: HistogramHandle,
+    queue_events: GaugeHandle,
+    pub(super) outcomes: LabelledCounter,
+}
+
+impl Default for WriterMetrics {
+    fn default() -> WriterMetrics {
+        WriterMetrics {
+            queue_wait: HistogramHandle::new(m::WRITER_QUEUE_WAIT_SECONDS),
+            batch_events: HistogramHandle::new(m::WRITER_BATCH_EVENTS),
+            commit: HistogramHandle::new(m::WRITER_COMMIT_SECONDS),
+            queue_events: GaugeHandle::new(m::WRITER_QUEUE_EVENTS),
+            outcomes: LabelledCounter::new(m::EVENTS_WRITTEN_TOTAL, "outcome"),
+        }
+    }
+}
 
 #[expect(
     clippy::disallowed_methods,
@@ -53,17 +76,16 @@ impl Writer {
         }
         let plan = self.retainer.rules();
         let started = Instant::now();
-        let wait = metrics::histogram!(m::WRITER_QUEUE_WAIT_SECONDS);
         let mut max_wait = Duration::ZERO;
         for r in &batch {
             let w = started.duration_since(r.enqueued);
             max_wait = max_wait.max(w);
-            wait.record(w.as_secs_f64());
+            self.metrics.queue_wait.record(w.as_secs_f64());
         }
         self.signals
             .max_wait_ns
             .fetch_max(max_wait.as_nanos() as u64, Ordering::Relaxed);
-        metrics::histogram!(m::WRITER_BATCH_EVENTS).record(batch.len() as f64);
+        self.metrics.batch_events.record(batch.len() as f64);
         // While size eviction runs, it rides on the batch's transaction.
         let result = if self.retainer.rides() && !lone_first {
             let n = batch.len();
@@ -78,12 +100,12 @@ impl Writer {
                 .write_batch_ruled(batch.iter().map(|r| &*r.event), unix_now(), &plan.rules)
         };
         let commit = started.elapsed();
-        metrics::histogram!(m::WRITER_COMMIT_SECONDS).record(commit.as_secs_f64());
+        self.metrics.commit.record(commit.as_secs_f64());
         self.signals
             .max_commit_ns
             .fetch_max(commit.as_nanos() as u64, Ordering::Relaxed);
         self.signals.batches.fetch_add(1, Ordering::Relaxed);
-        metrics::gauge!(m::WRITER_QUEUE_EVENTS).set(self.queued.load(Ordering::Relaxed) as f64);
+        (self.metrics.queue_events).set(self.queued.load(Ordering::Relaxed) as f64);
         match result {
             Ok(outcomes) => {
                 // Committed: live subscribers first (so an OK means the
@@ -123,7 +145,7 @@ impl Writer {
                     }
                 }
                 for (r, outcome) in batch.into_iter().zip(outcomes) {
-                    count_outcome(&outcome);
+                    count_outcome(&self.metrics.outcomes, &outcome);
                     // A sender that went away (connection closed) is fine:
                     // the event is stored either way.
                     let _ = r.reply.send(Ok(outcome));
@@ -146,8 +168,8 @@ impl Writer {
     }
 }
 
-pub(super) fn count_outcome(o: &WriteOutcome) {
-    metrics::counter!(m::EVENTS_WRITTEN_TOTAL, "outcome" => outcome_label(o)).increment(1);
+pub(super) fn count_outcome(outcomes: &LabelledCounter, o: &WriteOutcome) {
+    outcomes.increment(outcome_label(o), 1);
 }
 
 /// Logs and counts a batch that did not commit.

@@ -65,6 +65,7 @@ pub(crate) fn spawn(
         disk,
         outsiders: Vec::new(),
         outsiders_since: None,
+        metrics: Default::default(),
     };
     let exit = ThreadExit::new("writer", alive.clone());
     let thread = std::thread::Builder::new()

@@ -147,6 +147,7 @@ fn rig(cfg: EngineConfig) -> Rig {
         disk: parts.disk.clone(),
         outsiders: Vec::new(),
         outsiders_since: None,
+        metrics: Default::default(),
     };
     Rig {
         _dir: dir,
@@ -747,9 +748,10 @@ fn an_outcome_is_labelled_and_counted() {
         assert_eq!(outcome_label(&o), label, "{o:?}");
     }
     let ((), got) = record(|| {
-        count_outcome(&stored(false, 0));
-        count_outcome(&stored(false, 0));
-        count_outcome(&WriteOutcome::Duplicate);
+        let outcomes = WriterMetrics::default().outcomes;
+        count_outcome(&outcomes, &stored(false, 0));
+        count_outcome(&outcomes, &stored(false, 0));
+        count_outcome(&outcomes, &WriteOutcome::Duplicate);
     });
     let written = |label| got.counter(m::EVENTS_WRITTEN_TOTAL, &[("outcome", label)]);
     assert_eq!((written("stored"), written("duplicate")), (2, 1));

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use sluice_store::Store;
 
+use super::commit::WriterMetrics;
 use super::msg::{Msg, OUTSIDERS_WAIT, Request};
 use super::signals::{CommitCost, WriterSignals};
 use crate::config::EngineConfig;
@@ -37,6 +38,7 @@ pub(super) struct Writer {
     /// Outsiders' events waiting for a commit to ride on, and since when.
     pub(super) outsiders: Vec<Request>,
     pub(super) outsiders_since: Option<Instant>,
+    pub(super) metrics: WriterMetrics,
 }
 
 impl Writer {

@@ -35,7 +35,6 @@ use super::out::{Out, Step};
 use super::refusal::Refusal;
 use super::small_str::SmallStr;
 use super::{Session, id_hex};
-use crate::metrics_names as m;
 
 /// The answer of one EVENT handed to the writer.
 pub(super) type WriteFut = Pin<Box<dyn Future<Output = WriteDone> + Send>>;
@@ -115,7 +114,7 @@ impl Session {
         received: Instant,
     ) -> Step {
         let class = KindClass::of(ev.kind).as_str();
-        metrics::counter!(m::EVENTS_RECEIVED_TOTAL, "kind_class" => class).increment(1);
+        self.st.recorded.events_received.increment(class, 1);
         match self.admit(&ev) {
             Err(refusal) if refusal.asks_auth() => {
                 self.send_asking_auth(out, refusal.ok(&ev.id_hex())).await
@@ -189,7 +188,7 @@ impl Session {
                 Ok(())
             }
             Ok(HandedOn::Ephemeral) => {
-                metrics::counter!(m::EVENTS_ACCEPTED_TOTAL, "outcome" => "ephemeral").increment(1);
+                self.st.recorded.events_accepted.increment("ephemeral", 1);
                 out.send(RelayMessage::ok(&id_hex(&id), true, "")).await
             }
             Err(refusal) if refusal.asks_auth() => {
@@ -226,11 +225,11 @@ impl Session {
 
     /// The writer answered an EVENT (or stopped): its OK.
     pub(super) async fn on_write_done(&mut self, out: &mut Out<'_>, done: Box<WriteDone>) -> Step {
-        metrics::histogram!(m::OK_LATENCY_SECONDS).record(done.started.elapsed().as_secs_f64());
+        (self.st.recorded.ok_latency).record(done.started.elapsed().as_secs_f64());
         let id = id_hex(&done.id);
         match done.answer.result() {
             Ok((label, message)) => {
-                metrics::counter!(m::EVENTS_ACCEPTED_TOTAL, "outcome" => label).increment(1);
+                self.st.recorded.events_accepted.increment(label, 1);
                 out.send(RelayMessage::ok(&id, true, &message)).await
             }
             Err(refusal) => out.send(refusal.ok(&id)).await,

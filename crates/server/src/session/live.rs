@@ -18,7 +18,6 @@ use super::Session;
 use super::out::{CloseReason, Out, Step};
 use super::refusal::Refusal;
 use super::subs::Phase;
-use crate::metrics_names as m;
 
 impl Session {
     pub(super) async fn on_live(
@@ -49,7 +48,7 @@ impl Session {
                 Phase::Live { .. } => {
                     let prefix = RelayMessage::event_prefix(&sub_id);
                     out.send_event(&prefix, ev.event.raw(), &ev.encoded).await?;
-                    metrics::counter!(m::LIVE_DELIVERIES_TOTAL).increment(1);
+                    self.st.recorded.live_deliveries.increment(1);
                 }
             }
         }

@@ -43,6 +43,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use sluice_engine::handles::{CounterHandle, HistogramHandle, LabelledCounter};
 use sluice_engine::limiter::{ConnReadBudget, ConnectionGuard};
 use sluice_engine::live::LiveConn;
 use sluice_engine::live::LiveEnd;
@@ -138,6 +139,28 @@ struct Session {
 
 /// What a session starts from; taken apart by [`run`] before any future
 /// holds it.
+/// The series a session records per message and per event, their handles
+/// looked up once for the relay (`sluice_engine::handles`).
+pub(crate) struct Recorded {
+    messages: LabelledCounter,
+    pub(crate) events_received: LabelledCounter,
+    pub(crate) events_accepted: LabelledCounter,
+    pub(crate) ok_latency: HistogramHandle,
+    pub(crate) live_deliveries: CounterHandle,
+}
+
+impl Default for Recorded {
+    fn default() -> Recorded {
+        Recorded {
+            messages: LabelledCounter::new(m::MESSAGES_RECEIVED_TOTAL, "type"),
+            events_received: LabelledCounter::new(m::EVENTS_RECEIVED_TOTAL, "kind_class"),
+            events_accepted: LabelledCounter::new(m::EVENTS_ACCEPTED_TOTAL, "outcome"),
+            ok_latency: HistogramHandle::new(m::OK_LATENCY_SECONDS),
+            live_deliveries: CounterHandle::new(m::LIVE_DELIVERIES_TOTAL),
+        }
+    }
+}
+
 pub(crate) struct Opening {
     pub(crate) on_upgrade: hyper::upgrade::OnUpgrade,
     /// permessage-deflate, when agreed at the upgrade.
@@ -541,7 +564,7 @@ impl Session {
         let received = Instant::now();
         let max = self.front.limits.max_message_bytes;
         if text.len() > max {
-            metrics::counter!(m::MESSAGES_RECEIVED_TOTAL, "type" => "too_large").increment(1);
+            self.st.recorded.messages.increment("too_large", 1);
             let refusal = Refusal::TooLarge {
                 len: text.len(),
                 max,
@@ -561,7 +584,7 @@ impl Session {
             Ok(msg) => msg,
             Err(e) => return self.on_bad_message(out, e).await,
         };
-        metrics::counter!(m::MESSAGES_RECEIVED_TOTAL, "type" => msg.type_label()).increment(1);
+        self.st.recorded.messages.increment(msg.type_label(), 1);
         match msg {
             ClientMessage::Event(ev) => self.on_event(out, ev, received).await,
             ClientMessage::Req { sub_id, filters } => self.on_req(out, sub_id, filters).await,
@@ -581,7 +604,7 @@ impl Session {
     }
 
     async fn on_bad_message(&mut self, out: &mut Out<'_>, e: MessageError) -> Step {
-        metrics::counter!(m::MESSAGES_RECEIVED_TOTAL, "type" => "invalid").increment(1);
+        self.st.recorded.messages.increment("invalid", 1);
         match e {
             MessageError::BadEvent {
                 id: Some(id),

@@ -18,7 +18,6 @@ use super::Session;
 use super::out::{Out, Step};
 use super::refusal::Refusal;
 use super::subs::Phase;
-use crate::metrics_names as m;
 
 impl Session {
     pub(super) async fn on_req(
@@ -207,7 +206,7 @@ impl Session {
         for ev in held {
             if ev.serial.is_none_or(|s| s >= snapshot_serial) {
                 out.feed_event(&prefix, ev.event.raw()).await?;
-                metrics::counter!(m::LIVE_DELIVERIES_TOTAL).increment(1);
+                self.st.recorded.live_deliveries.increment(1);
             }
         }
         out.flush().await
