@@ -11,32 +11,10 @@ use sluice_store::{StoreError, WriteOutcome};
 use super::msg::{Msg, Request, WriteError};
 use super::thread::Writer;
 use crate::clock::unix_now;
-use crate::handles::{GaugeHandle, HistogramHandle, LabelledCounter};
+use crate::handles::LabelledCounter;
 use crate::live::LiveEvent;
 use crate::metrics_names as m;
 use crate::mirror_tap::Origin;
-
-/// The series the writer records per batch and per event, their handles
-/// looked up once ([`crate::handles`]).
-pub(super) struct WriterMetrics {
-    pub(super) queue_wait: HistogramHandle,
-    pub(super) batch_events: HistogramHandle,
-    pub(super) commit: HistogramHandle,
-    queue_events: GaugeHandle,
-    pub(super) outcomes: LabelledCounter,
-}
-
-impl Default for WriterMetrics {
-    fn default() -> WriterMetrics {
-        WriterMetrics {
-            queue_wait: HistogramHandle::new(m::WRITER_QUEUE_WAIT_SECONDS),
-            batch_events: HistogramHandle::new(m::WRITER_BATCH_EVENTS),
-            commit: HistogramHandle::new(m::WRITER_COMMIT_SECONDS),
-            queue_events: GaugeHandle::new(m::WRITER_QUEUE_EVENTS),
-            outcomes: LabelledCounter::new(m::EVENTS_WRITTEN_TOTAL, "outcome"),
-        }
-    }
-}
 
 #[expect(
     clippy::disallowed_methods,

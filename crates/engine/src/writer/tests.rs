@@ -13,7 +13,7 @@ use super::commit::*;
 use super::handle::*;
 use super::msg::*;
 use super::signals::*;
-use super::thread::Writer;
+use super::thread::{Writer, WriterMetrics};
 use crate::clock::unix_now;
 use crate::config::EngineConfig;
 use crate::health::DiskGate;

@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 
 use sluice_store::Store;
 
-use super::commit::WriterMetrics;
 use super::msg::{Msg, OUTSIDERS_WAIT, Request};
 use super::signals::{CommitCost, WriterSignals};
 use crate::config::EngineConfig;
+use crate::handles::{GaugeHandle, HistogramHandle, LabelledCounter};
 use crate::health::DiskGate;
 use crate::live::LiveHub;
+use crate::metrics_names as m;
 use crate::mirror_tap::MirrorTaps;
 use crate::retention::Retainer;
 
@@ -39,6 +40,28 @@ pub(super) struct Writer {
     pub(super) outsiders: Vec<Request>,
     pub(super) outsiders_since: Option<Instant>,
     pub(super) metrics: WriterMetrics,
+}
+
+/// The series the writer records per batch and per event, their handles
+/// looked up once ([`crate::handles`]).
+pub(super) struct WriterMetrics {
+    pub(super) queue_wait: HistogramHandle,
+    pub(super) batch_events: HistogramHandle,
+    pub(super) commit: HistogramHandle,
+    pub(super) queue_events: GaugeHandle,
+    pub(super) outcomes: LabelledCounter,
+}
+
+impl Default for WriterMetrics {
+    fn default() -> WriterMetrics {
+        WriterMetrics {
+            queue_wait: HistogramHandle::new(m::WRITER_QUEUE_WAIT_SECONDS),
+            batch_events: HistogramHandle::new(m::WRITER_BATCH_EVENTS),
+            commit: HistogramHandle::new(m::WRITER_COMMIT_SECONDS),
+            queue_events: GaugeHandle::new(m::WRITER_QUEUE_EVENTS),
+            outcomes: LabelledCounter::new(m::EVENTS_WRITTEN_TOTAL, "outcome"),
+        }
+    }
 }
 
 impl Writer {
