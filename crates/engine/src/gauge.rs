@@ -2,16 +2,15 @@
 //! lives (an open connection, subscription, negentropy session, an
 //! authenticated connection), so the count cannot outlive what it counts.
 
-use std::sync::OnceLock;
+use crate::handles::Slots;
 
 /// Gauges guards can name: each name takes a slot at its first guard.
 const SLOTS: usize = 16;
 
 /// The gauges' handles, looked up once per name (a lookup allocates a
-/// handle, and every connection holds guards). Filled in order; a slot is
-/// never emptied, so a guard keeps only its slot's index.
-static HANDLES: [OnceLock<(&'static str, metrics::Gauge)>; SLOTS] =
-    [const { OnceLock::new() }; SLOTS];
+/// handle, and every connection holds guards). A slot is never emptied,
+/// so a guard keeps only its slot's index.
+static HANDLES: Slots<metrics::Gauge, SLOTS> = Slots::new();
 
 /// One unit of a gauge, taken back on drop. One byte: a connection holds
 /// several.
@@ -27,29 +26,18 @@ impl GaugeGuard {
     /// When more than 16 names are held by guards (a programming error:
     /// the names are constants).
     pub fn hold(name: &'static str) -> GaugeGuard {
-        let (slot, gauge) = slot_of(name);
+        let Some((slot, gauge)) = HANDLES.find(name, || metrics::gauge!(name)) else {
+            panic!("more than {SLOTS} gauges held by guards");
+        };
         gauge.increment(1.0);
-        GaugeGuard(slot)
+        GaugeGuard(slot as u8)
     }
-}
-
-/// The slot of `name` and its handle, taking the first free slot at its
-/// first use. Two threads naming new gauges at once may race for a free
-/// slot: the loser sees the winner's name there and goes on to the next.
-fn slot_of(name: &'static str) -> (u8, &'static metrics::Gauge) {
-    for (i, cell) in HANDLES.iter().enumerate() {
-        let (n, gauge) = cell.get_or_init(|| (name, metrics::gauge!(name)));
-        if *n == name {
-            return (i as u8, gauge);
-        }
-    }
-    panic!("more than {SLOTS} gauges held by guards");
 }
 
 impl Drop for GaugeGuard {
     fn drop(&mut self) {
         // The slot was filled before the guard was made, and is never emptied.
-        if let Some((_, gauge)) = HANDLES[self.0 as usize].get() {
+        if let Some((_, gauge)) = HANDLES.get(self.0 as usize) {
             gauge.decrement(1.0);
         }
     }
@@ -67,13 +55,7 @@ mod tests {
         let a2 = GaugeGuard::hold("sluice_test_gauge_a");
         assert_eq!(a.0, a2.0);
         assert_ne!(a.0, b.0);
-        assert_eq!(
-            HANDLES[a.0 as usize].get().unwrap().0,
-            "sluice_test_gauge_a"
-        );
-        assert_eq!(
-            HANDLES[b.0 as usize].get().unwrap().0,
-            "sluice_test_gauge_b"
-        );
+        assert_eq!(HANDLES.get(a.0 as usize).unwrap().0, "sluice_test_gauge_a");
+        assert_eq!(HANDLES.get(b.0 as usize).unwrap().0, "sluice_test_gauge_b");
     }
 }

@@ -37,7 +37,9 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use self::packed::{Packed, Searches, View};
-use crate::handles::{CounterHandle, HistogramHandle};
+use metrics::{Counter, Histogram};
+
+use crate::handles::Handle;
 use crate::mailbox::Mailbox;
 use crate::metrics_names as m;
 use crate::reads::{ReadSink, Reads, SinkHome, SinkShared};
@@ -95,9 +97,9 @@ pub struct LiveHub {
     /// Set once by [`LiveHub::stop`]: every connection's `recv` ends.
     stopping: AtomicBool,
     /// What each publish records, its handles looked up once.
-    candidates_total: CounterHandle,
-    queued_total: CounterHandle,
-    match_seconds: HistogramHandle,
+    candidates_total: Handle<Counter>,
+    queued_total: Handle<Counter>,
+    match_seconds: Handle<Histogram>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -171,9 +173,9 @@ impl LiveHub {
             queue_events: queue_events.max(1),
             queue_bytes: queue_bytes.max(1),
             stopping: AtomicBool::new(false),
-            candidates_total: CounterHandle::new(m::LIVE_CANDIDATES_TOTAL),
-            queued_total: CounterHandle::new(m::LIVE_QUEUED_TOTAL),
-            match_seconds: HistogramHandle::new(m::LIVE_MATCH_SECONDS),
+            candidates_total: Handle::counter(m::LIVE_CANDIDATES_TOTAL),
+            queued_total: Handle::counter(m::LIVE_QUEUED_TOTAL),
+            match_seconds: Handle::histogram(m::LIVE_MATCH_SECONDS),
         })
     }
 
@@ -272,12 +274,14 @@ impl LiveHub {
             }
         }
         drop(index);
-        self.candidates_total.increment(candidates);
-        self.queued_total.increment(deliveries);
+        self.candidates_total.get().increment(candidates);
+        self.queued_total.get().increment(deliveries);
         if full > 0 {
             metrics::counter!(m::LIVE_QUEUE_FULL_TOTAL).increment(full);
         }
-        (self.match_seconds).record(started.elapsed().as_secs_f64());
+        self.match_seconds
+            .get()
+            .record(started.elapsed().as_secs_f64());
     }
 
     /// Subscriptions in the index.

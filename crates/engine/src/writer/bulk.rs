@@ -33,17 +33,17 @@ impl Writer {
         let n = bulk.events.len();
         let waited = started.duration_since(bulk.enqueued);
         for _ in 0..n {
-            self.metrics.queue_wait.record(waited.as_secs_f64());
+            self.metrics.queue_wait.get().record(waited.as_secs_f64());
         }
         self.signals
             .max_wait_ns
             .fetch_max(waited.as_nanos() as u64, Ordering::Relaxed);
-        self.metrics.batch_events.record(n as f64);
+        self.metrics.batch_events.get().record(n as f64);
         let result = self
             .store
             .write_batch_ruled(bulk.events.iter(), unix_now(), &plan.rules);
         let commit = started.elapsed();
-        self.metrics.commit.record(commit.as_secs_f64());
+        self.metrics.commit.get().record(commit.as_secs_f64());
         let outcomes = match result {
             Ok(outcomes) => outcomes,
             Err(e) => {

@@ -58,12 +58,12 @@ impl Writer {
         for r in &batch {
             let w = started.duration_since(r.enqueued);
             max_wait = max_wait.max(w);
-            self.metrics.queue_wait.record(w.as_secs_f64());
+            self.metrics.queue_wait.get().record(w.as_secs_f64());
         }
         self.signals
             .max_wait_ns
             .fetch_max(max_wait.as_nanos() as u64, Ordering::Relaxed);
-        self.metrics.batch_events.record(batch.len() as f64);
+        self.metrics.batch_events.get().record(batch.len() as f64);
         // While size eviction runs, it rides on the batch's transaction.
         let result = if self.retainer.rides() && !lone_first {
             let n = batch.len();
@@ -78,12 +78,15 @@ impl Writer {
                 .write_batch_ruled(batch.iter().map(|r| &*r.event), unix_now(), &plan.rules)
         };
         let commit = started.elapsed();
-        self.metrics.commit.record(commit.as_secs_f64());
+        self.metrics.commit.get().record(commit.as_secs_f64());
         self.signals
             .max_commit_ns
             .fetch_max(commit.as_nanos() as u64, Ordering::Relaxed);
         self.signals.batches.fetch_add(1, Ordering::Relaxed);
-        (self.metrics.queue_events).set(self.queued.load(Ordering::Relaxed) as f64);
+        self.metrics
+            .queue_events
+            .get()
+            .set(self.queued.load(Ordering::Relaxed) as f64);
         match result {
             Ok(outcomes) => {
                 // Committed: live subscribers first (so an OK means the

@@ -11,7 +11,9 @@ use sluice_store::Store;
 use super::msg::{Msg, OUTSIDERS_WAIT, Request};
 use super::signals::{CommitCost, WriterSignals};
 use crate::config::EngineConfig;
-use crate::handles::{GaugeHandle, HistogramHandle, LabelledCounter};
+use metrics::{Gauge, Histogram};
+
+use crate::handles::{Handle, LabelledCounter};
 use crate::health::DiskGate;
 use crate::live::LiveHub;
 use crate::metrics_names as m;
@@ -45,20 +47,20 @@ pub(super) struct Writer {
 /// The series the writer records per batch and per event, their handles
 /// looked up once ([`crate::handles`]).
 pub(super) struct WriterMetrics {
-    pub(super) queue_wait: HistogramHandle,
-    pub(super) batch_events: HistogramHandle,
-    pub(super) commit: HistogramHandle,
-    pub(super) queue_events: GaugeHandle,
+    pub(super) queue_wait: Handle<Histogram>,
+    pub(super) batch_events: Handle<Histogram>,
+    pub(super) commit: Handle<Histogram>,
+    pub(super) queue_events: Handle<Gauge>,
     pub(super) outcomes: LabelledCounter,
 }
 
 impl Default for WriterMetrics {
     fn default() -> WriterMetrics {
         WriterMetrics {
-            queue_wait: HistogramHandle::new(m::WRITER_QUEUE_WAIT_SECONDS),
-            batch_events: HistogramHandle::new(m::WRITER_BATCH_EVENTS),
-            commit: HistogramHandle::new(m::WRITER_COMMIT_SECONDS),
-            queue_events: GaugeHandle::new(m::WRITER_QUEUE_EVENTS),
+            queue_wait: Handle::histogram(m::WRITER_QUEUE_WAIT_SECONDS),
+            batch_events: Handle::histogram(m::WRITER_BATCH_EVENTS),
+            commit: Handle::histogram(m::WRITER_COMMIT_SECONDS),
+            queue_events: Handle::gauge(m::WRITER_QUEUE_EVENTS),
             outcomes: LabelledCounter::new(m::EVENTS_WRITTEN_TOTAL, "outcome"),
         }
     }

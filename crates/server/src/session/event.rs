@@ -225,7 +225,11 @@ impl Session {
 
     /// The writer answered an EVENT (or stopped): its OK.
     pub(super) async fn on_write_done(&mut self, out: &mut Out<'_>, done: Box<WriteDone>) -> Step {
-        (self.st.recorded.ok_latency).record(done.started.elapsed().as_secs_f64());
+        self.st
+            .recorded
+            .ok_latency
+            .get()
+            .record(done.started.elapsed().as_secs_f64());
         let id = id_hex(&done.id);
         match done.answer.result() {
             Ok((label, message)) => {

@@ -48,7 +48,7 @@ impl Session {
                 Phase::Live { .. } => {
                     let prefix = RelayMessage::event_prefix(&sub_id);
                     out.send_event(&prefix, ev.event.raw(), &ev.encoded).await?;
-                    self.st.recorded.live_deliveries.increment(1);
+                    self.st.recorded.live_deliveries.get().increment(1);
                 }
             }
         }

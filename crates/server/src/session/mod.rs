@@ -43,7 +43,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use sluice_engine::handles::{CounterHandle, HistogramHandle, LabelledCounter};
+use metrics::{Counter, Histogram};
+use sluice_engine::handles::{Handle, LabelledCounter};
 use sluice_engine::limiter::{ConnReadBudget, ConnectionGuard};
 use sluice_engine::live::LiveConn;
 use sluice_engine::live::LiveEnd;
@@ -145,8 +146,8 @@ pub(crate) struct Recorded {
     messages: LabelledCounter,
     pub(crate) events_received: LabelledCounter,
     pub(crate) events_accepted: LabelledCounter,
-    pub(crate) ok_latency: HistogramHandle,
-    pub(crate) live_deliveries: CounterHandle,
+    pub(crate) ok_latency: Handle<Histogram>,
+    pub(crate) live_deliveries: Handle<Counter>,
 }
 
 impl Default for Recorded {
@@ -155,8 +156,8 @@ impl Default for Recorded {
             messages: LabelledCounter::new(m::MESSAGES_RECEIVED_TOTAL, "type"),
             events_received: LabelledCounter::new(m::EVENTS_RECEIVED_TOTAL, "kind_class"),
             events_accepted: LabelledCounter::new(m::EVENTS_ACCEPTED_TOTAL, "outcome"),
-            ok_latency: HistogramHandle::new(m::OK_LATENCY_SECONDS),
-            live_deliveries: CounterHandle::new(m::LIVE_DELIVERIES_TOTAL),
+            ok_latency: Handle::histogram(m::OK_LATENCY_SECONDS),
+            live_deliveries: Handle::counter(m::LIVE_DELIVERIES_TOTAL),
         }
     }
 }

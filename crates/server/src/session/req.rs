@@ -206,7 +206,7 @@ impl Session {
         for ev in held {
             if ev.serial.is_none_or(|s| s >= snapshot_serial) {
                 out.feed_event(&prefix, ev.event.raw()).await?;
-                self.st.recorded.live_deliveries.increment(1);
+                self.st.recorded.live_deliveries.get().increment(1);
             }
         }
         out.flush().await
