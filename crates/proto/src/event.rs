@@ -577,9 +577,6 @@ fn canonical_json_as(
     out
 }
 
-/// Writes a JSON string with exactly the seven escapes NIP-01 names
-/// (`\n \" \\ \r \t \b \f`); every other character is written as is,
-/// unless `escapes` asks for `\u00XX` on the other control characters.
 /// Bytes that may need an escape in a JSON string: controls, `"` and backslash.
 const MAY_ESCAPE: [bool; 256] = {
     let mut t = [false; 256];
@@ -593,11 +590,41 @@ const MAY_ESCAPE: [bool; 256] = {
     t
 };
 
+/// Whether any of the eight bytes of `w` is one [`MAY_ESCAPE`] names
+/// (never false when one is): a word without one is copied as it is.
+fn word_may_escape(w: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // A byte below `n` (n <= 128) sets its high bit in (w - n) & !w.
+    let below = |x: u64, n: u8| x.wrapping_sub(ONES * u64::from(n)) & !x & HIGHS;
+    let controls = below(w, 0x20);
+    let quotes = below(w ^ (ONES * u64::from(b'"')), 1);
+    let backslashes = below(w ^ (ONES * u64::from(b'\\')), 1);
+    controls | quotes | backslashes != 0
+}
+
+/// Writes a JSON string with exactly the seven escapes NIP-01 names
+/// (`\n \" \\ \r \t \b \f`); every other character is written as is,
+/// unless `escapes` asks for `\u00XX` on the other control characters.
+/// Runs of eight bytes with nothing to escape are passed over a word at a
+/// time (an event's id is the hash of this text, computed for every event
+/// received).
 fn write_json_string(out: &mut Vec<u8>, s: &str, escapes: Escapes) {
     out.push(b'"');
     let bytes = s.as_bytes();
+    // Bytes before `start` are written; `i` is the next to look at.
     let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
+    let mut i = 0;
+    while i < bytes.len() {
+        if let Some(word) = bytes.get(i..i + 8)
+            && let Ok(word) = <[u8; 8]>::try_from(word)
+            && !word_may_escape(u64::from_le_bytes(word))
+        {
+            i += 8;
+            continue;
+        }
+        let b = bytes[i];
+        i += 1;
         if !MAY_ESCAPE[b as usize] {
             continue;
         }
@@ -609,17 +636,17 @@ fn write_json_string(out: &mut Vec<u8>, s: &str, escapes: Escapes) {
             b'\t' => b"\\t",
             0x08 => b"\\b",
             0x0c => b"\\f",
-            c if c < 0x20 && escapes == Escapes::AllControls => {
-                out.extend_from_slice(&bytes[start..i]);
+            c if escapes == Escapes::AllControls => {
+                out.extend_from_slice(&bytes[start..i - 1]);
                 out.extend_from_slice(format!("\\u{c:04x}").as_bytes());
-                start = i + 1;
+                start = i;
                 continue;
             }
             _ => continue,
         };
-        out.extend_from_slice(&bytes[start..i]);
+        out.extend_from_slice(&bytes[start..i - 1]);
         out.extend_from_slice(esc);
-        start = i + 1;
+        start = i;
     }
     out.extend_from_slice(&bytes[start..]);
     out.push(b'"');

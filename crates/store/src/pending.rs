@@ -100,12 +100,31 @@ impl Keys {
         }
     }
 
-    /// The pending keys in ascending order.
+    /// The pending keys in ascending order. Each is sorted by its first
+    /// eight bytes, held beside its span, and only keys that share them
+    /// are compared in the buffer: an import's batch sorts millions of
+    /// keys, and reaching into the buffer for every comparison made the
+    /// sort a tenth of the writer's time.
     fn sorted(&self) -> impl Iterator<Item = &[u8]> {
-        let mut spans: Vec<Span> = self.spans.iter().copied().collect();
-        spans.sort_unstable_by(|a, b| a.of(&self.bytes).cmp(b.of(&self.bytes)));
-        spans.into_iter().map(|s| s.of(&self.bytes))
+        let bytes = &self.bytes;
+        let mut spans: Vec<(u64, Span)> = (self.spans.iter())
+            .map(|s| (head(s.of(bytes)), *s))
+            .collect();
+        spans.sort_unstable_by(|(ha, a), (hb, b)| {
+            ha.cmp(hb).then_with(|| a.of(bytes).cmp(b.of(bytes)))
+        });
+        spans.into_iter().map(|(_, s)| s.of(bytes))
     }
+}
+
+/// A key's first eight bytes as a big-endian number, zeros after a
+/// shorter key's end: keys whose heads differ are in the heads' order, so
+/// only keys with equal heads need comparing in full.
+fn head(key: &[u8]) -> u64 {
+    let mut h = [0u8; 8];
+    let n = key.len().min(8);
+    h[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(h)
 }
 
 impl Pending {

@@ -100,6 +100,47 @@ fn canonical_escapes_only_the_seven() {
     assert_eq!(out, "\"a\u{1}b\\b\\f\\n\\r\\t\\\"\\\\/é\"".as_bytes());
 }
 
+/// What `write_json_string` writes, a character at a time.
+fn escaped_one_by_one(s: &str, escapes: Escapes) -> String {
+    let mut out = String::from('"');
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if c < ' ' && escapes == Escapes::AllControls => {
+                out.push_str(&format!("\\u{:04x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+proptest::proptest! {
+    /// Word at a time or not, every string is written as it would be a
+    /// character at a time: escapes at any offset, in runs, at the ends,
+    /// beside multi-byte characters.
+    #[test]
+    fn strings_are_written_as_one_character_at_a_time(
+        s in "[a-z\u{0}-\u{1f}\"\\\\é€😀 ]{0,40}"
+    ) {
+        for escapes in [Escapes::Nip01, Escapes::AllControls] {
+            let mut out = Vec::new();
+            write_json_string(&mut out, &s, escapes);
+            proptest::prop_assert_eq!(String::from_utf8(out).unwrap(), escaped_one_by_one(&s, escapes));
+        }
+        let mut out = Vec::new();
+        write_json_string(&mut out, &s, Escapes::AllControls);
+        proptest::prop_assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&s).unwrap());
+    }
+}
+
 #[test]
 fn control_characters_verify_either_way() {
     // Signed the NIP-01 way (raw control character in the hash input).

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::codec::{author_kind_prefix, author_prefix, index_key, kind_prefix, tag_prefix};
+use proptest::strategy::Just;
 
 fn tagged() -> Event {
     let hex = "ab".repeat(32);
@@ -84,6 +85,30 @@ fn keys_are_held_once_cancelled_on_request_and_given_in_order() {
     assert_eq!(sorted, [&b"a"[..], b"b", b"c", b"mm", b"zz"]);
     keys.add(&h, b"m");
     assert!(keys.sorted().any(|k| k == b"m"));
+}
+
+proptest::proptest! {
+    /// Sorted by their heads first, the keys come out in byte order all
+    /// the same: short keys, keys that share their first eight bytes,
+    /// keys that differ only past them or only in a trailing zero.
+    #[test]
+    fn keys_come_out_in_byte_order(
+        keys in proptest::collection::vec(
+            proptest::collection::vec(proptest::prop_oneof![Just(0u8), Just(1u8), Just(255u8), proptest::num::u8::ANY], 0..20),
+            0..200,
+        )
+    ) {
+        let mut p = Pending::default();
+        let h = p.hashing.clone();
+        for k in &keys {
+            p.keys[0].add(&h, k);
+        }
+        let mut want: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+        want.sort();
+        want.dedup();
+        let got: Vec<&[u8]> = p.keys[0].sorted().collect();
+        proptest::prop_assert_eq!(got, want);
+    }
 }
 
 #[test]
