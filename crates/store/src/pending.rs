@@ -1,13 +1,10 @@
 //! A write batch's pending index entries: what the batch inserts into the
-//! five indexes and `ids` at its end, in key order, and what an event
-//! removed in the same batch takes back out first (`write.rs` adds them,
-//! the delete path in `remove.rs` cancels them).
+//! five indexes and `ids` at its end, in key order, and which of the
+//! batch's own events were removed again before it (`write.rs` adds them,
+//! the delete path in `remove.rs` takes an event back).
 
-use std::collections::HashMap;
-use std::hash::BuildHasher;
+use std::collections::{HashMap, HashSet};
 
-use hashbrown::HashTable;
-use hashbrown::hash_table::Entry;
 use heed::RwTxn;
 use sluice_proto::Event;
 
@@ -23,18 +20,19 @@ pub(crate) const KEY_CAPACITY: usize = 256;
 /// order at the end of the batch's transaction: sorted inserts walk each
 /// B-tree from one leaf to the next instead of jumping across it (the
 /// trees' pages stay in the CPU caches, and each leaf is dirtied once per
-/// batch, not once per entry). An entry removed in the same batch (a
-/// replaceable event replaced again, a deletion) is dropped here instead.
-/// The batch's hashing: seeded per process (keys hold tag values clients
-/// choose), and several times cheaper than SipHash on an import's
-/// millions of keys.
+/// batch, not once per entry). An event removed in the same batch (a
+/// replaceable event replaced again, a deletion) is taken back whole: its
+/// serial, which ends each of its keys, leaves them out at the flush.
+/// The batch's hashing: seeded per process (ids are chosen by clients),
+/// and several times cheaper than SipHash on an import's millions of keys.
 type Hashing = foldhash::fast::RandomState;
 
 #[derive(Default)]
 pub(crate) struct Pending {
     /// Per index; sorted once, at the flush.
     keys: [Keys; 5],
-    hashing: Hashing,
+    /// Serials of events stored and removed again in this batch.
+    cancelled: HashSet<u64, Hashing>,
     /// Where each key is built before it is added.
     buf: Vec<u8>,
     /// New events' ids → serials (the `ids` table's entries), looked up
@@ -44,13 +42,12 @@ pub(crate) struct Pending {
 
 /// One index's pending keys: their bytes end to end in one buffer (an
 /// import's batch adds millions of keys: one allocation per key was a
-/// tenth of the writer's time), found by their content through a table of
-/// where each one is. A cancelled key's bytes stay in the buffer until the
-/// batch ends.
+/// tenth of the writer's time) and where each one is. A key added twice
+/// (an event with the same tag twice) is given once.
 #[derive(Default)]
 struct Keys {
     bytes: Vec<u8>,
-    spans: HashTable<Span>,
+    spans: Vec<Span>,
 }
 
 /// Where one key is in [`Keys::bytes`].
@@ -67,45 +64,24 @@ impl Span {
 }
 
 impl Keys {
-    /// Adds `key` unless it is pending already.
-    fn add(&mut self, hashing: &Hashing, key: &[u8]) {
-        let bytes = &self.bytes;
-        let entry = self.spans.entry(
-            hashing.hash_one(key),
-            |s| s.of(bytes) == key,
-            |s| hashing.hash_one(s.of(bytes)),
-        );
-        if let Entry::Vacant(v) = entry {
-            let span = Span {
-                start: self.bytes.len(),
-                len: key.len(),
-            };
-            v.insert(span);
-            self.bytes.extend_from_slice(key);
-        }
+    fn add(&mut self, key: &[u8]) {
+        self.spans.push(Span {
+            start: self.bytes.len(),
+            len: key.len(),
+        });
+        self.bytes.extend_from_slice(key);
     }
 
-    /// Drops `key`; false when it was not pending.
-    fn cancel(&mut self, hashing: &Hashing, key: &[u8]) -> bool {
-        let bytes = &self.bytes;
-        match self
-            .spans
-            .find_entry(hashing.hash_one(key), |s| s.of(bytes) == key)
-        {
-            Ok(found) => {
-                found.remove();
-                true
-            }
-            Err(_) => false,
-        }
-    }
-
-    /// The pending keys in ascending order. Each is sorted by its first
-    /// eight bytes, held beside its span, and only keys that share them
-    /// are compared in the buffer: an import's batch sorts millions of
-    /// keys, and reaching into the buffer for every comparison made the
-    /// sort a tenth of the writer's time.
-    fn sorted(&self) -> impl Iterator<Item = &[u8]> {
+    /// The keys in ascending order, each once, but for those ending in a
+    /// `cancelled` serial. Each is sorted by its first eight bytes, held
+    /// beside its span, and only keys that share them are compared in the
+    /// buffer: an import's batch sorts millions of keys, and reaching into
+    /// the buffer for every comparison made the sort a tenth of the
+    /// writer's time.
+    fn sorted<'k, 'c>(
+        &'k self,
+        cancelled: &'c HashSet<u64, Hashing>,
+    ) -> impl Iterator<Item = &'k [u8]> + use<'k, 'c> {
         let bytes = &self.bytes;
         let mut spans: Vec<(u64, Span)> = (self.spans.iter())
             .map(|s| (head(s.of(bytes)), *s))
@@ -113,7 +89,14 @@ impl Keys {
         spans.sort_unstable_by(|(ha, a), (hb, b)| {
             ha.cmp(hb).then_with(|| a.of(bytes).cmp(b.of(bytes)))
         });
-        spans.into_iter().map(|(_, s)| s.of(bytes))
+        let mut last: Option<&[u8]> = None;
+        (spans.into_iter())
+            .map(|(_, s)| s.of(bytes))
+            .filter(move |k| {
+                let again = last == Some(*k);
+                last = Some(k);
+                !again && (cancelled.is_empty() || !cancelled.contains(&serial_of_key(k)))
+            })
     }
 }
 
@@ -125,6 +108,14 @@ fn head(key: &[u8]) -> u64 {
     let n = key.len().min(8);
     h[..n].copy_from_slice(&key[..n]);
     u64::from_be_bytes(h)
+}
+
+/// The serial an index key ends with (`created_at ‖ serial`).
+fn serial_of_key(key: &[u8]) -> u64 {
+    let mut s = [0u8; 8];
+    let n = key.len().min(8);
+    s[8 - n..].copy_from_slice(&key[key.len() - n..]);
+    u64::from_be_bytes(s)
 }
 
 impl Pending {
@@ -140,21 +131,25 @@ impl Pending {
 
     /// Adds every index entry of `ev`, stored under `serial`.
     pub(crate) fn add_keys_of(&mut self, ev: &Event, serial: u64) {
-        let Pending {
-            keys, hashing, buf, ..
-        } = self;
+        let Pending { keys, buf, .. } = self;
         let added: Result<(), std::convert::Infallible> =
             for_each_index_key(ev, serial, buf, |index, key| {
-                keys[Self::slot(index)].add(hashing, key);
+                keys[Self::slot(index)].add(key);
                 Ok(())
             });
         let Ok(()) = added;
     }
 
-    /// Drops a pending entry; false when it was not pending (it is in the
-    /// table).
-    pub(crate) fn cancel(&mut self, index: Index, key: &[u8]) -> bool {
-        self.keys[Self::slot(index)].cancel(&self.hashing, key)
+    /// Takes back the event `id` stored under `serial` in this batch: its
+    /// `ids` entry and index entries are not written. False when this
+    /// batch did not store it (its entries are in the tables).
+    pub(crate) fn cancel(&mut self, id: &[u8; 32], serial: u64) -> bool {
+        if self.ids.get(id) != Some(&serial) {
+            return false;
+        }
+        self.ids.remove(id);
+        self.cancelled.insert(serial);
+        true
     }
 
     /// The serial of `id`, stored in this batch or before.
@@ -184,7 +179,7 @@ impl Pending {
             Index::Tag,
         ];
         for (keys, index) in self.keys.iter().zip(ORDER) {
-            t.index_put_ascending(wtxn, index, keys.sorted())?;
+            t.index_put_ascending(wtxn, index, keys.sorted(&self.cancelled))?;
         }
         Ok(())
     }

@@ -45,8 +45,8 @@ pub(crate) fn delete_serial(
     delete_serial_pending(t, wtxn, serial, None)
 }
 
-/// [`delete_serial`] inside a write batch: index entries still pending
-/// are dropped from `pending` rather than deleted from the tables.
+/// [`delete_serial`] inside a write batch: an event the batch stored is
+/// taken back from `pending` rather than deleted from the tables.
 pub(crate) fn delete_serial_pending(
     t: &Tables,
     wtxn: &mut RwTxn<'_>,
@@ -70,17 +70,13 @@ pub(crate) fn delete_serial_pending(
             return t.events.delete(wtxn, &sk);
         }
     };
-    let mut buf = Vec::with_capacity(KEY_CAPACITY);
-    for_each_index_key(&ev, serial, &mut buf, |index, key| {
-        if pending.as_mut().is_some_and(|p| p.cancel(index, key)) {
-            return Ok(());
-        }
-        t.index_delete(wtxn, index, key)
-    })?;
-    if pending
-        .as_mut()
-        .is_none_or(|p| p.ids.remove(&ev.id).is_none())
-    {
+    // Stored earlier in this batch: its entries are still pending, and
+    // are taken back whole; otherwise they are in the tables.
+    if !pending.as_mut().is_some_and(|p| p.cancel(&ev.id, serial)) {
+        let mut buf = Vec::with_capacity(KEY_CAPACITY);
+        for_each_index_key(&ev, serial, &mut buf, |index, key| {
+            t.index_delete(wtxn, index, key)
+        })?;
         t.ids.delete(wtxn, &ev.id)?;
     }
     if expires_at != 0 {

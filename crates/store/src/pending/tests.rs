@@ -65,26 +65,27 @@ fn the_first_error_stops_the_walk() {
     assert_eq!((r, seen), (Err("stop"), 3));
 }
 
+/// The keys of `keys` in order, none cancelled.
+fn in_order(keys: &Keys) -> Vec<&[u8]> {
+    keys.sorted(&HashSet::default()).collect()
+}
+
 #[test]
-fn keys_are_held_once_cancelled_on_request_and_given_in_order() {
-    let mut p = Pending::default();
-    let h = p.hashing.clone();
-    let keys = &mut p.keys[0];
+fn keys_are_given_once_in_order_but_for_cancelled_serials() {
+    let mut keys = Keys::default();
     for k in [&b"m"[..], b"b", b"zz", b"b", b"a", b"mm", b"m"] {
-        keys.add(&h, k);
+        keys.add(k);
     }
-    let sorted: Vec<&[u8]> = keys.sorted().collect();
-    assert_eq!(sorted, [&b"a"[..], b"b", b"m", b"mm", b"zz"]);
-    assert!(keys.cancel(&h, b"m"));
-    assert!(!keys.cancel(&h, b"m"), "cancelled once");
-    assert!(!keys.cancel(&h, b"q"), "never added");
-    // Added again after a cancel: pending again.
-    keys.add(&h, b"zz");
-    keys.add(&h, b"c");
-    let sorted: Vec<&[u8]> = keys.sorted().collect();
-    assert_eq!(sorted, [&b"a"[..], b"b", b"c", b"mm", b"zz"]);
-    keys.add(&h, b"m");
-    assert!(keys.sorted().any(|k| k == b"m"));
+    assert_eq!(in_order(&keys), [&b"a"[..], b"b", b"m", b"mm", b"zz"]);
+    // Keys end with their event's serial: those of a cancelled one are
+    // left out, wherever they sort.
+    let mut keys = Keys::default();
+    for (prefix, serial) in [(&b"x"[..], 7u64), (b"a", 9), (b"m", 7), (b"m", 8)] {
+        keys.add(&index_key(prefix, 100, serial));
+    }
+    let cancelled: HashSet<u64, Hashing> = [7].into_iter().collect();
+    let got: Vec<&[u8]> = keys.sorted(&cancelled).collect();
+    assert_eq!(got, [index_key(b"a", 100, 9), index_key(b"m", 100, 8)]);
 }
 
 proptest::proptest! {
@@ -98,29 +99,44 @@ proptest::proptest! {
             0..200,
         )
     ) {
-        let mut p = Pending::default();
-        let h = p.hashing.clone();
+        let mut pending = Keys::default();
         for k in &keys {
-            p.keys[0].add(&h, k);
+            pending.add(k);
         }
         let mut want: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
         want.sort();
         want.dedup();
-        let got: Vec<&[u8]> = p.keys[0].sorted().collect();
+        let got = in_order(&pending);
         proptest::prop_assert_eq!(got, want);
     }
 }
 
 #[test]
-fn an_events_keys_go_to_their_indexes_and_cancel_there() {
+fn an_events_keys_go_to_their_indexes_and_are_taken_back_with_it() {
     let ev = tagged();
+    let other = Event::sign(&[8; 32], 1_700_000_001, 1, vec![], "other");
     let mut p = Pending::default();
     p.add_keys_of(&ev, 9);
     p.add_keys_of(&ev, 9);
-    let counts: Vec<usize> = p.keys.iter().map(|k| k.sorted().count()).collect();
-    assert_eq!(counts, [1, 1, 1, 1, 4]);
-    let author = index_key(&author_prefix(&ev.pubkey), ev.created_at, 9);
-    assert!(!p.cancel(Index::Created, &author), "another index's key");
-    assert!(p.cancel(Index::Author, &author));
-    assert_eq!(p.keys[Pending::slot(Index::Author)].sorted().count(), 0);
+    p.add_keys_of(&other, 10);
+    let counts = |p: &Pending| -> Vec<usize> {
+        (p.keys.iter())
+            .map(|k| k.sorted(&p.cancelled).count())
+            .collect()
+    };
+    assert_eq!(counts(&p), [2, 2, 2, 2, 4]);
+    // Not stored by this batch (no `ids` entry), or under another serial:
+    // its entries are in the tables.
+    assert!(!p.cancel(&ev.id, 9));
+    p.ids.insert(ev.id, 9);
+    assert!(!p.cancel(&ev.id, 8));
+    assert!(p.cancel(&ev.id, 9));
+    assert!(!p.ids.contains_key(&ev.id));
+    assert!(!p.cancel(&ev.id, 9), "taken back once");
+    assert_eq!(counts(&p), [1, 1, 1, 1, 0]);
+    let author = index_key(&author_prefix(&other.pubkey), other.created_at, 10);
+    let left: Vec<&[u8]> = p.keys[Pending::slot(Index::Author)]
+        .sorted(&p.cancelled)
+        .collect();
+    assert_eq!(left, [author]);
 }
