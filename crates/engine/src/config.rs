@@ -12,6 +12,10 @@ pub struct EngineConfig {
     pub max_batch_events: usize,
     /// Most bytes of event JSON written in one LMDB transaction.
     pub max_batch_bytes: usize,
+    /// A group commit of client events takes as many as commit in about
+    /// this long, from the cost per event of recent commits (at least 16,
+    /// at most `max_batch_events`); 0: no bound but `max_batch_events`.
+    pub commit_target_ms: u64,
     /// Live events queued per connection before a slow one is dropped.
     pub live_buffer_events: usize,
     /// Bytes of live event JSON queued per connection before a slow one is
@@ -31,6 +35,7 @@ impl Default for EngineConfig {
             writer_queue_events: 4096,
             max_batch_events: 1024,
             max_batch_bytes: 8 << 20,
+            commit_target_ms: 20,
             live_buffer_events: 4096,
             live_buffer_bytes: 4 << 20,
             max_scan_rows: 200_000,

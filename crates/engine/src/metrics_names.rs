@@ -4,6 +4,7 @@
 pub const WRITER_QUEUE_EVENTS: &str = "sluice_writer_queue_events";
 pub const WRITER_QUEUE_WAIT_SECONDS: &str = "sluice_writer_queue_wait_seconds";
 pub const WRITER_BATCH_EVENTS: &str = "sluice_writer_batch_events";
+pub const WRITER_BATCH_CAP_EVENTS: &str = "sluice_writer_batch_cap_events";
 pub const WRITER_COMMIT_SECONDS: &str = "sluice_writer_commit_seconds";
 pub const WRITER_ERRORS_TOTAL: &str = "sluice_writer_errors_total";
 /// Engine threads (writer, monitor) that ended in a panic.

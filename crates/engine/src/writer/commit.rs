@@ -65,7 +65,8 @@ impl Writer {
             .fetch_max(max_wait.as_nanos() as u64, Ordering::Relaxed);
         self.metrics.batch_events.get().record(batch.len() as f64);
         // While size eviction runs, it rides on the batch's transaction.
-        let result = if self.retainer.rides() && !lone_first {
+        let evicting = self.retainer.rides() && !lone_first;
+        let result = if evicting {
             let n = batch.len();
             self.retainer.write_evicting(
                 &self.store,
@@ -79,6 +80,10 @@ impl Writer {
         };
         let commit = started.elapsed();
         self.metrics.commit.get().record(commit.as_secs_f64());
+        if !lone_first {
+            self.cap.record(evicting, batch.len(), commit);
+            self.metrics.batch_cap.get().set(self.cap() as f64);
+        }
         self.signals
             .max_commit_ns
             .fetch_max(commit.as_nanos() as u64, Ordering::Relaxed);

@@ -11,6 +11,7 @@ use sluice_proto::Event;
 use sluice_store::{Store, WriteOutcome};
 use tokio::sync::oneshot;
 
+use super::cap::BatchCap;
 use super::msg::{
     AdminDone, AdminOp, Bulk, BulkError, BulkTicket, Msg, Request, SubmitError, WriteResult,
 };
@@ -49,6 +50,7 @@ pub(crate) fn spawn(
     let queued = Arc::new(AtomicUsize::new(0));
     let alive = Arc::new(AtomicBool::new(true));
     let signals = Arc::new(WriterSignals::default());
+    let cap = BatchCap::new(std::time::Duration::from_millis(cfg.commit_target_ms));
     let w = Writer {
         signals: signals.clone(),
         store,
@@ -65,6 +67,8 @@ pub(crate) fn spawn(
         disk,
         outsiders: Vec::new(),
         outsiders_since: None,
+        carry: Vec::new(),
+        cap,
         metrics: Default::default(),
     };
     let exit = ThreadExit::new("writer", alive.clone());

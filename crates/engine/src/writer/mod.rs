@@ -4,8 +4,10 @@
 //! whatever else is queued (up to `max_batch_events` / `max_batch_bytes`),
 //! writes the batch in one transaction and commits. Only then does it hand
 //! the stored events to the live index and answer each sender. Under load
-//! batches grow and the commit cost is shared; when idle a lone event is
-//! committed at once.
+//! batches grow and the commit cost is shared, up to what commits in about
+//! `engine.commit_target_ms` (`cap.rs`): the rest is carried to the next
+//! batch, so a lone event that arrives meanwhile waits for one bounded
+//! commit. When idle a lone event is committed at once.
 //!
 //! Bulk mode (the import): [`WriterHandle::write_bulk`] hands the writer a
 //! whole ordered batch, which it writes alone as one transaction with the
@@ -27,6 +29,7 @@
 
 mod admin;
 mod bulk;
+mod cap;
 mod commit;
 mod handle;
 mod msg;

@@ -9,11 +9,12 @@ use sluice_proto::Event;
 use sluice_store::{Store, StoreError, StoreOptions, WriteOutcome};
 use tokio::sync::oneshot;
 
+use super::cap::BatchCap;
 use super::commit::*;
 use super::handle::*;
 use super::msg::*;
 use super::signals::*;
-use super::thread::{Writer, WriterMetrics};
+use super::thread::{Turns, Writer, WriterMetrics};
 use crate::clock::unix_now;
 use crate::config::EngineConfig;
 use crate::health::DiskGate;
@@ -131,6 +132,7 @@ fn rig(cfg: EngineConfig) -> Rig {
     let (dir, store) = open_store();
     let parts = Parts::new();
     let (tx, rx) = sync_channel(cfg.writer_queue_events);
+    let cap = BatchCap::new(std::time::Duration::from_millis(cfg.commit_target_ms));
     let w = Writer {
         signals: Arc::default(),
         store: store.clone(),
@@ -147,6 +149,8 @@ fn rig(cfg: EngineConfig) -> Rig {
         disk: parts.disk.clone(),
         outsiders: Vec::new(),
         outsiders_since: None,
+        carry: Vec::new(),
+        cap,
         metrics: Default::default(),
     };
     Rig {
@@ -385,6 +389,113 @@ fn lone_events_commit_ahead_of_a_large_batch_of_pipelined_ones() {
     assert_eq!(r.batches(), 4);
     assert!(answered(&mut all_lone).iter().all(|a| *a));
     assert!(events[..26].iter().all(|ev| r.stored(ev)));
+}
+
+/// A rig whose writer has learnt that an event costs 1 ms to commit, so
+/// a commit takes 20 of them (`engine.commit_target_ms` = 20).
+fn capped_rig() -> Rig {
+    let mut r = rig(EngineConfig {
+        commit_target_ms: 20,
+        ..EngineConfig::default()
+    });
+    cap_at_20(&mut r.w);
+    r
+}
+
+/// Sets what the writer has learnt back to 1 ms per event (each commit
+/// teaches it the test machine's cost).
+fn cap_at_20(w: &mut Writer) {
+    w.cap = BatchCap::new(Duration::from_millis(20));
+    w.cap.record(false, 40, Duration::from_millis(40));
+    assert_eq!(w.cap(), 20);
+}
+
+#[test]
+fn a_commit_takes_the_caps_worth_and_a_lone_event_goes_ahead_of_the_rest() {
+    let mut r = capped_rig();
+    let events = notes(1..=31);
+    let mut pipelined = r.queue_all(&events[..30], PIPELINED);
+    let mut turns = Turns::new(&r.w.cfg);
+    assert!(r.w.turn(&mut turns));
+    assert_eq!(r.batches(), 1);
+    let done = answered(&mut pipelined);
+    assert_eq!(done.iter().filter(|a| **a).count(), 20);
+    assert!(done[..20].iter().all(|a| *a), "the oldest first");
+    assert_eq!(r.w.carry.len(), 10);
+    assert_eq!(
+        r.w.queued.load(Ordering::Relaxed),
+        10,
+        "carried is still queued"
+    );
+    // A person's event queued meanwhile commits before the carried ones.
+    let mut lone = r.queue_all(&events[30..], LONE);
+    assert!(r.w.turn(&mut turns));
+    assert_eq!(r.batches(), 3);
+    let first = serial(&mut lone[0]);
+    for rx in &mut pipelined[20..] {
+        assert!(serial(rx) > first);
+    }
+    assert!(r.w.carry.is_empty());
+    assert_eq!(r.w.queued.load(Ordering::Relaxed), 0);
+    assert!(events.iter().all(|ev| r.stored(ev)));
+}
+
+#[test]
+fn carried_events_commit_before_a_message_queued_after_them() {
+    let mut r = capped_rig();
+    let events = notes(1..=25);
+    let mut replies = r.queue_all(&events, PIPELINED);
+    let (reply, mut policy) = oneshot::channel();
+    r.tx.try_send(Msg::Admin(AdminOp::ReadPolicy, reply))
+        .ok()
+        .unwrap();
+    let mut turns = Turns::new(&r.w.cfg);
+    assert!(r.w.turn(&mut turns));
+    assert_eq!(r.w.carry.len(), 5);
+    assert!(
+        turns.held.is_some(),
+        "the policy read was met while filling"
+    );
+    assert!(r.w.turn(&mut turns));
+    assert_eq!(r.batches(), 2);
+    assert!(answered(&mut replies).iter().all(|a| *a));
+    assert!(policy.try_recv().is_err(), "not before the carried events");
+    assert!(r.w.turn(&mut turns));
+    assert_eq!(
+        policy.try_recv().unwrap().unwrap(),
+        AdminDone::Policy(vec![])
+    );
+}
+
+#[test]
+fn waiting_outsiders_ride_in_the_room_under_the_cap_and_flush_in_caps() {
+    let mut r = capped_rig();
+    let events = notes(1..=60);
+    let mut outsiders = r.queue_all(&events[..30], OUTSIDER);
+    let mut turns = Turns::new(&r.w.cfg);
+    assert!(r.w.turn(&mut turns));
+    assert_eq!(r.w.outsiders.len(), 30);
+    // Twelve of anyone else's: eight outsiders ride in the room left.
+    let mut others = r.queue_all(&events[30..42], PIPELINED);
+    assert!(r.w.turn(&mut turns));
+    assert_eq!(r.batches(), 1);
+    assert!(answered(&mut others).iter().all(|a| *a));
+    assert_eq!(
+        answered(&mut outsiders),
+        [[true; 8].as_slice(), &[false; 22]].concat()
+    );
+    assert_eq!(r.w.outsiders.len(), 22);
+    // Due: flushed a cap's worth at a time, the rest still due.
+    r.w.outsiders_since = Some(Instant::now() - 2 * OUTSIDERS_WAIT);
+    cap_at_20(&mut r.w);
+    r.w.flush_outsiders();
+    assert_eq!(r.batches(), 2);
+    assert_eq!(r.w.outsiders.len(), 2);
+    assert!(r.w.outsiders_due() <= Instant::now());
+    r.w.flush_outsiders();
+    assert!(r.w.outsiders.is_empty() && r.w.outsiders_since.is_none());
+    assert!(answered(&mut outsiders[8..]).iter().all(|a| *a));
+    assert!(events[..42].iter().all(|ev| r.stored(ev)));
 }
 
 #[test]

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use sluice_store::Store;
 
+use super::cap::BatchCap;
 use super::msg::{Msg, OUTSIDERS_WAIT, Request};
 use super::signals::{CommitCost, WriterSignals};
 use crate::config::EngineConfig;
@@ -41,6 +42,10 @@ pub(super) struct Writer {
     /// Outsiders' events waiting for a commit to ride on, and since when.
     pub(super) outsiders: Vec<Request>,
     pub(super) outsiders_since: Option<Instant>,
+    /// Events taken from the queue beyond the last commit's cap, oldest
+    /// first (at most `max_batch_events`; still counted as queued).
+    pub(super) carry: Vec<Request>,
+    pub(super) cap: BatchCap,
     pub(super) metrics: WriterMetrics,
 }
 
@@ -51,6 +56,7 @@ pub(super) struct WriterMetrics {
     pub(super) batch_events: Handle<Histogram>,
     pub(super) commit: Handle<Histogram>,
     pub(super) queue_events: Handle<Gauge>,
+    pub(super) batch_cap: Handle<Gauge>,
     pub(super) outcomes: LabelledCounter,
 }
 
@@ -61,59 +67,36 @@ impl Default for WriterMetrics {
             batch_events: Handle::histogram(m::WRITER_BATCH_EVENTS),
             commit: Handle::histogram(m::WRITER_COMMIT_SECONDS),
             queue_events: Handle::gauge(m::WRITER_QUEUE_EVENTS),
+            batch_cap: Handle::gauge(m::WRITER_BATCH_CAP_EVENTS),
             outcomes: LabelledCounter::new(m::EVENTS_WRITTEN_TOTAL, "outcome"),
+        }
+    }
+}
+
+/// What the writer's loop keeps between turns.
+pub(super) struct Turns {
+    /// A message taken while filling a batch, handled next.
+    pub(super) held: Option<Msg>,
+    next_purge: Instant,
+    purge_every: Duration,
+}
+
+impl Turns {
+    pub(super) fn new(cfg: &EngineConfig) -> Turns {
+        let purge_every = Duration::from_millis(cfg.expiry_purge_interval_ms);
+        Turns {
+            held: None,
+            next_purge: Instant::now() + purge_every,
+            purge_every,
         }
     }
 }
 
 impl Writer {
     pub(super) fn run(mut self) {
-        let purge_every = Duration::from_millis(self.cfg.expiry_purge_interval_ms);
-        let mut next_purge = Instant::now() + purge_every;
-        // A message taken while filling a batch, handled next.
-        let mut held = None;
-        loop {
-            let msg = match held.take() {
-                Some(msg) => msg,
-                None => {
-                    // Retention work pending: look at the queue without
-                    // waiting, and take one step when it is empty.
-                    // While the disk gate is closed retention waits too
-                    // (it cannot commit either): look again in a second.
-                    let due = match self.disk.refusal() {
-                        Some(_) => Some(Instant::now() + Duration::from_secs(1)),
-                        None => self.retainer.next_due(),
-                    };
-                    let wait = match due {
-                        None => Duration::ZERO,
-                        Some(due) => due
-                            .min(next_purge)
-                            .min(self.outsiders_due())
-                            .saturating_duration_since(Instant::now()),
-                    };
-                    match self.rx.recv_timeout(wait) {
-                        Ok(msg) => msg,
-                        Err(RecvTimeoutError::Disconnected) => break,
-                        Err(RecvTimeoutError::Timeout) => {
-                            if Instant::now() >= self.outsiders_due() {
-                                self.flush_outsiders();
-                            }
-                            self.purge_expired_if_due(&mut next_purge, purge_every);
-                            self.retention_step();
-                            continue;
-                        }
-                    }
-                }
-            };
-            if !self.handle(msg, &mut held) {
-                break;
-            }
-            self.purge_expired_if_due(&mut next_purge, purge_every);
-            // At most one bounded step between client batches, paced.
-            if self.retainer.paced() {
-                self.retention_step();
-            }
-        }
+        let mut turns = Turns::new(&self.cfg);
+        while self.turn(&mut turns) {}
+        let mut held = turns.held;
         // Commit whatever is still queued so every accepted event lands.
         loop {
             let msg = match held.take() {
@@ -125,16 +108,87 @@ impl Writer {
             };
             self.handle(msg, &mut held);
         }
-        self.flush_outsiders();
+        while !self.carry.is_empty() {
+            let batch = std::mem::take(&mut self.carry);
+            self.commit_batch(batch);
+        }
+        while !self.outsiders.is_empty() {
+            self.flush_outsiders();
+        }
         tracing::info!("writer stopped");
     }
 
-    /// Purges expired events if `next_purge` has come, and sets the next
-    /// one `every` later (when idle, and after each message).
-    fn purge_expired_if_due(&self, next_purge: &mut Instant, every: Duration) {
-        if Instant::now() >= *next_purge {
+    /// One turn of the loop: the next message, the events carried past the
+    /// last commit's cap, or upkeep when idle; then upkeep that is due.
+    /// Returns false when the writer is to stop.
+    pub(super) fn turn(&mut self, t: &mut Turns) -> bool {
+        let msg = match t.held.take() {
+            // Events taken before a bulk batch or an operator's operation
+            // are committed before it.
+            Some(msg) if !self.carry.is_empty() && !matches!(msg, Msg::Write(_)) => {
+                t.held = Some(msg);
+                None
+            }
+            Some(msg) => Some(msg),
+            // Events carried past the last commit's cap: whatever was
+            // queued since joins them (a lone event goes first).
+            None if !self.carry.is_empty() => self.rx.try_recv().ok(),
+            None => {
+                // Retention work pending: look at the queue without
+                // waiting, and take one step when it is empty. While the
+                // disk gate is closed retention waits too (it cannot
+                // commit either): look again in a second.
+                let due = match self.disk.refusal() {
+                    Some(_) => Some(Instant::now() + Duration::from_secs(1)),
+                    None => self.retainer.next_due(),
+                };
+                let wait = match due {
+                    None => Duration::ZERO,
+                    Some(due) => due
+                        .min(t.next_purge)
+                        .min(self.outsiders_due())
+                        .saturating_duration_since(Instant::now()),
+                };
+                match self.rx.recv_timeout(wait) {
+                    Ok(msg) => Some(msg),
+                    Err(RecvTimeoutError::Disconnected) => return false,
+                    Err(RecvTimeoutError::Timeout) => {
+                        if Instant::now() >= self.outsiders_due() {
+                            self.flush_outsiders();
+                        }
+                        self.purge_expired_if_due(t);
+                        self.retention_step();
+                        return true;
+                    }
+                }
+            }
+        };
+        match msg {
+            Some(msg) => {
+                if !self.handle(msg, &mut t.held) {
+                    return false;
+                }
+            }
+            None => {
+                let batch = std::mem::take(&mut self.carry);
+                self.commit_batch(batch);
+            }
+        }
+        self.purge_expired_if_due(t);
+        // At most one bounded step between client batches, paced.
+        if self.retainer.paced() {
+            self.retention_step();
+        }
+        true
+    }
+
+    /// Purges expired events if their time has come, and sets the next
+    /// purge `engine.expiry_purge_interval_ms` later (when idle, and after
+    /// each message).
+    fn purge_expired_if_due(&self, t: &mut Turns) {
+        if Instant::now() >= t.next_purge {
             self.purge_expired();
-            *next_purge = Instant::now() + every;
+            t.next_purge = Instant::now() + t.purge_every;
         }
     }
 
@@ -142,45 +196,10 @@ impl Writer {
     pub(super) fn handle(&mut self, msg: Msg, held: &mut Option<Msg>) -> bool {
         match msg {
             Msg::Write(first) => {
-                let mut batch = vec![first];
+                let mut batch = std::mem::take(&mut self.carry);
+                batch.push(first);
                 *held = self.fill(&mut batch);
-                // Outsiders wait for a commit to ride on: the next one of
-                // anyone else's events, or their own once the oldest has
-                // waited OUTSIDERS_WAIT (or a batch's worth is waiting).
-                if batch.iter().any(|r| r.outsider) {
-                    let (outsiders, rest): (Vec<Request>, Vec<Request>) =
-                        batch.into_iter().partition(|r| r.outsider);
-                    if self.outsiders.is_empty() {
-                        self.outsiders_since = Some(Instant::now());
-                    }
-                    self.outsiders.extend(outsiders);
-                    batch = rest;
-                    let full = self.outsiders.len() >= self.cfg.max_batch_events;
-                    if batch.is_empty() {
-                        if full || Instant::now() >= self.outsiders_due() {
-                            self.flush_outsiders();
-                        }
-                        return true;
-                    }
-                    batch.append(&mut self.outsiders);
-                    self.outsiders_since = None;
-                }
-                // Lone events (a connection with nothing else awaiting an
-                // OK) in a large batch of pipelined ones are committed
-                // first, in a small transaction of their own: a person
-                // posting beside a bulk writer waits for one small commit,
-                // not for the bulk writer's batch.
-                if batch.len() > LONE_AHEAD_OF && batch.iter().any(|r| r.lone) {
-                    let (lone, rest): (Vec<Request>, Vec<Request>) =
-                        batch.into_iter().partition(|r| r.lone);
-                    if !rest.is_empty() {
-                        self.write(lone, true);
-                        batch = rest;
-                    } else {
-                        batch = lone;
-                    }
-                }
-                self.write(batch, false);
+                self.commit_batch(batch);
             }
             Msg::Bulk(bulk) => self.write_bulk(bulk),
             Msg::Admin(op, reply) => {
@@ -194,6 +213,64 @@ impl Writer {
         true
     }
 
+    /// Commits what `batch` holds that is due: lone events first, apart;
+    /// then at most the cap's worth of the rest, with the outsiders
+    /// waiting in the room left. What is beyond the cap is carried to the
+    /// next commit.
+    pub(super) fn commit_batch(&mut self, mut batch: Vec<Request>) {
+        // Outsiders wait for a commit to ride on: the next one of anyone
+        // else's events, or their own once the oldest has waited
+        // OUTSIDERS_WAIT (or a batch's worth is waiting).
+        if batch.iter().any(|r| r.outsider) {
+            let (outsiders, rest): (Vec<Request>, Vec<Request>) =
+                batch.into_iter().partition(|r| r.outsider);
+            if self.outsiders.is_empty() {
+                self.outsiders_since = Some(Instant::now());
+            }
+            self.outsiders.extend(outsiders);
+            batch = rest;
+            if batch.is_empty() {
+                let full = self.outsiders.len() >= self.cfg.max_batch_events;
+                if full || Instant::now() >= self.outsiders_due() {
+                    self.flush_outsiders();
+                }
+                return;
+            }
+        }
+        // Lone events (a connection with nothing else awaiting an OK) in a
+        // large batch of pipelined ones are committed first, in a small
+        // transaction of their own: a person posting beside a bulk writer
+        // waits for one small commit, not for the bulk writer's batch.
+        if batch.len() > LONE_AHEAD_OF && batch.iter().any(|r| r.lone) {
+            let (lone, rest): (Vec<Request>, Vec<Request>) =
+                batch.into_iter().partition(|r| r.lone);
+            if !rest.is_empty() {
+                self.write(lone, true);
+                batch = rest;
+            } else {
+                batch = lone;
+            }
+        }
+        let cap = self.cap();
+        if batch.len() > cap {
+            self.carry = batch.split_off(cap);
+        }
+        let room = cap.saturating_sub(batch.len()).min(self.outsiders.len());
+        if room > 0 {
+            batch.extend(self.outsiders.drain(..room));
+            if self.outsiders.is_empty() {
+                self.outsiders_since = None;
+            }
+        }
+        self.write(batch, false);
+    }
+
+    /// Most client events the next commit takes.
+    pub(super) fn cap(&self) -> usize {
+        self.cap
+            .get(self.retainer.rides(), self.cfg.max_batch_events)
+    }
+
     /// When the oldest waiting outsider's event is due for a commit of its
     /// own (far off when none waits).
     pub(super) fn outsiders_due(&self) -> Instant {
@@ -203,11 +280,19 @@ impl Writer {
         }
     }
 
-    /// Commits the outsiders' events waiting, if any.
+    /// Commits the outsiders' events waiting, at most the cap's worth;
+    /// the rest stay due.
     pub(super) fn flush_outsiders(&mut self) {
-        self.outsiders_since = None;
-        if !self.outsiders.is_empty() {
-            let batch = std::mem::take(&mut self.outsiders);
+        let cap = self.cap();
+        let rest = match self.outsiders.len() > cap {
+            true => self.outsiders.split_off(cap),
+            false => Vec::new(),
+        };
+        let batch = std::mem::replace(&mut self.outsiders, rest);
+        if self.outsiders.is_empty() {
+            self.outsiders_since = None;
+        }
+        if !batch.is_empty() {
             self.write(batch, false);
         }
     }
