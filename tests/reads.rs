@@ -468,6 +468,9 @@ const NOT_PER_CLIENT: &[&str] = &[
     // The allocator keeps freed memory; not a count of anything a client holds.
     "sluice_process_resident_memory_bytes",
     "sluice_process_anonymous_memory_bytes",
+    // How many client events a group commit takes: learnt from the commits'
+    // cost per event (the disk's speed), kept when the clients leave.
+    "sluice_writer_batch_cap_events",
     // Controller state and settings.
     "sluice_throttle_mode",
     "sluice_throttle_target_memory_bytes",
