@@ -106,12 +106,12 @@ impl Writer {
                     Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
                 },
             };
+            if !matches!(msg, Msg::Write(_)) {
+                self.commit_all_carried();
+            }
             self.handle(msg, &mut held);
         }
-        while !self.carry.is_empty() {
-            let batch = std::mem::take(&mut self.carry);
-            self.commit_batch(batch);
-        }
+        self.commit_all_carried();
         while !self.outsiders.is_empty() {
             self.flush_outsiders();
         }
@@ -263,6 +263,15 @@ impl Writer {
             }
         }
         self.write(batch, false);
+    }
+
+    /// Commits every event carried past the caps, a cap's worth at a time
+    /// (at shutdown, and before what was queued after them).
+    fn commit_all_carried(&mut self) {
+        while !self.carry.is_empty() {
+            let batch = std::mem::take(&mut self.carry);
+            self.commit_batch(batch);
+        }
     }
 
     /// Most client events the next commit takes.
