@@ -18,9 +18,13 @@ use support::*;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// Settings of every relay here: the index commits often.
+/// Settings of every relay here: the index commits often, searched or
+/// not.
 fn fast_index() -> Vec<(&'static str, &'static str)> {
-    vec![("SLUICE_SEARCH__COMMIT_INTERVAL_MS", "50")]
+    vec![
+        ("SLUICE_SEARCH__COMMIT_INTERVAL_MS", "50"),
+        ("SLUICE_SEARCH__IDLE_COMMIT_INTERVAL_MS", "50"),
+    ]
 }
 
 /// Waits until the index has committed every serial up to `serial`.
@@ -238,6 +242,47 @@ async fn a_req_or_count_mixing_search_and_plain_filters_answers_each_event_once(
 
 /// Chinese, Japanese and Korean text (no spaces between words) is found
 /// by the characters and pairs it holds, stored and live alike.
+/// While nobody searches, the index commits only every
+/// `idle_commit_interval_ms` (an hour here); the first search after finds
+/// what was just stored all the same, having waited for a commit, and so
+/// does a COUNT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_after_a_quiet_spell_finds_what_was_just_stored() {
+    let relay = Relay::start_with(&[
+        ("SLUICE_SEARCH__COMMIT_INTERVAL_MS", "50"),
+        ("SLUICE_SEARCH__IDLE_COMMIT_INTERVAL_MS", "3600000"),
+    ]);
+    let mut c = relay.client().await;
+    let t0 = now() - 100;
+    let first = ev(1, t0, 1, &[], "a quiet spell ends with a search");
+    assert!(c.publish(&first).await.0);
+    assert_eq!(
+        relay
+            .metric_or_zero("sluice_search_indexed_serial", &[])
+            .await,
+        0.0,
+        "nobody searched: nothing committed"
+    );
+    assert_eq!(
+        search(&mut c, json!({"search": "quiet spell"})).await,
+        [first.id_hex()]
+    );
+    assert_eq!(
+        relay
+            .metric_or_zero(
+                "sluice_search_fresh_waits_total",
+                &["outcome=\"committed\""]
+            )
+            .await,
+        1.0
+    );
+    // Searched lately: the index commits every 50 ms again, unasked.
+    let second = ev(2, t0 + 1, 1, &[], "another spell");
+    assert!(c.publish(&second).await.0);
+    wait_indexed(&relay, 2).await;
+    assert_eq!(count(&mut c, json!({"search": "spell"})).await, 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cjk_text_is_found_by_the_characters_it_holds() {
     let relay = Relay::start_with(&fast_index());

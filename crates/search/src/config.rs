@@ -17,8 +17,14 @@ pub struct SearchConfig {
     /// Memory the indexer's writer may buffer before it writes a segment.
     pub writer_memory_mb: usize,
     /// Longest time events wait to become searchable while the indexer is
-    /// caught up (one index commit at most this often).
+    /// caught up (one index commit at most this often) while searches
+    /// come.
     pub commit_interval_ms: u64,
+    /// How often the index commits once no search has come for this long
+    /// (at least `commit_interval_ms`). A search that then finds the last
+    /// commit older than `commit_interval_ms`, with events stored since,
+    /// first waits for a commit of them, so it finds what it would have.
+    pub idle_commit_interval_ms: u64,
 }
 
 impl Default for SearchConfig {
@@ -29,6 +35,7 @@ impl Default for SearchConfig {
             max_indexed_bytes_per_event: 16 * 1024,
             writer_memory_mb: 64,
             commit_interval_ms: 3000,
+            idle_commit_interval_ms: 60_000,
         }
     }
 }
@@ -49,7 +56,16 @@ impl SearchConfig {
         if !(10..=60_000).contains(&self.commit_interval_ms) {
             return Err("search.commit_interval_ms must be in 10..=60000".into());
         }
+        if !(10..=3_600_000).contains(&self.idle_commit_interval_ms) {
+            return Err("search.idle_commit_interval_ms must be in 10..=3600000".into());
+        }
         Ok(())
+    }
+
+    /// How long a commit may wait while no search comes: the idle
+    /// interval, never shorter than the interval while searches come.
+    pub fn idle_commit_interval(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.idle_commit_interval_ms.max(self.commit_interval_ms))
     }
 
     /// Whether events of `kind` are indexed.
@@ -99,6 +115,13 @@ mod tests {
                     ..SearchConfig::default()
                 },
                 "search.commit_interval_ms",
+            ),
+            (
+                SearchConfig {
+                    idle_commit_interval_ms: 0,
+                    ..SearchConfig::default()
+                },
+                "search.idle_commit_interval_ms",
             ),
         ] {
             assert!(cfg.validate().unwrap_err().starts_with(key), "{key}");

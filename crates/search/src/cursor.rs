@@ -247,7 +247,9 @@ impl SearchCursor {
             // A COUNT takes every match from the index at once (order does
             // not matter) and checks them against the store a page a step.
             let mut rows = 0;
-            let searcher = self.searcher.get_or_insert_with(|| self.index.searcher());
+            let searcher = self
+                .searcher
+                .get_or_insert_with(|| self.index.fresh_searcher());
             let pending = match to_check {
                 Some(p) => p,
                 None => {
@@ -299,7 +301,9 @@ impl SearchCursor {
             // Rank what the limit still wants at once; later pages only
             // check what was ranked.
             let ahead = wanted.min(RANK_AHEAD_MAX).min(left);
-            let searcher = self.searcher.get_or_insert_with(|| self.index.searcher());
+            let searcher = self
+                .searcher
+                .get_or_insert_with(|| self.index.fresh_searcher());
             let postings = self.index.postings(searcher, filter);
             metrics::counter!(m::SEARCH_POSTINGS_TOTAL).increment(postings);
             rows += self.index.cost_rows(searcher, filter);

@@ -176,10 +176,23 @@ pub(crate) struct Pending {
     /// Serials the store no longer holds, found by searches.
     pub removals: Vec<u64>,
     pub stopping: bool,
-    /// Threads waiting for the index to catch up (`Indexer::wait_caught_up`):
-    /// while there are any, what is read is committed at once, not at the
-    /// next commit interval.
+    /// Threads waiting for the index to catch up (`Indexer::wait_caught_up`,
+    /// a search finding it stale): while there are any, what is read is
+    /// committed at once, not at the next commit interval.
     pub waiters: usize,
+    /// Rings so far: writer commits the indexer may not have read yet.
+    pub rings: u64,
+    /// The rings whose events the index has committed (or read and found
+    /// nothing to commit): below `rings`, the store holds events the index
+    /// does not show yet.
+    pub covered: u64,
+    /// When the index last committed (`None`: not since the indexer started).
+    pub committed_at: Option<std::time::Instant>,
+    /// When a search last began (it keeps the indexer committing every
+    /// `commit_interval_ms` for `idle_commit_interval_ms`).
+    pub searched_at: Option<std::time::Instant>,
+    /// The indexer thread runs: a search waits for it only then.
+    pub running: bool,
 }
 
 /// The full-text index: shared by the indexer thread (which writes it)
@@ -191,7 +204,10 @@ pub struct SearchIndex {
     pub(crate) cfg: SearchConfig,
     pub(crate) dir: PathBuf,
     pub(crate) pending: Mutex<Pending>,
+    /// Wakes the indexer.
     pub(crate) wake: Condvar,
+    /// Wakes the searches waiting for a commit (`crate::fresh`).
+    pub(crate) fresh: Condvar,
 }
 
 impl SearchIndex {
@@ -225,6 +241,7 @@ impl SearchIndex {
             dir: dir.to_owned(),
             pending: Mutex::new(Pending::default()),
             wake: Condvar::new(),
+            fresh: Condvar::new(),
         }))
     }
 
@@ -241,6 +258,7 @@ impl SearchIndex {
     /// Coalescing: many rings before the indexer looks are one.
     pub fn ring(&self) {
         let mut p = self.lock();
+        p.rings += 1;
         if !p.rung {
             p.rung = true;
             drop(p);
@@ -286,8 +304,9 @@ impl SearchIndex {
         Some(doc)
     }
 
-    /// A searcher over the index as last committed: a query keeps one for
-    /// its life, so its pages rank the same documents.
+    /// A searcher over the index as last committed, for an estimate (it
+    /// never waits; a search about to run takes
+    /// [`SearchIndex::fresh_searcher`]).
     pub fn searcher(&self) -> Searcher {
         self.reader.searcher()
     }

@@ -17,6 +17,7 @@ use sluice_store::Store;
 use tantivy::indexer::{IndexWriterOptions, UserOperation};
 use tantivy::{IndexWriter, TantivyDocument, Term};
 
+use crate::fresh::Waiting;
 use crate::index::{SearchError, SearchIndex};
 use crate::metrics_names as m;
 
@@ -168,15 +169,20 @@ impl Indexer {
             indexed: indexed.clone(),
         };
         let flag = alive.clone();
+        let exit_index = index.clone();
+        index.set_running(true);
         let thread = std::thread::Builder::new()
             .name("sluice-search".into())
             .spawn(move || {
-                let _exit = Exit(flag);
+                let _exit = Exit(flag, exit_index);
                 run.run();
             })
-            .map_err(|source| SearchError::Dir {
-                path: index.dir.clone(),
-                source,
+            .map_err(|source| {
+                index.set_running(false);
+                SearchError::Dir {
+                    path: index.dir.clone(),
+                    source,
+                }
             })?;
         Ok(Indexer {
             index,
@@ -227,31 +233,14 @@ impl Drop for Indexer {
     }
 }
 
-/// One thread in [`Indexer::wait_caught_up`], counted in the index's
-/// `waiters` until it returns, however.
-struct Waiting<'a>(&'a SearchIndex);
-
-impl<'a> Waiting<'a> {
-    fn new(index: &'a SearchIndex) -> Waiting<'a> {
-        index.lock().waiters += 1;
-        // An indexer sleeping out its commit interval looks again.
-        index.wake.notify_all();
-        Waiting(index)
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.lock().waiters -= 1;
-    }
-}
-
-/// Clears `alive` when the thread ends, however; a panic is logged.
-struct Exit(Arc<AtomicBool>);
+/// Clears `alive` when the thread ends, however, and lets the searches
+/// waiting for a commit go on; a panic is logged.
+struct Exit(Arc<AtomicBool>, Arc<SearchIndex>);
 
 impl Drop for Exit {
     fn drop(&mut self) {
         self.0.store(false, Ordering::Release);
+        self.1.set_running(false);
         if std::thread::panicking() {
             tracing::error!("the search indexer panicked; /readyz reports it until a restart");
         }
@@ -270,17 +259,25 @@ struct Run {
 
 impl Run {
     fn run(mut self) {
-        let interval = Duration::from_millis(self.index.cfg.commit_interval_ms);
         metrics::gauge!(m::SEARCH_INDEXED_SERIAL).set(self.indexed.load(Ordering::Relaxed) as f64);
         metrics::gauge!(m::SEARCH_INDEX_BYTES).set(self.index.disk_bytes() as f64);
         let mut since_commit = Instant::now();
         let mut dirty = false;
         loop {
-            let (stopping, removals, hurry) = {
+            // `every`: the commit interval while searches come, the idle
+            // one once none has for that long (crate::fresh).
+            let (stopping, removals, hurry, rings, idle) = {
                 let mut p = self.index.lock();
                 p.rung = false;
-                (p.stopping, std::mem::take(&mut p.removals), p.waiters > 0)
+                (
+                    p.stopping,
+                    std::mem::take(&mut p.removals),
+                    p.waiters > 0,
+                    p.rings,
+                    !self.index.searched_lately(&p, Instant::now()),
+                )
             };
+            let every = self.index.commit_every(idle);
             for serial in &removals {
                 self.writer
                     .delete_term(Term::from_field_u64(self.index.fields.serial, *serial));
@@ -306,7 +303,7 @@ impl Run {
                     continue;
                 }
             };
-            let due = since_commit.elapsed() >= if behind { CATCH_UP_COMMIT } else { interval };
+            let due = since_commit.elapsed() >= if behind { CATCH_UP_COMMIT } else { every };
             // Someone waits for the index to catch up: what was read is
             // committed once the batches run out.
             let hurried = hurry && !behind;
@@ -319,6 +316,10 @@ impl Run {
                 dirty = false;
                 since_commit = Instant::now();
             }
+            if !dirty && !behind {
+                // Everything the store held at ring `rings` is searchable.
+                self.index.covered(rings);
+            }
             if stopping {
                 return;
             }
@@ -329,10 +330,11 @@ impl Run {
                 // costs one read and one commit per interval, not one read per
                 // writer commit. They become searchable no later than before.
                 // While someone waits for it to catch up, the indexer reads
-                // each commit of the writer's as it rings.
+                // each commit of the writer's as it rings. A search ends the
+                // idle interval's sleep (the interval is short again).
                 let since = since_commit.elapsed();
-                if since < interval && !hurry {
-                    self.sleep(interval - since);
+                if since < every && !hurry {
+                    self.sleep(every - since, idle);
                 } else {
                     self.wait(Duration::from_secs(1));
                 }
@@ -349,12 +351,17 @@ impl Run {
         self.index.wake.wait_for(&mut p, d);
     }
 
-    /// Sleeps `d`, rings or not, unless asked to stop or remove, or
-    /// someone waits for the index to catch up.
-    fn sleep(&self, d: Duration) {
+    /// Sleeps `d`, rings or not, unless asked to stop or remove, someone
+    /// waits for the index to catch up, or, sleeping out the `idle`
+    /// interval, a search has come since.
+    fn sleep(&self, d: Duration, idle: bool) {
         let until = Instant::now() + d;
         let mut p = self.index.lock();
-        while !p.stopping && p.removals.is_empty() && p.waiters == 0 {
+        while !p.stopping
+            && p.removals.is_empty()
+            && p.waiters == 0
+            && !(idle && self.index.searched_lately(&p, Instant::now()))
+        {
             if self.index.wake.wait_until(&mut p, until).timed_out() {
                 return;
             }
@@ -399,9 +406,13 @@ impl Run {
         prepared.set_payload(&format!("{} t{TOKENS_VERSION}", self.last));
         prepared.commit()?;
         self.index.reader.reload()?;
+        self.index.committed_now();
         self.indexed.store(self.last, Ordering::Release);
         metrics::histogram!(m::SEARCH_COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
         metrics::gauge!(m::SEARCH_INDEXED_SERIAL).set(self.last as f64);
+        if let Ok(next) = self.store.next_serial() {
+            metrics::gauge!(m::SEARCH_LAG_EVENTS).set(next.saturating_sub(self.last + 1) as f64);
+        }
         metrics::gauge!(m::SEARCH_INDEX_BYTES).set(self.index.disk_bytes() as f64);
         Ok(())
     }

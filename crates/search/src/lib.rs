@@ -10,6 +10,10 @@
 //!   rings after each commit; the indexer pulls the committed events from
 //!   the store by serial and commits the index with the last serial read
 //!   as its payload, so it resumes after a crash and never delays an OK.
+//! - `fresh.rs`: when the index commits without being asked (every
+//!   `commit_interval_ms` while searches come, every
+//!   `idle_commit_interval_ms` once none has for that long), and a search
+//!   that finds it stale waiting for a commit.
 //! - [`SearchCursor`] (`cursor.rs`): a REQ or COUNT with search filters in
 //!   bounded steps on a query worker; every hit is checked against the
 //!   store before it is answered, so the index may lag but never lies.
@@ -22,6 +26,7 @@
 
 pub mod config;
 mod cursor;
+mod fresh;
 mod index;
 mod indexer;
 pub mod metrics_names;
@@ -29,6 +34,7 @@ mod rank;
 
 pub use config::SearchConfig;
 pub use cursor::SearchCursor;
+pub use fresh::FRESH_WAIT;
 pub use index::{SearchError, SearchIndex};
 pub use indexer::{Indexer, Workers};
 pub use rank::RankedHit;

@@ -26,3 +26,7 @@ pub const SEARCH_POSTINGS_TOTAL: &str = "sluice_search_postings_total";
 /// longer holds the event) or `unmatched` (the rest of the filter, expiry
 /// or the reader's rights).
 pub const SEARCH_HITS_DROPPED_TOTAL: &str = "sluice_search_hits_dropped_total";
+/// Searches that found the index stale (its last commit older than
+/// `commit_interval_ms`, events stored since) and waited for a commit, by
+/// how the wait ended: `committed` or `timed_out`.
+pub const SEARCH_FRESH_WAITS_TOTAL: &str = "sluice_search_fresh_waits_total";
