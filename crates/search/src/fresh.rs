@@ -6,7 +6,9 @@
 //! commit older than `commit_interval_ms` with events stored since first
 //! waits, at most [`FRESH_WAIT`], for the indexer to commit what the store
 //! holds, so every search sees at least what the short interval would
-//! have shown it.
+//! have shown it. While the indexer catches up (a restart, a large sync) a
+//! search does not wait: the index lags by more than an interval then
+//! anyway (docs/protocol.md).
 
 use std::time::{Duration, Instant};
 
@@ -16,14 +18,15 @@ use crate::index::{Pending, SearchIndex};
 use crate::metrics_names as m;
 
 /// Longest a search waits for a commit; then it searches the index as it
-/// is (the indexer is far behind, after a restart or a large sync).
+/// is (the indexer is slow, or its commit failed).
 pub const FRESH_WAIT: Duration = Duration::from_secs(2);
 
 impl SearchIndex {
     /// A searcher for a search about to run (a query keeps it for its
     /// life, so its pages rank the same documents). Waits first, at most
     /// [`FRESH_WAIT`], while the index is stale: its last commit older
-    /// than `commit_interval_ms` and events stored since.
+    /// than `commit_interval_ms` and events stored since, the indexer
+    /// caught up.
     pub fn fresh_searcher(&self) -> Searcher {
         let now = Instant::now();
         let mut p = self.lock();
@@ -31,6 +34,7 @@ impl SearchIndex {
         p.searched_at = Some(now);
         let interval = Duration::from_millis(self.cfg.commit_interval_ms);
         let stale = p.running
+            && !p.behind
             && p.covered < p.rings
             && p.committed_at
                 .is_none_or(|t| now.duration_since(t) >= interval);
@@ -40,7 +44,7 @@ impl SearchIndex {
             let _waiting = Waiting::new(self);
             let until = now + FRESH_WAIT;
             let mut p = self.lock();
-            while p.covered < want && p.running {
+            while p.covered < want && p.running && !p.behind {
                 if self.fresh.wait_until(&mut p, until).timed_out() {
                     break;
                 }
@@ -48,8 +52,9 @@ impl SearchIndex {
             let outcome = if p.covered >= want {
                 "committed"
             } else {
-                "timed_out"
+                "gave_up"
             };
+            drop(p);
             metrics::counter!(m::SEARCH_FRESH_WAITS_TOTAL, "outcome" => outcome).increment(1);
         } else if !was_searched {
             drop(p);
@@ -101,6 +106,18 @@ impl SearchIndex {
         }
         drop(p);
         self.fresh.notify_all();
+    }
+
+    /// Whether the indexer is catching up; becoming so lets the searches
+    /// waiting for it go on.
+    pub(crate) fn set_behind(&self, behind: bool) {
+        let mut p = self.lock();
+        let became = behind && !p.behind;
+        p.behind = behind;
+        drop(p);
+        if became {
+            self.fresh.notify_all();
+        }
     }
 
     /// The index committed: searches begun later than `commit_interval_ms`

@@ -193,6 +193,9 @@ pub(crate) struct Pending {
     pub searched_at: Option<std::time::Instant>,
     /// The indexer thread runs: a search waits for it only then.
     pub running: bool,
+    /// The indexer is catching up (a restart, a large sync): its next
+    /// commit may be seconds away, so a search does not wait for it.
+    pub behind: bool,
 }
 
 /// The full-text index: shared by the indexer thread (which writes it)

@@ -303,6 +303,7 @@ impl Run {
                     continue;
                 }
             };
+            self.index.set_behind(behind);
             let due = since_commit.elapsed() >= if behind { CATCH_UP_COMMIT } else { every };
             // Someone waits for the index to catch up: what was read is
             // committed once the batches run out.

@@ -28,5 +28,6 @@ pub const SEARCH_POSTINGS_TOTAL: &str = "sluice_search_postings_total";
 pub const SEARCH_HITS_DROPPED_TOTAL: &str = "sluice_search_hits_dropped_total";
 /// Searches that found the index stale (its last commit older than
 /// `commit_interval_ms`, events stored since) and waited for a commit, by
-/// how the wait ended: `committed` or `timed_out`.
+/// how the wait ended: `committed`, or `gave_up` (2 s passed, or the
+/// indexer turned out to be catching up or stopped).
 pub const SEARCH_FRESH_WAITS_TOTAL: &str = "sluice_search_fresh_waits_total";
