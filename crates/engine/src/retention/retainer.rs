@@ -166,9 +166,17 @@ impl Retainer {
         Some(due)
     }
 
+    /// Whether to take a step between two client batches: not while size
+    /// eviction riding on the batches keeps pace alone (the step's own
+    /// commit would only hold the next batch, and a person's EVENT in it,
+    /// behind one more flush); otherwise when [`Retainer::paced`].
+    pub(crate) fn step_between_batches(&self) -> bool {
+        self.paced() && !self.riding_suffices()
+    }
+
     /// Whether a step between two client batches keeps retention within
     /// [`BUSY_SHARE`] of the writer's time (always, when urgent).
-    pub(crate) fn paced(&self) -> bool {
+    fn paced(&self) -> bool {
         if self.urgent {
             return true;
         }
@@ -242,6 +250,13 @@ impl Retainer {
     /// transaction (eviction is running).
     pub(crate) fn rides(&self) -> bool {
         self.size_active && self.plan.target_bytes > 0 && self.size_phase < self.phases.len()
+    }
+
+    /// Whether size eviction riding on the client batches keeps pace
+    /// alone: it runs, and the store is not so far over its target
+    /// ([`URGENT_OVER`]) that steps between the batches must help.
+    fn riding_suffices(&self) -> bool {
+        self.rides() && !self.urgent
     }
 
     /// Writes a client batch of `n` events and, in the same transaction,
@@ -456,5 +471,39 @@ impl Retainer {
 fn count_removed(rule: &str, n: u64) {
     if n > 0 {
         metrics::counter!(m::RETENTION_DELETED_TOTAL, "rule" => rule.to_string()).increment(n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::retention::RetentionConfig;
+
+    #[test]
+    fn no_step_between_batches_while_riding_eviction_keeps_pace_unless_far_over() {
+        let shared = Arc::new(SharedPlan::default());
+        let cfg = RetentionConfig {
+            max_store_mb: 1,
+            ..RetentionConfig::default()
+        };
+        shared.set(cfg.plan(std::iter::empty(), Vec::new()));
+        let mut r = Retainer::new(shared);
+        // The last step ended long ago: pacing allows one.
+        r.last_end = Instant::now() - Duration::from_secs(60);
+        r.last_len = Duration::from_millis(10);
+        assert!(!r.rides());
+        assert!(r.step_between_batches(), "a size check, the other rules");
+        // Over the target: eviction rides on the client batches.
+        r.size_active = true;
+        assert!(r.rides());
+        assert!(!r.step_between_batches(), "riding keeps pace");
+        r.urgent = true;
+        assert!(r.step_between_batches(), "far over the target: steps help");
+        // Pacing still holds when nothing rides: a step just ran.
+        r.urgent = false;
+        r.size_active = false;
+        r.last_end = Instant::now();
+        r.last_len = Duration::from_secs(60);
+        assert!(!r.step_between_batches(), "within 30% of the writer's time");
     }
 }

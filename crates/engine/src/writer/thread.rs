@@ -175,8 +175,9 @@ impl Writer {
             }
         }
         self.purge_expired_if_due(t);
-        // At most one bounded step between client batches, paced.
-        if self.retainer.paced() {
+        // At most one bounded step between client batches, paced, and none
+        // while size eviction rides on them (an empty queue steps at once).
+        if self.retainer.step_between_batches() {
             self.retention_step();
         }
         true
