@@ -33,8 +33,7 @@ impl SearchIndex {
         let was_searched = self.searched_lately(&p, now);
         p.searched_at = Some(now);
         let interval = Duration::from_millis(self.cfg.commit_interval_ms);
-        let stale = p.running
-            && !p.behind
+        let stale = p.commit_near()
             && p.covered < p.rings
             && p.committed_at
                 .is_none_or(|t| now.duration_since(t) >= interval);
@@ -44,7 +43,7 @@ impl SearchIndex {
             let _waiting = Waiting::new(self);
             let until = now + FRESH_WAIT;
             let mut p = self.lock();
-            while p.covered < want && p.running && !p.behind {
+            while p.covered < want && p.commit_near() {
                 if self.fresh.wait_until(&mut p, until).timed_out() {
                     break;
                 }

@@ -198,6 +198,14 @@ pub(crate) struct Pending {
     pub behind: bool,
 }
 
+impl Pending {
+    /// Whether the indexer's next commit is near: it runs and is not
+    /// catching up (only then does a search wait for it).
+    pub fn commit_near(&self) -> bool {
+        self.running && !self.behind
+    }
+}
+
 /// The full-text index: shared by the indexer thread (which writes it)
 /// and the query workers (which search it).
 pub struct SearchIndex {

@@ -166,19 +166,17 @@ impl Retainer {
         Some(due)
     }
 
-    /// Whether to take a step between two client batches: not while size
-    /// eviction riding on the batches keeps pace alone (the step's own
-    /// commit would only hold the next batch, and a person's EVENT in it,
-    /// behind one more flush); otherwise when [`Retainer::paced`].
+    /// Whether to take a step between two client batches: always when the
+    /// store is [`URGENT_OVER`] its target; never while size eviction rides
+    /// on the batches (the step's own commit would only hold the next
+    /// batch, and a person's EVENT in it, behind one more flush); otherwise
+    /// when it keeps retention within [`BUSY_SHARE`] of the writer's time.
     pub(crate) fn step_between_batches(&self) -> bool {
-        self.paced() && !self.riding_suffices()
-    }
-
-    /// Whether a step between two client batches keeps retention within
-    /// [`BUSY_SHARE`] of the writer's time (always, when urgent).
-    fn paced(&self) -> bool {
         if self.urgent {
             return true;
+        }
+        if self.rides() {
+            return false;
         }
         let rest = self.last_len.mul_f64((1.0 - BUSY_SHARE) / BUSY_SHARE);
         self.last_end.elapsed() >= rest
@@ -250,13 +248,6 @@ impl Retainer {
     /// transaction (eviction is running).
     pub(crate) fn rides(&self) -> bool {
         self.size_active && self.plan.target_bytes > 0 && self.size_phase < self.phases.len()
-    }
-
-    /// Whether size eviction riding on the client batches keeps pace
-    /// alone: it runs, and the store is not so far over its target
-    /// ([`URGENT_OVER`]) that steps between the batches must help.
-    fn riding_suffices(&self) -> bool {
-        self.rides() && !self.urgent
     }
 
     /// Writes a client batch of `n` events and, in the same transaction,
