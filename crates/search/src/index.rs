@@ -418,7 +418,7 @@ impl SearchIndex {
             return Ok(Vec::new());
         }
         let query = self.query(f);
-        Ok(searcher.search(&*query, &Ranked { k: n, after })?)
+        Ok(Ranked { k: n, after }.best(searcher, &*query)?)
     }
 
     /// A hit's created_at and serial, from the fast fields.

@@ -1,4 +1,4 @@
-//! The ranked collector: the best `k` documents of a search by the full
+//! The ranked walk: the best `k` documents of a search by the full
 //! key (score, then created_at, then serial, all highest first), exactly,
 //! with tantivy's block-max pruning kept.
 //!
@@ -9,15 +9,16 @@
 //! index, not by recency. Here the threshold handed to the scorer is the
 //! float just below the k-th best score once `k` documents are held: a
 //! block or document whose best score is below the k-th cannot enter and
-//! is skipped, one that ties it is compared by the rest of the key.
+//! is skipped, one that ties it is compared by the rest of the key. One
+//! heap is held across the segments, so a segment starts from the k-th
+//! best of those walked before it.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
-use tantivy::collector::{Collector, SegmentCollector};
 use tantivy::columnar::Column;
-use tantivy::query::Weight;
-use tantivy::{DocId, Score, SegmentOrdinal, SegmentReader};
+use tantivy::query::{EnableScoring, Query, Weight};
+use tantivy::{DocId, Score, Searcher, SegmentReader};
 
 /// One ranked hit: relevance, then recency, then the newer serial.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -68,7 +69,8 @@ pub(crate) struct Ranked {
     pub after: Option<RankedHit>,
 }
 
-/// One segment's best `k`: a min-heap of the keys held.
+/// The best `k` held so far, across the segments walked: a min-heap of
+/// the keys, and the segment being walked's recency columns.
 pub(crate) struct RankedSegment {
     k: usize,
     after: Option<RankedHit>,
@@ -104,10 +106,16 @@ impl RankedSegment {
                 .unwrap_or(0),
             serial: self.serial.as_ref().and_then(|c| c.first(doc)).unwrap_or(0),
         };
+        self.offer_hit(hit)
+    }
+
+    /// Offers a hit whose score may enter: held if it ranks below the
+    /// page before and above the k-th best held.
+    fn offer_hit(&mut self, hit: RankedHit) -> Score {
         if self.after.is_some_and(|a| Key(hit) >= Key(a)) {
             return self.threshold();
         }
-        if !full {
+        if self.heap.len() < self.k {
             self.heap.push(Reverse(Key(hit)));
         } else if let Some(mut min) = self.heap.peek_mut()
             && Key(hit) > min.0
@@ -118,78 +126,73 @@ impl RankedSegment {
     }
 
     fn threshold(&self) -> Score {
+        if self.k == 0 {
+            return Score::INFINITY;
+        }
         match self.heap.peek() {
             Some(Reverse(min)) if self.heap.len() >= self.k => min.0.score.next_down(),
             _ => Score::MIN,
         }
     }
-}
 
-impl SegmentCollector for RankedSegment {
-    type Fruit = Vec<RankedHit>;
-
-    fn collect(&mut self, doc: DocId, score: Score) {
-        self.offer(doc, score);
+    /// Walks one segment through the scorer's pruning (block-max for a
+    /// single word), deleted documents left out, starting from the
+    /// threshold the segments before it left: scores are the searcher's
+    /// (BM25 over every segment), so a block that cannot beat the k-th
+    /// best found anywhere is skipped in every segment, not only once a
+    /// segment has filled its own `k`.
+    fn walk(&mut self, weight: &dyn Weight, reader: &SegmentReader) -> tantivy::Result<()> {
+        let fast = reader.fast_fields();
+        self.created_at = fast.u64("created_at").ok();
+        self.serial = fast.u64("serial").ok();
+        let start = self.threshold();
+        match reader.alive_bitset() {
+            Some(alive) => {
+                let mut threshold = start;
+                weight.for_each_pruning(start, reader, &mut |doc, score| {
+                    if alive.is_alive(doc) {
+                        threshold = self.offer(doc, score);
+                    }
+                    threshold
+                })
+            }
+            None => {
+                weight.for_each_pruning(start, reader, &mut |doc, score| self.offer(doc, score))
+            }
+        }
     }
 
+    /// The hits held, best first.
     fn harvest(self) -> Vec<RankedHit> {
-        self.heap.into_iter().map(|Reverse(Key(h))| h).collect()
+        let mut hits: Vec<RankedHit> = self.heap.into_iter().map(|Reverse(Key(h))| h).collect();
+        sort_best_first(&mut hits);
+        hits
     }
 }
 
-impl Collector for Ranked {
-    type Fruit = Vec<RankedHit>;
-    type Child = RankedSegment;
-
-    fn for_segment(
+impl Ranked {
+    /// The best `k` hits of `query` in `searcher` (below `after` when
+    /// given), best first: one heap across the segments, walked in turn.
+    pub(crate) fn best(
         &self,
-        _segment_local_id: SegmentOrdinal,
-        segment: &SegmentReader,
-    ) -> tantivy::Result<RankedSegment> {
-        let fast = segment.fast_fields();
-        Ok(RankedSegment {
+        searcher: &Searcher,
+        query: &dyn Query,
+    ) -> tantivy::Result<Vec<RankedHit>> {
+        let mut held = RankedSegment {
             k: self.k,
             after: self.after,
             heap: BinaryHeap::with_capacity(self.k.min(1024) + 1),
-            created_at: fast.u64("created_at").ok(),
-            serial: fast.u64("serial").ok(),
-        })
-    }
-
-    fn requires_scoring(&self) -> bool {
-        true
-    }
-
-    fn merge_fruits(&self, segments: Vec<Vec<RankedHit>>) -> tantivy::Result<Vec<RankedHit>> {
-        let mut all: Vec<RankedHit> = segments.into_iter().flatten().collect();
-        sort_best_first(&mut all);
-        all.truncate(self.k);
-        Ok(all)
-    }
-
-    /// Walks the segment through the scorer's pruning (block-max for a
-    /// single word), deleted documents left out.
-    fn collect_segment(
-        &self,
-        weight: &dyn Weight,
-        segment_ord: SegmentOrdinal,
-        reader: &SegmentReader,
-    ) -> tantivy::Result<Vec<RankedHit>> {
-        let mut seg = self.for_segment(segment_ord, reader)?;
-        match reader.alive_bitset() {
-            Some(alive) => {
-                let mut threshold = Score::MIN;
-                weight.for_each_pruning(Score::MIN, reader, &mut |doc, score| {
-                    if alive.is_alive(doc) {
-                        threshold = seg.offer(doc, score);
-                    }
-                    threshold
-                })?
-            }
-            None => weight
-                .for_each_pruning(Score::MIN, reader, &mut |doc, score| seg.offer(doc, score))?,
+            created_at: None,
+            serial: None,
+        };
+        if self.k == 0 {
+            return Ok(Vec::new());
         }
-        Ok(seg.harvest())
+        let weight = query.weight(EnableScoring::enabled_from_searcher(searcher))?;
+        for reader in searcher.segment_readers() {
+            held.walk(weight.as_ref(), reader)?;
+        }
+        Ok(held.harvest())
     }
 }
 

@@ -40,14 +40,16 @@ fn a_tie_is_ranked_by_created_at_then_serial() {
             })
             .collect()
     };
-    let r = Ranked { k: 3, after: None };
-    let merged = r
-        .merge_fruits(vec![
-            hits(&[(1.0, 10, 1), (1.0, 30, 2)]),
-            hits(&[(1.0, 30, 7), (2.0, 5, 3), (0.5, 99, 9)]),
-        ])
-        .unwrap();
-    let got: Vec<(f32, u64, u64)> = merged
+    // Two segments' hits offered into one heap, as `best` walks them.
+    let mut s = seg(3);
+    for h in hits(&[(1.0, 10, 1), (1.0, 30, 2)])
+        .into_iter()
+        .chain(hits(&[(1.0, 30, 7), (2.0, 5, 3), (0.5, 99, 9)]))
+    {
+        s.offer_hit(h);
+    }
+    let got: Vec<(f32, u64, u64)> = s
+        .harvest()
         .iter()
         .map(|h| (h.score, h.created_at, h.serial))
         .collect();
@@ -131,14 +133,14 @@ fn it_takes_the_same_pages_as_a_full_sort() {
         let key = |h: &RankedHit| (h.score, h.created_at, h.serial);
         let all_keys: Vec<_> = all.iter().map(key).collect();
         for k in [1, 7, 50, 333, all.len() + 5] {
-            let got = searcher.search(&q, &Ranked { k, after: None }).unwrap();
+            let got = Ranked { k, after: None }.best(&searcher, &q).unwrap();
             let got: Vec<_> = got.iter().map(key).collect();
             assert_eq!(got, all_keys[..k.min(all.len())], "{word} k={k}");
             // Page by page below the last hit: the same order, to the end.
             let mut paged = Vec::new();
             let mut after = None;
             loop {
-                let page = searcher.search(&q, &Ranked { k, after }).unwrap();
+                let page = Ranked { k, after }.best(&searcher, &q).unwrap();
                 assert!(page.len() <= k);
                 let Some(last) = page.last() else { break };
                 after = Some(*last);
