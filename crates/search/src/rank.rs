@@ -71,7 +71,7 @@ pub(crate) struct Ranked {
 
 /// The best `k` held so far, across the segments walked: a min-heap of
 /// the keys, and the segment being walked's recency columns.
-pub(crate) struct RankedSegment {
+pub(crate) struct Best {
     k: usize,
     after: Option<RankedHit>,
     heap: BinaryHeap<Reverse<Key>>,
@@ -79,7 +79,7 @@ pub(crate) struct RankedSegment {
     serial: Option<Column<u64>>,
 }
 
-impl RankedSegment {
+impl Best {
     /// Offers a document; returns the score a later document must exceed
     /// to be offered (the float below the k-th best once `k` are held, so
     /// a tie with the k-th is still offered).
@@ -178,16 +178,16 @@ impl Ranked {
         searcher: &Searcher,
         query: &dyn Query,
     ) -> tantivy::Result<Vec<RankedHit>> {
-        let mut held = RankedSegment {
+        if self.k == 0 {
+            return Ok(Vec::new());
+        }
+        let mut held = Best {
             k: self.k,
             after: self.after,
             heap: BinaryHeap::with_capacity(self.k.min(1024) + 1),
             created_at: None,
             serial: None,
         };
-        if self.k == 0 {
-            return Ok(Vec::new());
-        }
         let weight = query.weight(EnableScoring::enabled_from_searcher(searcher))?;
         for reader in searcher.segment_readers() {
             held.walk(weight.as_ref(), reader)?;

@@ -3,8 +3,8 @@
 
 use super::*;
 
-fn seg(k: usize) -> RankedSegment {
-    RankedSegment {
+fn seg(k: usize) -> Best {
+    Best {
         k,
         after: None,
         heap: BinaryHeap::new(),
