@@ -126,9 +126,6 @@ impl Best {
     }
 
     fn threshold(&self) -> Score {
-        if self.k == 0 {
-            return Score::INFINITY;
-        }
         match self.heap.peek() {
             Some(Reverse(min)) if self.heap.len() >= self.k => min.0.score.next_down(),
             _ => Score::MIN,
