@@ -37,7 +37,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use self::packed::{Packed, Searches, View};
-use metrics::{Counter, Histogram};
+use metrics::{Counter, Gauge, Histogram};
 
 use crate::handles::Handle;
 use crate::mailbox::Mailbox;
@@ -100,6 +100,8 @@ pub struct LiveHub {
     candidates_total: Handle<Counter>,
     queued_total: Handle<Counter>,
     match_seconds: Handle<Histogram>,
+    /// Set at every subscription opened or closed.
+    subscriptions: Handle<Gauge>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -176,6 +178,7 @@ impl LiveHub {
             candidates_total: Handle::counter(m::LIVE_CANDIDATES_TOTAL),
             queued_total: Handle::counter(m::LIVE_QUEUED_TOTAL),
             match_seconds: Handle::histogram(m::LIVE_MATCH_SECONDS),
+            subscriptions: Handle::gauge(m::LIVE_SUBSCRIPTIONS),
         })
     }
 
@@ -305,7 +308,7 @@ impl LiveHub {
         if let Some(searches) = searches {
             ix.searches.insert(key, searches);
         }
-        metrics::gauge!(m::LIVE_SUBSCRIPTIONS).set(ix.subs.len() as f64);
+        self.subscriptions.get().set(ix.subs.len() as f64);
     }
 
     fn remove(&self, key: SubKey) {
@@ -321,7 +324,7 @@ impl LiveHub {
                 room::give_back(&mut index.searches);
             }
         }
-        metrics::gauge!(m::LIVE_SUBSCRIPTIONS).set(index.subs.len() as f64);
+        self.subscriptions.get().set(index.subs.len() as f64);
     }
 }
 

@@ -225,7 +225,7 @@ impl<'a> BytesDecode<'a> for EventCodec {
     fn bytes_decode(bytes: &'a [u8]) -> Result<StoredEvent<'a>, BoxedError> {
         let mut rest = bytes;
         let header = Header::take(&mut rest);
-        match (header, std::str::from_utf8(rest)) {
+        match (header, simdutf8::basic::from_utf8(rest)) {
             (Some(header), Ok(raw)) => Ok(StoredEvent { header, raw }),
             _ => Err(Malformed::boxed(
                 "an event (82-byte header ‖ UTF-8 JSON)",

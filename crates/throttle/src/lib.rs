@@ -88,7 +88,7 @@ pub mod verdict;
 
 pub use bucket::{BucketConfig, BucketPools, TokenBucket, scaled_rate};
 pub use budgets::{BudgetConfig, BudgetTree};
-pub use config::{ClientsConfig, QueriesConfig, ReliefConfig, ThrottleConfig};
+pub use config::{ClientsConfig, QueriesConfig, QuerySlots, ReliefConfig, ThrottleConfig};
 pub use connection::{ConnPacer, client_key};
 pub use cost::{CostConfig, FilterShape};
 pub use emergency::{Emergency, EmergencyConfig};

@@ -390,9 +390,9 @@ fn parse_frame(
 
 fn owned_message(text: bool, bytes: Vec<u8>) -> Result<Message, WsError> {
     if text {
-        Ok(Message::Text(
-            String::from_utf8(bytes).map_err(|_| WsError::BadUtf8)?,
-        ))
+        simdutf8::basic::from_utf8(&bytes).map_err(|_| WsError::BadUtf8)?;
+        // SAFETY: checked just above.
+        Ok(Message::Text(unsafe { String::from_utf8_unchecked(bytes) }))
     } else {
         Ok(Message::Binary(bytes.len()))
     }
@@ -400,7 +400,7 @@ fn owned_message(text: bool, bytes: Vec<u8>) -> Result<Message, WsError> {
 
 fn data_message(text: bool, payload: &[u8]) -> Result<Message, WsError> {
     if text {
-        let s = std::str::from_utf8(payload).map_err(|_| WsError::BadUtf8)?;
+        let s = simdutf8::basic::from_utf8(payload).map_err(|_| WsError::BadUtf8)?;
         Ok(Message::Text(s.to_owned()))
     } else {
         Ok(Message::Binary(payload.len()))

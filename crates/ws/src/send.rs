@@ -10,7 +10,9 @@
 //!   `server.write_buffer_bytes` (and never past
 //!   `server.max_write_buffer_bytes` with the new frame): past that the
 //!   held bytes are written first.
-//! - The held bytes are freed once written.
+//! - Once written, the held buffer is the thread's again (it keeps at
+//!   most two, of at most 1 MiB each, for the next connection it holds
+//!   frames for): an idle connection holds none.
 //!
 //! - With permessage-deflate agreed, a text message of at least
 //!   `server.compression_min_bytes` is compressed ([`Deflater`]) into the
@@ -34,6 +36,36 @@ use crate::frame;
 thread_local! {
     /// The worker thread's buffer for a compressed message on its way out.
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// Held frames' buffers once written, kept for the next connection
+    /// this thread holds frames for: a query chunk's frames grew a fresh
+    /// buffer from 16 KiB by doubling and freed it at the write, copying
+    /// its bytes once more than the frames themselves.
+    static SPARE_HELD: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Held buffers one thread keeps at most, and the largest it keeps.
+const SPARE_HELD_KEPT: usize = 2;
+const SPARE_HELD_MAX: usize = 1 << 20;
+
+/// An empty buffer for held frames: a spare of this thread, or a new one
+/// of `capacity`.
+fn held_buffer(capacity: usize) -> Vec<u8> {
+    SPARE_HELD
+        .with_borrow_mut(|spare| spare.pop())
+        .unwrap_or_else(|| Vec::with_capacity(capacity))
+}
+
+/// A held buffer written out: kept as a spare of this thread, or freed.
+fn give_back(mut bytes: Vec<u8>) {
+    if bytes.capacity() == 0 || bytes.capacity() > SPARE_HELD_MAX {
+        return;
+    }
+    bytes.clear();
+    SPARE_HELD.with_borrow_mut(|spare| {
+        if spare.len() < SPARE_HELD_KEPT {
+            spare.push(bytes);
+        }
+    });
 }
 
 /// Where a message's shared part keeps its compressed form, if it has one.
@@ -229,7 +261,7 @@ impl WriteState {
             // them at once, not a reallocation per event. (A lone EOSE or
             // OK held is not given this room.)
             self.held = Some(Box::new(Held {
-                bytes: Vec::with_capacity((self.hold_bytes as usize).min(HOLD_START)),
+                bytes: held_buffer((self.hold_bytes as usize).min(HOLD_START)),
                 sent: 0,
             }));
         }
@@ -260,7 +292,9 @@ impl WriteState {
                 held.sent += n;
             }
         }
-        self.held = None;
+        if let Some(held) = self.held.take() {
+            give_back(held.bytes);
+        }
         io.flush().await
     }
 
@@ -424,7 +458,7 @@ impl WriteState {
             .held
             .get_or_insert_with(|| {
                 Box::new(Held {
-                    bytes: Vec::new(),
+                    bytes: held_buffer(0),
                     sent: 0,
                 })
             })

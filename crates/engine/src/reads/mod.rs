@@ -42,6 +42,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use metrics::{Counter, Histogram};
+
 use sluice_proto::{Filter, Readers};
 use sluice_search::{SearchCursor, SearchIndex};
 use sluice_store::{
@@ -52,6 +54,7 @@ use sluice_throttle::{
 };
 
 use crate::clock::unix_now;
+use crate::handles::{Handle, LabelledCounter};
 use crate::limiter::{ConnReadBudget, Limiter};
 use crate::metrics_names as m;
 
@@ -93,6 +96,33 @@ struct Inner {
     /// Answer buffers the sessions gave back, for the next steps: a step
     /// fills one without allocating (bounded by [`SPARE_CHUNKS`]).
     spare: Mutex<Vec<EventChunk>>,
+    series: Series,
+}
+
+/// The series recorded per query and per step, looked up once.
+struct Series {
+    wait_seconds: Handle<Histogram>,
+    step_seconds: Handle<Histogram>,
+    query_seconds: Handle<Histogram>,
+    rows_scanned: Handle<Counter>,
+    sent_bytes: Handle<Counter>,
+    events: Handle<Counter>,
+    /// `stage`: `estimated`, `spent`.
+    cost_units: LabelledCounter,
+}
+
+impl Series {
+    const fn new() -> Series {
+        Series {
+            wait_seconds: Handle::histogram(m::QUERY_WAIT_SECONDS),
+            step_seconds: Handle::histogram(m::QUERY_STEP_SECONDS),
+            query_seconds: Handle::histogram(m::QUERY_SECONDS),
+            rows_scanned: Handle::counter(m::QUERY_ROWS_SCANNED_TOTAL),
+            sent_bytes: Handle::counter(m::QUERY_SENT_BYTES_TOTAL),
+            events: Handle::counter(m::QUERY_EVENTS_TOTAL),
+            cost_units: LabelledCounter::new(m::QUERY_COST_UNITS_TOTAL, "stage"),
+        }
+    }
 }
 
 /// Most answer buffers kept for reuse.
@@ -143,9 +173,11 @@ impl Reads {
         search: Arc<crate::search::SearchSlot>,
     ) -> Result<Reads, crate::StartError> {
         let cfg = throttle.config().queries;
-        let slots = cfg.slots;
-        let sched =
-            FairQueue::new(cfg.clone()).map_err(|e| crate::StartError::Config(e.to_string()))?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let sched = FairQueue::new(cfg.clone())
+            .map_err(|e| crate::StartError::Config(e.to_string()))?
+            .on_cores(cores);
+        let slots = sched.slots();
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
                 sched,
@@ -162,6 +194,7 @@ impl Reads {
             max_count_rows: engine.max_count_rows,
             search,
             spare: Mutex::new(Vec::new()),
+            series: Series::new(),
         });
         let reads = Reads {
             inner,
@@ -319,8 +352,9 @@ impl Reads {
             let id = checks.schedule(&mut st.sched, &who, sink.home.sink().id(), estimate)?;
             Ok((id, register(&mut st, id, sink, who, work, estimate)))
         })?;
-        metrics::counter!(m::QUERY_COST_UNITS_TOTAL, "stage" => "estimated").increment(estimate);
-        metrics::counter!(m::QUERY_COST_UNITS_TOTAL, "stage" => "spent").increment(base);
+        let series = &self.inner.series;
+        series.cost_units.increment("estimated", estimate);
+        series.cost_units.increment("spent", base);
         self.inner.work.notify_one();
         Ok(ReadGuard {
             job: id,

@@ -97,7 +97,7 @@ impl Inner {
                 body.started = true;
                 let waited = body.admitted.elapsed();
                 st.max_wait_ns = st.max_wait_ns.max(waited.as_nanos() as u64);
-                metrics::histogram!(m::QUERY_WAIT_SECONDS).record(waited.as_secs_f64());
+                self.series.wait_seconds.get().record(waited.as_secs_f64());
             }
             drop(st);
 
@@ -109,7 +109,7 @@ impl Inner {
                 });
             let took = started.elapsed();
             body.work_ns += took.as_nanos() as u64;
-            metrics::histogram!(m::QUERY_STEP_SECONDS).record(took.as_secs_f64());
+            self.series.step_seconds.get().record(took.as_secs_f64());
             let step = result.unwrap_or_else(|()| StepResult {
                 events: EventChunk::new(),
                 rows: 0,
@@ -119,10 +119,10 @@ impl Inner {
             let done = step.end.is_some();
             let units = cost.step(step.rows, step.bytes);
             body.spent += units;
-            metrics::counter!(m::QUERY_ROWS_SCANNED_TOTAL).increment(step.rows);
-            metrics::counter!(m::QUERY_SENT_BYTES_TOTAL).increment(step.bytes);
-            metrics::counter!(m::QUERY_EVENTS_TOTAL).increment(step.events.len() as u64);
-            metrics::counter!(m::QUERY_COST_UNITS_TOTAL, "stage" => "spent").increment(units);
+            self.series.rows_scanned.get().increment(step.rows);
+            self.series.sent_bytes.get().increment(step.bytes);
+            self.series.events.get().increment(step.events.len() as u64);
+            self.series.cost_units.increment("spent", units);
             let settle = settle(&mut body, done);
             self.throttle.settle_read_cost(&body.who, settle);
             body.unsent_settle += settle;
@@ -257,7 +257,10 @@ impl Inner {
         let refund = settle(&mut body, true);
         self.throttle.settle_read_cost(&body.who, refund);
         if completed || body.work_ns > 0 {
-            metrics::histogram!(m::QUERY_SECONDS).record(body.work_ns as f64 / 1e9);
+            self.series
+                .query_seconds
+                .get()
+                .record(body.work_ns as f64 / 1e9);
         }
     }
 }

@@ -642,7 +642,7 @@ fn the_scheduler_refuses_past_its_deadline_only_when_enforced() {
     // Only the deadline bounds it: 10 ms, at the 1 us a unit assumed
     // before any step ran.
     let queries = crate::config::QueriesConfig {
-        slots: 1,
+        slots: crate::QuerySlots::Count(1),
         deadline_ms: 10,
         max_open_units: 1_000_000_000_000,
         max_open_units_per_client: 1_000_000_000_000,
@@ -769,7 +769,7 @@ fn off_settles_nothing() {
 #[test]
 fn shadow_counts_a_query_past_the_deadline_not_one_at_it_and_enforce_counts_no_shadow_line() {
     let queries = crate::config::QueriesConfig {
-        slots: 1,
+        slots: crate::QuerySlots::Count(1),
         deadline_ms: 10,
         max_open_units: 1_000_000_000_000,
         max_open_units_per_client: 1_000_000_000_000,

@@ -76,7 +76,10 @@ fn errors_name_the_whole_key() {
         key(&|c| c.clients.polite_ops_per_s = -1.0),
         "throttle.clients.polite_ops_per_s"
     );
-    assert_eq!(key(&|c| c.queries.slots = 0), "throttle.queries.slots");
+    assert_eq!(
+        key(&|c| c.queries.slots = QuerySlots::Count(0)),
+        "throttle.queries.slots"
+    );
     assert_eq!(
         key(&|c| c.queries.max_open_units = 0),
         "throttle.queries.max_open_units"
@@ -162,4 +165,26 @@ fn kind_class_names_and_count_are_checked() {
         many(MAX_KIND_CLASSES + 1).validate().unwrap_err().key,
         "kinds"
     );
+}
+
+#[test]
+fn slots_are_a_count_or_auto_one_per_core_at_least_two() {
+    let parse = |v: serde_json::Value| serde_json::from_value::<QuerySlots>(v);
+    assert_eq!(parse(serde_json::json!("auto")).unwrap(), QuerySlots::Auto);
+    assert_eq!(parse(serde_json::json!(3)).unwrap(), QuerySlots::Count(3));
+    // An environment variable's value arrives as a string.
+    assert_eq!(parse(serde_json::json!("3")).unwrap(), QuerySlots::Count(3));
+    assert!(parse(serde_json::json!("many")).is_err());
+    assert!(parse(serde_json::json!(-1)).is_err());
+    assert_eq!(serde_json::to_value(QuerySlots::Auto).unwrap(), "auto");
+    assert_eq!(serde_json::to_value(QuerySlots::Count(5)).unwrap(), 5);
+    assert_eq!(QuerySlots::Auto.count(1), 2);
+    assert_eq!(QuerySlots::Auto.count(2), 2);
+    assert_eq!(QuerySlots::Auto.count(16), 16);
+    assert_eq!(QuerySlots::Count(7).count(16), 7);
+    let mut q = QueriesConfig::default();
+    assert_eq!(q.slots, QuerySlots::Auto);
+    assert!(q.validate().is_ok());
+    q.slots = QuerySlots::Count(1025);
+    assert!(q.validate().is_err());
 }

@@ -18,7 +18,7 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
             assert!(self.clients.contains_key(&j.client), "job without client");
         }
         assert_eq!(self.load, total, "relay-wide sums");
-        assert!(self.load.running <= self.config.slots, "running <= slots");
+        assert!(self.load.running <= self.slots(), "running <= slots");
         let mut parked: Vec<JobId> = self.parked_by_sink.values().flatten().copied().collect();
         parked.sort_unstable();
         let mut expect: Vec<JobId> = (self.jobs.iter())

@@ -98,6 +98,8 @@ const INITIAL_UNIT_NS: f64 = 1_000.0;
 #[derive(Debug, Clone)]
 pub struct FairQueue<K> {
     config: QueriesConfig,
+    /// Cores the process may run on: what `slots = "auto"` counts.
+    cores: usize,
     jobs: HashMap<JobId, Job<K>>,
     clients: HashMap<K, Client>,
     /// What all queries weigh.
@@ -127,11 +129,13 @@ pub struct FairQueue<K> {
 }
 
 impl<K: Hash + Eq + Clone> FairQueue<K> {
-    /// An idle scheduler. Fails on an invalid config.
+    /// An idle scheduler. Fails on an invalid config. `slots = "auto"`
+    /// counts 2 cores until [`FairQueue::on_cores`] says more.
     pub fn new(config: QueriesConfig) -> Result<Self, ConfigError> {
         config.validate()?;
         Ok(FairQueue {
             config,
+            cores: 2,
             jobs: HashMap::new(),
             clients: HashMap::new(),
             load: Load::default(),
@@ -149,8 +153,20 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
         })
     }
 
+    /// The scheduler of a process that may run on `cores` cores (what
+    /// `slots = "auto"` counts).
+    pub fn on_cores(mut self, cores: usize) -> Self {
+        self.cores = cores;
+        self
+    }
+
     pub fn config(&self) -> &QueriesConfig {
         &self.config
+    }
+
+    /// Steps that may run at once.
+    pub fn slots(&self) -> u32 {
+        self.config.slots.count(self.cores)
     }
 
     /// Replaces the config (reload). Queries in progress are kept.
@@ -307,7 +323,7 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
     /// Picks the query whose step runs next on a free worker, and marks it
     /// running; `None` when every slot is busy or nothing is runnable.
     pub fn dispatch_next(&mut self) -> Option<JobId> {
-        if self.load.running >= self.config.slots {
+        if self.load.running >= self.slots() {
             return None;
         }
         if let Some(id) = self.next_new_flow() {

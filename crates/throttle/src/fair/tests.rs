@@ -1,5 +1,6 @@
 use super::bookkeeping::SPARE_QUEUES;
 use super::*;
+use crate::config::QuerySlots;
 
 const MS: u64 = 1_000_000;
 /// An author or id lookup's estimate (base, a few rows and bytes).
@@ -9,7 +10,7 @@ const SCAN: u64 = 8429;
 
 fn cfg(slots: u32) -> QueriesConfig {
     QueriesConfig {
-        slots,
+        slots: QuerySlots::Count(slots),
         ..QueriesConfig::default()
     }
 }
@@ -83,7 +84,7 @@ fn clients_share_steps_by_cost_not_by_request() {
     // Client a's steps cost 1000 units, b's 100: b gets about ten steps
     // for each of a's.
     let mut q = FairQueue::new(QueriesConfig {
-        slots: 1,
+        slots: QuerySlots::Count(1),
         quantum_units: 100,
         ..QueriesConfig::default()
     })
@@ -164,7 +165,7 @@ fn admitted_until_refused(
 /// The bounds of a queue that only the deadline limits.
 fn deadline_only(slots: u32, deadline_ms: u64) -> QueriesConfig {
     QueriesConfig {
-        slots,
+        slots: QuerySlots::Count(slots),
         deadline_ms,
         max_open_units: 1_000_000_000_000,
         max_open_units_per_client: 1_000_000_000_000,
@@ -280,7 +281,7 @@ fn a_query_alone_is_admitted_whatever_its_cost() {
 #[test]
 fn queued_work_expires_at_its_deadline() {
     let mut q = FairQueue::new(QueriesConfig {
-        slots: 1,
+        slots: QuerySlots::Count(1),
         deadline_ms: 50,
         ..QueriesConfig::default()
     })
@@ -313,7 +314,7 @@ fn parked_queries_hold_no_slot_and_wake_on_unpark() {
 #[test]
 fn the_queue_bound_keeps_room_for_new_flows() {
     let mut q = FairQueue::new(QueriesConfig {
-        slots: 1,
+        slots: QuerySlots::Count(1),
         max_queued: 4,
         max_queued_per_client: 100,
         deadline_ms: 3_600_000,
@@ -339,7 +340,7 @@ fn the_queue_bound_keeps_room_for_new_flows() {
 #[test]
 fn the_cost_bound_keeps_room_for_new_flows() {
     let mut q = FairQueue::new(QueriesConfig {
-        slots: 1,
+        slots: QuerySlots::Count(1),
         max_open_units: 3 * SCAN,
         deadline_ms: 3_600_000,
         ..QueriesConfig::default()
@@ -415,7 +416,7 @@ fn random_operations_keep_counts_true() {
     };
     for round in 0..50 {
         let mut q = FairQueue::new(QueriesConfig {
-            slots: 1 + (round % 4),
+            slots: QuerySlots::Count(1 + (round % 4)),
             max_queued: 16,
             max_queued_per_client: 4,
             max_open_units: 40_000,
@@ -483,10 +484,10 @@ fn set_config_applies_a_valid_config_and_keeps_the_old_one_on_error() {
     assert_eq!(q.dispatch_next(), Some(a));
     assert_eq!(q.dispatch_next(), None, "one slot");
     q.set_config(cfg(2)).unwrap();
-    assert_eq!(q.config().slots, 2);
+    assert_eq!(q.slots(), 2);
     assert_eq!(q.dispatch_next(), Some(b), "the second slot is there");
     assert!(q.set_config(cfg(0)).is_err(), "0 slots is out of range");
-    assert_eq!(q.config().slots, 2, "the old config stays");
+    assert_eq!(q.slots(), 2, "the old config stays");
     q.check_invariants();
 }
 
@@ -497,7 +498,7 @@ fn set_config_applies_a_valid_config_and_keeps_the_old_one_on_error() {
 #[test]
 fn a_wait_of_exactly_the_deadline_is_admitted_and_one_past_it_refused() {
     let mut q = FairQueue::new(QueriesConfig {
-        slots: 1,
+        slots: QuerySlots::Count(1),
         deadline_ms: 1,
         ..QueriesConfig::default()
     })
@@ -576,7 +577,7 @@ fn a_step_that_ran_updates_the_averages_and_what_is_left() {
 #[test]
 fn a_query_that_had_its_first_step_never_expires() {
     let mut q = FairQueue::new(QueriesConfig {
-        slots: 1,
+        slots: QuerySlots::Count(1),
         deadline_ms: 50,
         ..QueriesConfig::default()
     })
@@ -634,7 +635,7 @@ fn stats_report_the_queries_in_each_state() {
 #[test]
 fn stats_count_each_way_a_query_leaves() {
     let mut q = FairQueue::new(QueriesConfig {
-        slots: 2,
+        slots: QuerySlots::Count(2),
         deadline_ms: 50,
         ..QueriesConfig::default()
     })
@@ -722,7 +723,7 @@ fn a_client_that_came_back_takes_no_turn_from_its_last_visit() {
 /// b's; the quantum is 100 units.
 fn two_in_rotation(weights: (u32, u32), slots: u32) -> (FairQueue<&'static str>, [JobId; 4]) {
     let mut q = FairQueue::new(QueriesConfig {
-        slots,
+        slots: QuerySlots::Count(slots),
         quantum_units: 100,
         ..QueriesConfig::default()
     })
@@ -772,7 +773,7 @@ fn clients_all_in_debt_are_topped_up_by_the_rounds_the_nearest_needs() {
 #[test]
 fn a_client_alone_in_debt_is_served_at_once() {
     let mut q = FairQueue::new(QueriesConfig {
-        slots: 1,
+        slots: QuerySlots::Count(1),
         quantum_units: 100,
         ..QueriesConfig::default()
     })
@@ -822,7 +823,7 @@ fn a_client_at_its_running_cap_leaves_the_next_slot_to_another() {
 #[test]
 fn a_client_of_weight_three_gets_three_steps_for_one() {
     let mut q = FairQueue::new(QueriesConfig {
-        slots: 1,
+        slots: QuerySlots::Count(1),
         quantum_units: 100,
         ..QueriesConfig::default()
     })

@@ -20,8 +20,8 @@ impl<K: Hash + Eq + Clone> FairQueue<K> {
     /// the units of the steps that go first, times the time per unit, over
     /// the slots (plus half a step when every slot is busy).
     pub(super) fn estimate_wait_ns(&self, client: &K, is_new_flow: bool) -> u64 {
-        let slots = f64::from(self.config.slots);
-        let busy = self.load.running >= self.config.slots;
+        let slots = f64::from(self.slots());
+        let busy = self.load.running >= self.slots();
         let residual = if busy { self.step_ns / 2.0 } else { 0.0 };
         let ahead = match self.clients.get(client).filter(|_| !is_new_flow) {
             // The first steps of the new flows listed before it.
