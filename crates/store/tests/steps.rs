@@ -263,3 +263,46 @@ fn victim_key(all: &[Event], victim: &Event) -> u8 {
         .find(|n| pk(*n) == hex32::encode(&victim.pubkey))
         .unwrap_or_else(|| panic!("author of {} among {}", victim.id_hex(), all.len()))
 }
+
+/// Hits a step reads ahead and keeps for the next are read in place in the
+/// map during the step: they must be copied out before its transaction
+/// ends. Here the events they came from are purged and their pages written
+/// over between steps; what the first step read is still answered whole.
+#[test]
+fn hits_kept_between_steps_outlive_their_events_pages() {
+    let (_d, store) = open();
+    let body = "x".repeat(300);
+    let originals: Vec<Event> = (0..120)
+        .map(|i| Event::sign(&sk(1), NOW - 200 + i, 1, vec![], &format!("{i} {body}")))
+        .collect();
+    store.write_batch(originals.iter(), NOW).unwrap();
+    let f = Filter::from_value(&json!({"kinds": [1]})).unwrap();
+    let mut cur = QueryCursor::new(vec![f], opts());
+    let mut out = Vec::new();
+    // One event per step: the filter has read up to 32 rows ahead.
+    let one = StepLimits {
+        rows: 500,
+        bytes: 1,
+    };
+    store.query_step(&mut cur, one, &mut out).unwrap();
+    assert_eq!(out.len(), 1);
+    let ids: Vec<[u8; 32]> = originals.iter().map(|e| e.id).collect();
+    assert_eq!(store.purge_events(&ids).unwrap(), originals.len());
+    // Several commits: LMDB reuses a page freed once no snapshot can see it.
+    for batch in 0..8 {
+        let others: Vec<Event> = (0..40)
+            .map(|i| {
+                let content = format!("{batch} {i} {}", "y".repeat(300));
+                Event::sign(&sk(2), NOW - 100, 7, vec![], &content)
+            })
+            .collect();
+        store.write_batch(others.iter(), NOW).unwrap();
+    }
+    while !cur.is_done() {
+        store.query_step(&mut cur, one, &mut out).unwrap();
+    }
+    // Newest first, each whole: a prefix of the original answer.
+    let want: Vec<&str> = originals.iter().rev().map(|e| e.raw()).collect();
+    assert!(out.len() > 1, "rows read ahead are answered: {}", out.len());
+    assert_eq!(out, want[..out.len()]);
+}

@@ -104,12 +104,9 @@ impl Grouping {
     fn flush(&mut self) {
         self.group.sort_unstable_by_key(|h| h.id);
         let take = (self.limit - self.passed).min(self.group.len() as u64) as usize;
-        self.ready_bytes += self.group[..take]
-            .iter()
-            .map(|h| h.raw.len())
-            .sum::<usize>();
+        self.ready_bytes += self.group[..take].iter().map(|h| h.len()).sum::<usize>();
         self.ready.extend(self.group.drain(..take));
-        self.group.drain(..).for_each(Hit::recycle);
+        self.group.clear();
         self.passed += take as u64;
     }
 
@@ -122,7 +119,7 @@ impl Grouping {
     /// The next row in final order.
     fn pop(&mut self) -> Option<Hit> {
         let hit = self.ready.pop_front()?;
-        self.ready_bytes -= hit.raw.len();
+        self.ready_bytes -= hit.len();
         Some(hit)
     }
 }
@@ -255,6 +252,21 @@ impl QueryCursor {
 
     pub fn is_done(&self) -> bool {
         self.done
+    }
+}
+
+/// Makes the hits a REQ keeps past a step own their JSON (read in place
+/// during the step, `Hit::own`) when dropped: before the step's
+/// transaction ends, a panic's unwinding included.
+struct OwnHits<'c>(&'c mut QueryCursor);
+
+impl Drop for OwnHits<'_> {
+    fn drop(&mut self) {
+        for f in self.0.filters.iter_mut() {
+            f.rows.group.iter_mut().for_each(Hit::own);
+            f.rows.ready.iter_mut().for_each(Hit::own);
+            f.walk.own_hits();
+        }
     }
 }
 
@@ -394,16 +406,21 @@ impl Store {
         out: &mut impl EventSink,
     ) -> Result<StepOutput, StoreError> {
         let mut did = StepOutput::default();
+        let readers = cur.readers.clone();
         let Some((rtxn, ctx)) = self.open_step(
             cur.done,
             &mut cur.snapshot_serial,
             &cur.opts,
-            cur.readers.as_deref(),
+            readers.as_deref(),
         )?
         else {
             did.done = true;
             return Ok(did);
         };
+        // Declared after the transaction, so dropped before it, on every
+        // exit: the hits the cursor keeps own their JSON by then.
+        let guard = OwnHits(cur);
+        let cur = &mut *guard.0;
         let rows_before = cur.budget.used;
         let mut step = StepRows(limits.rows);
         'merge: loop {
@@ -437,13 +454,11 @@ impl Store {
             let key = (hit.created_at, hit.id);
             if cur.last_sent == Some(key) || cur.skip.contains(&hit.serial) {
                 cur.last_sent = Some(key);
-                hit.recycle();
                 continue;
             }
             cur.last_sent = Some(key);
-            did.bytes += hit.raw.len() as u64;
-            out.push_event(&hit.raw);
-            hit.recycle();
+            did.bytes += hit.len() as u64;
+            out.push_event(hit.raw());
             if did.bytes >= limits.bytes {
                 break;
             }

@@ -3,7 +3,6 @@
 //! row taken; the scan budget a query's filters share; and the full filter
 //! applied to each row's event (header first, tags only when needed).
 
-use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::ops::Bound;
@@ -17,55 +16,66 @@ use crate::codec::{Be64, Header, IndexKeyCodec, Prefix, StoredEvent, index_key};
 use crate::query::planner::{Plan, needs_tag_check, plan};
 use crate::tables::{Index, IndexTable, Tables};
 
-/// One matching event, owned: it outlives the step's transaction.
+/// One matching event: its order, and its JSON where the step's read
+/// transaction reads it, copied only if the hit outlives the step
+/// ([`Hit::own`]). A query's events went from the map to a string of
+/// their own, then to the step's chunk: two copies of every event where
+/// one does.
 pub(super) struct Hit {
     pub(super) created_at: u64,
     pub(super) id: [u8; 32],
     pub(super) serial: u64,
-    /// The event's JSON (empty when the walk was asked for none: a COUNT).
-    pub(super) raw: String,
+    raw: Json,
 }
 
-thread_local! {
-    /// Strings of hits already answered, kept for the next hits of this
-    /// thread: events differ in size, so a `String` per hit missed the
-    /// allocator's per-size caches and took its slow path (a sixth of a
-    /// query worker's time), twice per event.
-    static SPARE: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+/// A hit's JSON.
+enum Json {
+    /// None was asked for (a COUNT).
+    None,
+    /// In the store's map, as the step's read transaction reads it (LMDB
+    /// keeps a read transaction's pages in place until it ends); checked
+    /// UTF-8 when decoded.
+    Mapped {
+        ptr: *const u8,
+        len: usize,
+    },
+    Owned(Box<str>),
 }
 
-/// Spare strings one thread keeps at most, and the largest one kept: at
-/// most 128 KiB per thread.
-const SPARE_STRINGS: usize = 32;
-const SPARE_CAPACITY: usize = 4096;
-/// A new hit's string holds at least this much, so that it can be reused
-/// for most events.
-const HIT_CAPACITY: usize = 2048;
+// SAFETY: a `Json::Mapped` never leaves the step, and so the thread, that
+// read it: every hit a step keeps is made owned (`Hit::own`) before the
+// step's transaction ends (`QueryCursor`'s `OwnHits`, on every exit).
+unsafe impl Send for Hit {}
 
 impl Hit {
-    /// An owned copy of `raw`, in a spare string of this thread when there
-    /// is one.
-    fn json(raw: &str) -> String {
-        let mut s = SPARE
-            .with_borrow_mut(|spare| spare.pop())
-            .unwrap_or_else(|| String::with_capacity(HIT_CAPACITY.max(raw.len())));
-        s.push_str(raw);
-        s
+    /// The event's JSON (empty for a COUNT's hit).
+    pub(super) fn raw(&self) -> &str {
+        match &self.raw {
+            Json::None => "",
+            // SAFETY: the transaction that read these bytes is still
+            // open (see `Json::Mapped`), and they were checked UTF-8.
+            Json::Mapped { ptr, len } => unsafe {
+                std::str::from_utf8_unchecked(std::slice::from_raw_parts(*ptr, *len))
+            },
+            Json::Owned(s) => s,
+        }
     }
 
-    /// Done with: its string becomes a spare of this thread (if small
-    /// enough and the thread keeps fewer than the most).
-    pub(super) fn recycle(self) {
-        let mut s = self.raw;
-        if s.capacity() == 0 || s.capacity() > SPARE_CAPACITY {
-            return;
+    /// Bytes of JSON.
+    pub(super) fn len(&self) -> usize {
+        match &self.raw {
+            Json::None => 0,
+            Json::Mapped { len, .. } => *len,
+            Json::Owned(s) => s.len(),
         }
-        s.clear();
-        SPARE.with_borrow_mut(|spare| {
-            if spare.len() < SPARE_STRINGS {
-                spare.push(s);
-            }
-        });
+    }
+
+    /// Copies the JSON out of the map: the hit outlives the transaction
+    /// that read it.
+    pub(super) fn own(&mut self) {
+        if let Json::Mapped { .. } = self.raw {
+            self.raw = Json::Owned(self.raw().into());
+        }
     }
 }
 
@@ -192,6 +202,13 @@ impl Walk {
                     last_serial: None,
                 })
             }
+        }
+    }
+
+    /// The hits it holds own their JSON (see [`Hit::own`]).
+    pub(super) fn own_hits(&mut self) {
+        if let Walk::Ids { ready, .. } = self {
+            ready.iter_mut().for_each(Hit::own);
         }
     }
 
@@ -384,9 +401,12 @@ fn load_if_match(
         id: h.id,
         serial,
         raw: if ctx.with_json {
-            Hit::json(raw)
+            Json::Mapped {
+                ptr: raw.as_ptr(),
+                len: raw.len(),
+            }
         } else {
-            String::new()
+            Json::None
         },
     }))
 }
