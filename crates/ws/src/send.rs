@@ -55,9 +55,10 @@ fn held_buffer(capacity: usize) -> Vec<u8> {
         .unwrap_or_else(|| Vec::with_capacity(capacity))
 }
 
-/// A held buffer written out: kept as a spare of this thread, or freed.
+/// A held buffer written out: kept as a spare of this thread (one with
+/// room for a chunk's first frames, not an outsized one), or freed.
 fn give_back(mut bytes: Vec<u8>) {
-    if bytes.capacity() == 0 || bytes.capacity() > SPARE_HELD_MAX {
+    if bytes.capacity() < HOLD_START || bytes.capacity() > SPARE_HELD_MAX {
         return;
     }
     bytes.clear();
@@ -259,7 +260,7 @@ impl WriteState {
         if self.held.is_none() {
             // A query chunk's events, fed one by one: room for several of
             // them at once, not a reallocation per event. (A lone EOSE or
-            // OK held is not given this room.)
+            // OK held takes a spare only if the thread has one.)
             self.held = Some(Box::new(Held {
                 bytes: held_buffer((self.hold_bytes as usize).min(HOLD_START)),
                 sent: 0,

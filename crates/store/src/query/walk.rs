@@ -17,10 +17,9 @@ use crate::query::planner::{Plan, needs_tag_check, plan};
 use crate::tables::{Index, IndexTable, Tables};
 
 /// One matching event: its order, and its JSON where the step's read
-/// transaction reads it, copied only if the hit outlives the step
-/// ([`Hit::own`]). A query's events went from the map to a string of
-/// their own, then to the step's chunk: two copies of every event where
-/// one does.
+/// transaction reads it, copied out only if the hit outlives the step
+/// ([`Hit::own`]): an event answered in the step that read it is copied
+/// once, into the step's chunk.
 pub(super) struct Hit {
     pub(super) created_at: u64,
     pub(super) id: [u8; 32],

@@ -293,3 +293,30 @@ async fn an_event_held_in_parts_is_the_frame_of_the_joined_text() {
     assert_eq!(f[0].1, format!("{prefix}{body}]").into_bytes());
     assert!(!w.state.must_flush_to_feed_len(HOLD));
 }
+
+#[tokio::test]
+async fn a_written_buffer_stays_with_the_thread_for_the_next_chunk_a_small_one_does_not() {
+    SPARE_HELD.with_borrow_mut(|s| s.clear());
+    let prefix = "[\"EVENT\",\"s\",";
+    let event = "x".repeat(1000);
+    let mut a = writer(usize::MAX, HOLD, 4 << 20);
+    for _ in 0..60 {
+        a.state.hold_event(prefix, &event, "]");
+    }
+    let grown = a.held_capacity();
+    assert!(grown > HOLD_START, "{grown}");
+    a.flush().await.unwrap();
+    assert_eq!(a.held_capacity(), 0, "a written connection holds nothing");
+    // The next connection this thread holds frames for starts in it.
+    let mut b = writer(usize::MAX, HOLD, 4 << 20);
+    b.state.hold_event(prefix, &event, "]");
+    assert_eq!(b.held_capacity(), grown);
+    b.flush().await.unwrap();
+    assert_eq!(frames(&b.io.data).len(), 1);
+    // A lone small message's buffer is freed, not kept.
+    SPARE_HELD.with_borrow_mut(|s| s.clear());
+    let mut c = writer(usize::MAX, HOLD, 4 << 20);
+    c.state.hold_text("[\"EOSE\",\"s\"]");
+    c.flush().await.unwrap();
+    assert!(SPARE_HELD.with_borrow(|s| s.is_empty()));
+}
