@@ -500,3 +500,30 @@ async fn a_reload_whose_web_of_trust_cannot_start_changes_no_section() {
     })
     .await;
 }
+
+/// The signal handlers are in place by the time the relay reports its
+/// address: a SIGHUP sent at once is a reload (counted), not the default
+/// action that ends the process, and a SIGTERM sent at once is a clean
+/// shutdown (exit 0).
+#[tokio::test]
+async fn signals_sent_as_soon_as_the_relay_reports_its_address_are_handled() {
+    for _ in 0..5 {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("sluice.toml");
+        std::fs::write(&file, "").unwrap();
+        let relay = Relay::start_with_config(&file, &[]);
+        relay.signal("HUP");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while relay
+            .metric_or_zero("sluice_config_reloads_total", &["result=\"applied\""])
+            .await
+            < 1.0
+        {
+            assert!(Instant::now() < deadline, "no reload counted");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let mut relay = Relay::start_with_config(&file, &[]);
+        let status = relay.stop();
+        assert_eq!(status.code(), Some(0), "{}", relay.log_text());
+    }
+}

@@ -5,8 +5,11 @@ use sluice_engine::{Engine, StartError};
 use sluice_search::SearchError;
 use tokio_util::sync::CancellationToken;
 
-/// Waits for SIGTERM or SIGINT, then cancels `shutdown`.
-pub(crate) async fn wait_for_signal(shutdown: CancellationToken) {
+/// Installs the SIGTERM and SIGINT handlers now, before the caller goes
+/// on to serve (a signal that arrives after this call is never the
+/// default action's, which ends the process), and spawns the task that
+/// cancels `shutdown` on the first of them.
+pub(crate) fn cancel_on_signal(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),
@@ -15,11 +18,13 @@ pub(crate) async fn wait_for_signal(shutdown: CancellationToken) {
         tracing::error!("cannot install signal handlers");
         return;
     };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-    }
-    shutdown.cancel();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+        shutdown.cancel();
+    });
 }
 
 /// Starts the NIP-50 indexer of a command that writes to the store

@@ -613,7 +613,7 @@ async fn alone(
             stop.clone(),
         ));
     }
-    tokio::spawn(crate::runtime::wait_for_signal(stop.clone()));
+    crate::runtime::cancel_on_signal(stop.clone());
     let mirrors =
         Mirrors::start(std::slice::from_ref(&mirror), &state, &stop).context("--ca-file")?;
     stop.cancelled().await;

@@ -14,7 +14,7 @@ use sluice_server::AppState;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::runtime::wait_for_signal;
+use crate::runtime::cancel_on_signal;
 use crate::telemetry;
 
 pub fn run(cfg: Config, config_file: Option<PathBuf>) -> anyhow::Result<()> {
@@ -167,7 +167,7 @@ async fn serve(
         sluice_server::address::TrustedProxies::parse(&cfg.metrics.allow_from).unwrap_or_default(),
         shutdown.clone(),
     );
-    tokio::spawn(reload_on_sighup(config_file, state.clone()));
+    reload_on_sighup(config_file, state.clone());
     spawn_metrics_upkeep(metrics, shutdown.clone());
     if let Some(listener) = listeners.metrics {
         tracing::info!("metrics on http://{}/metrics", listener.local_addr()?);
@@ -177,7 +177,7 @@ async fn serve(
             shutdown.clone(),
         ));
     }
-    tokio::spawn(wait_for_signal(shutdown.clone()));
+    cancel_on_signal(shutdown.clone());
     let cluster = if cfg.cluster.enabled {
         let repair_engine = engine.clone();
         let repair_key = cfg.cluster.repair_key().map(|(sk, _)| sk);
@@ -255,29 +255,34 @@ fn auth_with_cluster_reader(cfg: &Config) -> sluice_server::AuthConfig {
 /// [`apply`]): a refused reload changes nothing, is counted `refused` and
 /// logged with its reason.
 /// Other sections need a restart (docs/configuration.md#reloading).
-async fn reload_on_sighup(config_file: Option<PathBuf>, state: Arc<AppState>) {
+/// The handler is installed before this returns, so a SIGHUP sent once
+/// the relay answers is a reload, never the default action (the end of
+/// the process).
+fn reload_on_sighup(config_file: Option<PathBuf>, state: Arc<AppState>) {
     use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         tracing::error!("cannot install the SIGHUP handler");
         return;
     };
-    while hup.recv().await.is_some() {
-        let applied = Config::load(config_file.as_deref()).and_then(|cfg| apply(cfg, &state));
-        let result = if applied.is_ok() {
-            "applied"
-        } else {
-            "refused"
-        };
-        metrics::counter!("sluice_config_reloads_total", "result" => result).increment(1);
-        match applied {
-            Ok(()) => tracing::info!(
-                "SIGHUP: settings reloaded (throttle, retention, trust, pow, policy, limits, relay)"
-            ),
-            Err(e) => {
-                tracing::error!(error = %format!("{e:#}"), "SIGHUP: reload refused, keeping the running settings")
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            let applied = Config::load(config_file.as_deref()).and_then(|cfg| apply(cfg, &state));
+            let result = if applied.is_ok() {
+                "applied"
+            } else {
+                "refused"
+            };
+            metrics::counter!("sluice_config_reloads_total", "result" => result).increment(1);
+            match applied {
+                Ok(()) => tracing::info!(
+                    "SIGHUP: settings reloaded (throttle, retention, trust, pow, policy, limits, relay)"
+                ),
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "SIGHUP: reload refused, keeping the running settings")
+                }
             }
         }
-    }
+    });
 }
 
 /// Applies a validated config's reloadable sections, all or nothing:
