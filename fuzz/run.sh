@@ -2,19 +2,22 @@
 # Coverage-guided fuzzing of one protocol parser, or of the WebSocket layer,
 # with AFL++ on stable Rust.
 #   fuzz/run.sh TARGET SECONDS [OUT_DIR]
+#   fuzz/run.sh --build        (install and build only: before runs in parallel)
 # TARGET: client_message | event | filter | ws_frames | ws_upgrade (see
 # fuzz/src/lib.rs for what each checks).
 # Installs cargo-afl (which builds AFL++) when missing, builds the targets
 # instrumented, runs TARGET for SECONDS from fuzz/corpus/TARGET, and exits 1 when
 # AFL++ saved a crash or a hang, printing where the inputs are. See docs/fuzzing.md.
 set -euo pipefail
-usage="usage: fuzz/run.sh client_message|event|filter|ws_frames|ws_upgrade SECONDS [OUT_DIR]"
+usage="usage: fuzz/run.sh client_message|event|filter|ws_frames|ws_upgrade SECONDS [OUT_DIR] | --build"
 target=${1:?$usage}
-secs=${2:?$usage}
 here="$(cd "$(dirname "$0")" && pwd)"
-out=${3:-"$here/out/$target"}
 cd "$here"
-[ -d "corpus/$target" ] || { echo "no corpus for target $target" >&2; exit 2; }
+if [ "$target" != --build ]; then
+  secs=${2:?$usage}
+  out=${3:-"$here/out/$target"}
+  [ -d "corpus/$target" ] || { echo "no corpus for target $target" >&2; exit 2; }
+fi
 
 if ! cargo afl --version >/dev/null 2>&1; then
   echo "== installing cargo-afl (builds AFL++)"
@@ -22,6 +25,7 @@ if ! cargo afl --version >/dev/null 2>&1; then
 fi
 echo "== building the fuzz targets"
 cargo afl build --release --quiet
+[ "$target" = --build ] && exit 0
 
 rm -rf "$out"
 mkdir -p "$out"
