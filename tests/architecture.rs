@@ -4,7 +4,7 @@
 //! files import each other in a circle, and that no product file is over
 //! 700 lines.
 
-mod source_scan;
+use crate::source_scan;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::Path;

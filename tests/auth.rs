@@ -3,8 +3,7 @@
 //! and private messages (kinds 4, 1059, 1060) served only to their
 //! authenticated parties, stored and live, REQ and COUNT.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::*;

@@ -8,8 +8,7 @@
 //! relay's admits all happen between its first send and its last answer),
 //! never against a sleep: they hold at any machine speed.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

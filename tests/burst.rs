@@ -9,8 +9,7 @@
 //! bursts from other loopback addresses, so a scrape never queues behind a
 //! burst.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

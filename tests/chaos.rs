@@ -4,8 +4,7 @@
 //! got OK true before the kill must be there (OK true means durable).
 //! Events that got no OK may or may not be stored; nothing else is asked.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};

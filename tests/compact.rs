@@ -1,7 +1,7 @@
 //! `sluice compact OUT`: a compacted copy of a live store, taken while the
 //! relay serves, opened by a second relay.
 
-mod support;
+use crate::support;
 
 use std::collections::HashSet;
 use std::path::Path;

@@ -5,8 +5,7 @@
 //! a SIGHUP reload of `throttle.clients.trusted_proxies` (read by the
 //! server from the engine's section) applies to the next connection.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::time::Duration;

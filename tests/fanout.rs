@@ -9,8 +9,7 @@
 //! before it reads the next client frame, so "an EVENT would have arrived
 //! before this EOSE" holds at any machine speed.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::collections::{HashMap, HashSet};
 

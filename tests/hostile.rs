@@ -3,8 +3,7 @@
 //! filters whose JSON the parser refuses, each answered with the right
 //! NIP-01 message and nothing of it stored or served.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::*;

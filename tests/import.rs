@@ -3,8 +3,7 @@
 //! line, compressed inputs, a kill -9 in the middle of an import, a round
 //! trip through export, and an import beside a running relay.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::io::Write;

@@ -2,8 +2,8 @@
 //! real binary over real WebSockets (the static ones are in
 //! `architecture.rs`).
 
-mod source_scan;
-mod support;
+use crate::source_scan;
+use crate::support;
 
 use std::collections::HashMap;
 

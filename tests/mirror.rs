@@ -6,8 +6,7 @@
 //! `sluice mirror URL` alone. Every wait is for a state (an event present,
 //! a metric's value), with a deadline only as the failure bound.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::future::Future;
 use std::io::{BufRead, BufReader};

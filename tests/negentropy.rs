@@ -3,8 +3,7 @@
 //! ways; bad NEG messages get NEG-ERR and the connection stays usable; a
 //! session's guard is given back when the client vanishes.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use negentropy::{Negentropy, NegentropyStorageVector};
 use serde_json::json;

@@ -4,8 +4,7 @@
 //! as a file and off, and who may read `/status` and `/status.json`, which
 //! name no address and no pubkey.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

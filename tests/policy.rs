@@ -2,8 +2,7 @@
 //! their NIP-01 prefixes, the NIP-86 management API (NIP-98 auth, changes
 //! applied at once, durable across a restart), and `sluice admin`.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use base64::Engine as _;
 use serde_json::{Value, json};

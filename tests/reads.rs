@@ -11,8 +11,7 @@
 //! they wait for every client to finish, then poll /metrics up to a
 //! deadline for the idle state, then check that a new REQ is answered.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -2,8 +2,7 @@
 //! temporary LMDB store, spoken to over a real WebSocket. One test per
 //! rule, named after it.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -5,8 +5,7 @@
 //! The reload count on /metrics is the state each step waits for, never a
 //! duration.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -14,8 +14,7 @@
 //! clients that do not read answers far larger than the sockets buffer, so
 //! none can finish and give its place back while the pile is built.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use futures_util::future::join_all;
 use serde_json::{Value, json};

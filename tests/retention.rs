@@ -4,7 +4,7 @@
 //! nothing here waits for the clock to age an event. Waits are bounded
 //! polls for a state, never a sleep then a rate.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -7,8 +7,7 @@
 //! indexer to reach a serial (`sluice_search_indexed_serial`) or for a
 //! result to change, with a generous deadline as the failure bound.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

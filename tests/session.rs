@@ -10,8 +10,7 @@
 //! durations: the delay is long enough that the steps before it finish
 //! first at any machine speed.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

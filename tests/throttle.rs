@@ -3,8 +3,7 @@
 //! binary over real WebSockets. Clients on different loopback addresses
 //! (127.0.0.2, 127.0.0.3, ...) are different clients to the relay.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

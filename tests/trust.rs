@@ -5,8 +5,7 @@
 //! difficulty rising under an outsiders' flood and falling back. Each step
 //! waits for a state (a metric, NIP-11), never for a duration.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -8,8 +8,7 @@
 //! backoff, within the retry budget, until the sync gives up saying so.
 //! Every assertion is an order or a bound that holds at any machine speed.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};

@@ -4,7 +4,7 @@
 //! one that reads nothing is ended as a slow consumer without holding
 //! anything shared.
 
-mod support;
+use crate::support;
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
