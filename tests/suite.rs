@@ -2,7 +2,8 @@
 //! one test binary: the helpers in `support/` and `source_scan/` are compiled
 //! once, and one binary is linked instead of one per file. The cluster, the
 //! partition, the browser and the WebSocket conformance tests are binaries of
-//! their own (each needs a server or a tool that `.ci/run` installs).
+//! their own: the docs and scripts run each alone (`--test cluster`), and the
+//! first three start Redis, network namespaces or chromium.
 //! Run one module with a filter: `cargo test -p sluice --test suite relay::`.
 
 mod source_scan;
