@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use sluice_proto::Event;
 use sluice_search::{Indexer, SearchConfig, SearchIndex, Workers};
 
-mod support;
+use crate::support;
 use support::{open_store, write};
 
 fn notes(first: u8, n: u8) -> Vec<Event> {

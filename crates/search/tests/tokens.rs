@@ -10,7 +10,7 @@ use sluice_proto::{Event, Filter};
 use sluice_search::{Indexer, SearchConfig, SearchIndex, Workers};
 use sluice_store::Store;
 
-mod support;
+use crate::support;
 use support::{open_store, write};
 
 fn config(kinds: &[u16]) -> SearchConfig {

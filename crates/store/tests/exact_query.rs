@@ -9,7 +9,7 @@ use serde_json::json;
 use sluice_proto::{Event, Readers, hex32};
 use sluice_store::{CountCursor, PlanShape, QueryCursor, QueryOptions, StepLimits, plan_shape};
 
-mod support;
+use crate::support;
 
 use support::{ev, filter, open, pk};
 

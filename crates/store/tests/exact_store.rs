@@ -19,7 +19,7 @@ use sluice_store::{
     StoreStats, WriteOutcome,
 };
 
-mod support;
+use crate::support;
 
 use support::{ev, filter};
 

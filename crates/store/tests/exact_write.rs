@@ -11,7 +11,7 @@ use std::time::Duration;
 use sluice_proto::Event;
 use sluice_store::{Scan, Scope, Store, WriteOutcome, WriteRules};
 
-mod support;
+use crate::support;
 
 use support::{ev, open_at as open, pk};
 

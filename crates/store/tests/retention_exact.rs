@@ -14,7 +14,7 @@ use sluice_store::{
     is_replaceable,
 };
 
-mod support;
+use crate::support;
 
 use support::{open, open_at};
 
