@@ -11,6 +11,9 @@ pub struct ServerConfig {
     pub listen: String,
     /// Open WebSocket connections at most; more get HTTP 503.
     pub max_connections: usize,
+    /// Threads of the async runtime that serves the sockets; 0: half the
+    /// cores the process may run on, at least 1 ([`ServerConfig::runtime_threads`]).
+    pub runtime_threads: usize,
     /// Outbound messages not yet written to a slow client's socket are
     /// dropped with the client after this long.
     pub send_timeout_ms: u64,
@@ -87,6 +90,7 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: "127.0.0.1:7777".into(),
             max_connections: 10_000,
+            runtime_threads: 0,
             send_timeout_ms: 10_000,
             max_pending_writes: 64,
             max_buffered_live_events: 1024,
@@ -188,6 +192,18 @@ impl Default for RelayInfoConfig {
 }
 
 impl ServerConfig {
+    /// The async runtime's threads on a process that may run on `cores`
+    /// cores: `runtime_threads`, or when 0 half the cores (rounded up).
+    /// The store's work runs on threads of its own (the writer, one query
+    /// worker per core), so a runtime thread per core only takes turns
+    /// with them.
+    pub fn runtime_threads(&self, cores: usize) -> usize {
+        match self.runtime_threads {
+            0 => cores.div_ceil(2).max(1),
+            n => n,
+        }
+    }
+
     pub fn validate(&self) -> Result<(), String> {
         if self.listen.parse::<std::net::SocketAddr>().is_err() {
             return Err(format!(
@@ -212,6 +228,9 @@ impl ServerConfig {
             if v == 0 {
                 return Err(format!("{key} must be at least 1"));
             }
+        }
+        if self.runtime_threads > 1024 {
+            return Err("server.runtime_threads must be in 0..=1024".into());
         }
         if !(1..=9).contains(&self.compression_level) {
             return Err("server.compression_level must be in 1..=9".into());
@@ -371,5 +390,28 @@ impl AuthConfig {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ServerConfig;
+
+    #[test]
+    fn the_runtime_takes_half_the_cores_unless_told() {
+        let auto = ServerConfig::default();
+        let threads: Vec<usize> = [1, 2, 3, 4, 8].map(|c| auto.runtime_threads(c)).into();
+        assert_eq!(threads, [1, 1, 2, 2, 4]);
+        let three = ServerConfig {
+            runtime_threads: 3,
+            ..ServerConfig::default()
+        };
+        assert_eq!(three.runtime_threads(2), 3);
+        assert!(three.validate().is_ok());
+        let too_many = ServerConfig {
+            runtime_threads: 1025,
+            ..ServerConfig::default()
+        };
+        assert!(too_many.validate().unwrap_err().contains("runtime_threads"));
     }
 }

@@ -20,7 +20,9 @@ use crate::telemetry;
 pub fn run(cfg: Config, config_file: Option<PathBuf>) -> anyhow::Result<()> {
     telemetry::init_logging(&cfg.log);
     let (metrics, status) = telemetry::init_metrics_with_status()?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cfg.server.runtime_threads(cores))
         .enable_all()
         .thread_name("sluice-rt")
         .build()
