@@ -69,6 +69,16 @@ pub(crate) async fn publish(sh: Arc<Shared>, mut rx: Receiver<Arc<Event>>) {
                 backoff = BACKOFF_MIN;
                 metrics::gauge!(m::CLUSTER_OUTBOUND_QUEUED).set(rx.len() as f64);
             }
+            Err(()) if sh.stop.is_cancelled() => {
+                // The stop came during this try: it was the last one (a
+                // second would hold the exit for another command timeout).
+                tracing::warn!(
+                    events = batch.len() + rx.len(),
+                    "cluster: shutting down with events not replicated (peers repair them)"
+                );
+                metrics::gauge!(m::CLUSTER_OUTBOUND_QUEUED).set(0.0);
+                return;
+            }
             Err(()) => {
                 tokio::select! {
                     _ = sh.stop.cancelled() => break,
