@@ -44,6 +44,7 @@ pub(crate) async fn publish(sh: Arc<Shared>, mut rx: Receiver<Arc<Event>>) {
     let mut batch: Vec<Arc<Event>> = Vec::new();
     let mut backoff = BACKOFF_MIN;
     let mut made = sh.generation();
+    let mut tried_at_stop = false;
     loop {
         if batch.is_empty() {
             tokio::select! {
@@ -72,12 +73,8 @@ pub(crate) async fn publish(sh: Arc<Shared>, mut rx: Receiver<Arc<Event>>) {
             Err(()) if sh.stop.is_cancelled() => {
                 // The stop came during this try: it was the last one (a
                 // second would hold the exit for another command timeout).
-                tracing::warn!(
-                    events = batch.len() + rx.len(),
-                    "cluster: shutting down with events not replicated (peers repair them)"
-                );
-                metrics::gauge!(m::CLUSTER_OUTBOUND_QUEUED).set(0.0);
-                return;
+                tried_at_stop = true;
+                break;
             }
             Err(()) => {
                 tokio::select! {
@@ -93,15 +90,21 @@ pub(crate) async fn publish(sh: Arc<Shared>, mut rx: Receiver<Arc<Event>>) {
     while let Ok(ev) = rx.try_recv() {
         batch.push(ev);
     }
-    sh.drop_stale(&mut conn, &mut made);
-    for chunk in batch.chunks(PUBLISH_BATCH) {
-        if send(&sh, &mut conn, chunk, &mut seq).await.is_err() {
-            tracing::warn!(
-                events = batch.len(),
-                "cluster: shutting down with events not replicated (peers repair them)"
-            );
-            break;
+    let mut replicated = !tried_at_stop;
+    if replicated {
+        sh.drop_stale(&mut conn, &mut made);
+        for chunk in batch.chunks(PUBLISH_BATCH) {
+            if send(&sh, &mut conn, chunk, &mut seq).await.is_err() {
+                replicated = false;
+                break;
+            }
         }
+    }
+    if !replicated {
+        tracing::warn!(
+            events = batch.len(),
+            "cluster: shutting down with events not replicated (peers repair them)"
+        );
     }
     metrics::gauge!(m::CLUSTER_OUTBOUND_QUEUED).set(0.0);
 }
